@@ -1,0 +1,298 @@
+"""``python -m trainimg_runtime launch [--nproc-per-node N|auto] [--framework F] -- CMD...``: start training here.
+
+The platform tells a replica who it is in its own dialect (``CLUSTER_SPEC``, ``TF_CONFIG``, see `cluster`); the
+frameworks want their own variables. The launcher translates once, so the same image and command run unchanged on
+Vertex AI, AI Platform, UAI Train, Kubeflow or a laptop:
+
+* PyTorch: ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` for
+  ``init_process_group("nccl")`` with the default ``env://`` init method.
+* TensorFlow: a TF2-ready ``TF_CONFIG`` (``master`` renamed ``chief``, no evaluator in the cluster) that
+  ``MultiWorkerMirroredStrategy`` and ``ParameterServerStrategy`` read by themselves.
+* JAX: ``JAX_COORDINATOR_ADDRESS`` (``host:port``, IPv6 in brackets), ``JAX_NUM_PROCESSES``, ``JAX_PROCESS_ID``.
+  A script passes them on explicitly::
+
+      jax.distributed.initialize(
+          coordinator_address=os.environ["JAX_COORDINATOR_ADDRESS"],
+          num_processes=int(os.environ["JAX_NUM_PROCESSES"]),
+          process_id=int(os.environ["JAX_PROCESS_ID"]),
+      )
+
+  The coordinator port is the chief's port from the cluster spec: process 0 runs on the chief and hosts the
+  coordinator there, and that port is the one the platform already opens between replicas. A job uses one
+  framework, so the coordinator, torch's TCP store and TensorFlow's gRPC server never compete for it.
+* Always: ``TRAINIMG_ROLE`` and, for chief and workers, the node-level ``TRAINIMG_NODE_RANK`` / ``TRAINIMG_NNODES``
+  (a replica is a node), which stay node-level when ``RANK``/``WORLD_SIZE`` count processes.
+
+Parameter servers and evaluators get only ``TF_CONFIG`` and ``TRAINIMG_ROLE``: they are not in the all-reduce
+group, so stale ``RANK``/``WORLD_SIZE``-style variables inherited from the platform are removed rather than left to
+mislead a script into joining it.
+
+``--nproc-per-node N`` (or ``auto``: the visible GPUs) starts N processes per replica:
+
+* pytorch (the default when ``torch`` is importable): exec ``torch.distributed.run`` (torchrun) with the node-level
+  ``--nnodes/--node-rank/--master-addr/--master-port``; torchrun then sets the per-process ranks.
+* jax, or no torch: this launcher starts the N processes itself with ``RANK = node_rank * N + LOCAL_RANK`` and
+  ``WORLD_SIZE = JAX_NUM_PROCESSES = nnodes * N``. One failing process fails the replica: the others are
+  terminated and the launcher exits with the failing process's code. SIGINT/SIGTERM are forwarded to the children.
+* tensorflow: one process per replica, since ``MultiWorkerMirroredStrategy`` drives every local GPU itself.
+
+Exit codes: 2 for a bad cluster variable or usage, 127 when CMD is not found, else CMD's own.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from dataclasses import replace
+from types import FrameType
+
+from .cluster import ClusterError, ClusterInfo, format_address, parse_cluster
+
+FRAMEWORKS = ("auto", "pytorch", "tensorflow", "jax")
+
+# Everything launch_env may set for a process in the all-reduce group; removed for ps/evaluator (see module doc).
+_GROUP_VARIABLES = (
+    "MASTER_ADDR",
+    "MASTER_PORT",
+    "WORLD_SIZE",
+    "RANK",
+    "LOCAL_RANK",
+    "LOCAL_WORLD_SIZE",
+    "NODE_RANK",
+    "JAX_COORDINATOR_ADDRESS",
+    "JAX_NUM_PROCESSES",
+    "JAX_PROCESS_ID",
+    "TRAINIMG_NODE_RANK",
+    "TRAINIMG_NNODES",
+)
+# How long terminated siblings get to exit before SIGKILL: enough to flush logs, short enough to free the GPUs.
+_TERMINATE_GRACE_S = 10.0
+_DEVICE_ID = re.compile(r"[0-9]+|GPU-.+|MIG-.+")
+
+
+def launch_env(info: ClusterInfo, env: Mapping[str, str], local_rank: int = 0) -> dict[str, str]:
+    """The environment for local process `local_rank` of this replica: a copy of `env` plus the variables above.
+
+    With ``info.nproc_per_node`` N set, ranks count processes (``RANK = node_rank * N + local_rank``); without it
+    the replica runs one process and process and node ranks coincide. Pure, so every role can be unit-tested.
+    """
+    nproc = info.nproc_per_node or 1
+    if not 0 <= local_rank < nproc:
+        raise ValueError(f"local_rank {local_rank} is outside 0..{nproc - 1}")
+    out = dict(env)
+    if info.tf_config is not None:
+        out["TF_CONFIG"] = json.dumps(info.tf_config, sort_keys=True)
+    out["TRAINIMG_ROLE"] = info.role
+    if info.rank is None:
+        for name in _GROUP_VARIABLES:
+            out.pop(name, None)
+        return out
+    rank = info.rank * nproc + local_rank
+    world = str(info.world_size * nproc)
+    out.update(
+        MASTER_ADDR=info.master_addr,
+        MASTER_PORT=str(info.master_port),
+        WORLD_SIZE=world,
+        RANK=str(rank),
+        LOCAL_RANK=str(local_rank),
+        LOCAL_WORLD_SIZE=str(nproc),
+        NODE_RANK=str(info.rank),
+        JAX_COORDINATOR_ADDRESS=format_address(info.master_addr, info.master_port),
+        JAX_NUM_PROCESSES=world,
+        JAX_PROCESS_ID=str(rank),
+        TRAINIMG_NODE_RANK=str(info.rank),
+        TRAINIMG_NNODES=str(info.world_size),
+    )
+    return out
+
+
+def visible_gpus(env: Mapping[str, str]) -> int:
+    """How many GPUs this replica may use, at least 1: what ``--nproc-per-node auto`` starts.
+
+    ``CUDA_VISIBLE_DEVICES`` wins when set, counted the way CUDA reads it (up to the first entry that is not a
+    device index or UUID, so ``-1`` or ``NoDevFiles`` hide the rest); else ``nvidia-smi -L`` lines; else 1.
+    """
+    visible = env.get("CUDA_VISIBLE_DEVICES")
+    if visible is not None:
+        count = 0
+        for entry in visible.split(","):
+            if not _DEVICE_ID.fullmatch(entry.strip()):
+                break
+            count += 1
+        return max(count, 1)
+    smi = shutil.which("nvidia-smi", path=env.get("PATH"))
+    if smi is None:
+        return 1
+    try:
+        listing = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
+    except (OSError, subprocess.SubprocessError):
+        return 1
+    return max(sum(1 for line in listing.splitlines() if line.startswith("GPU ")), 1)
+
+
+def choose_mode(framework: str, nproc: int, has_torch: bool) -> str:
+    """How N processes start: ``exec`` (one process), ``torchrun``, or ``spawn`` (this launcher's own children)."""
+    if nproc == 1 or framework == "tensorflow":
+        return "exec"
+    if framework in ("auto", "pytorch") and has_torch:
+        return "torchrun"
+    return "spawn"
+
+
+def torchrun_argv(info: ClusterInfo, cmd: list[str]) -> list[str]:
+    """torchrun with the node-level figures; ``--no-python`` because CMD is a full command (``python train.py``)."""
+    return [
+        sys.executable,
+        "-m",
+        "torch.distributed.run",
+        "--nnodes",
+        str(info.nnodes),
+        "--node-rank",
+        str(info.node_rank),
+        "--nproc-per-node",
+        str(info.nproc_per_node),
+        "--master-addr",
+        info.master_addr,
+        "--master-port",
+        str(info.master_port),
+        "--no-python",
+        *cmd,
+    ]
+
+
+def run_local_processes(cmd: list[str], envs: list[dict[str, str]]) -> int:
+    """Run one CMD per env and wait; the first non-zero exit terminates the rest and is returned.
+
+    A signal's death (negative return code) is reported the shell's way, 128 + signal number.
+    """
+    children: list[subprocess.Popen[bytes]] = []
+    try:
+        for child_env in envs:
+            children.append(subprocess.Popen(cmd, env=child_env))
+    except OSError:
+        _terminate(children)
+        raise
+
+    def forward(signum: int, _frame: FrameType | None) -> None:
+        for child in children:
+            if child.poll() is None:
+                child.send_signal(signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        while True:
+            codes = [child.poll() for child in children]
+            failed = next((code for code in codes if code not in (None, 0)), None)
+            if failed is not None:
+                _terminate(children)
+                return failed if failed > 0 else 128 - failed
+            if all(code == 0 for code in codes):
+                return 0
+            time.sleep(0.05)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _terminate(children: list[subprocess.Popen[bytes]]) -> None:
+    """SIGTERM the survivors, then SIGKILL whoever is still there after the grace period."""
+    for child in children:
+        if child.poll() is None:
+            child.terminate()
+    deadline = time.monotonic() + _TERMINATE_GRACE_S
+    for child in children:
+        try:
+            child.wait(timeout=max(deadline - time.monotonic(), 0))
+        except subprocess.TimeoutExpired:
+            child.kill()
+            child.wait()
+
+
+def _nproc(text: str) -> int | str:
+    """argparse type for ``--nproc-per-node``: a positive int or ``auto``."""
+    if text == "auto":
+        return text
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is neither 'auto' nor an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
+    return value
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="python -m trainimg_runtime launch",
+        usage="%(prog)s [--nproc-per-node N|auto] [--framework {auto,pytorch,tensorflow,jax}] -- CMD...",
+        description="Map the platform's cluster variables to framework variables and run CMD.",
+    )
+    parser.add_argument("--nproc-per-node", type=_nproc, default=1, metavar="N|auto")
+    parser.add_argument("--framework", choices=FRAMEWORKS, default="auto")
+    parser.add_argument("cmd", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
+    return parser
+
+
+def main(argv: list[str]) -> int:
+    """Parse the cluster, build the env and run CMD; see the module docstring for modes and exit codes."""
+    parser = _parser()
+    # Split at "--" ourselves: argparse's REMAINDER keeps or drops it depending on the Python version.
+    options, cmd = (argv[: argv.index("--")], argv[argv.index("--") + 1 :]) if "--" in argv else (argv, [])
+    try:
+        args = parser.parse_args(options)
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else 2
+    if "--" not in argv:
+        cmd = args.cmd
+    elif args.cmd:
+        parser.print_usage(sys.stderr)
+        print(f"trainimg-launch: unexpected arguments before '--': {' '.join(args.cmd)}", file=sys.stderr)
+        return 2
+    if not cmd:
+        parser.print_usage(sys.stderr)
+        print("trainimg-launch: no command given after '--'", file=sys.stderr)
+        return 2
+
+    nproc = visible_gpus(os.environ) if args.nproc_per_node == "auto" else args.nproc_per_node
+    try:
+        info = parse_cluster(os.environ, nproc)
+    except ClusterError as err:
+        print(f"trainimg-launch: {err}", file=sys.stderr)
+        return 2
+    if shutil.which(cmd[0], path=os.environ.get("PATH")) is None:
+        print(f"trainimg-launch: {cmd[0]}: command not found", file=sys.stderr)
+        return 127
+
+    # Parameter servers and evaluators are single processes whatever N says: they hold no GPU rank.
+    mode = "exec" if info.rank is None else choose_mode(args.framework, nproc, _has_torch())
+    print(
+        f"trainimg-launch: {info.platform} {info.role} {info.index}: "
+        f"{1 if mode == 'exec' else nproc} process(es) via {mode} (nproc-per-node {nproc})",
+        file=sys.stderr,
+        flush=True,
+    )
+    try:
+        if mode == "spawn":
+            return run_local_processes(cmd, [launch_env(info, os.environ, local) for local in range(nproc)])
+        # One process per replica (exec, or torchrun which sets per-process ranks itself): node-level env.
+        node_env = launch_env(replace(info, nproc_per_node=1, world_size_processes=info.world_size), os.environ)
+        argv_to_run = torchrun_argv(info, cmd) if mode == "torchrun" else cmd
+        sys.stdout.flush()
+        os.execvpe(argv_to_run[0], argv_to_run, node_env)
+    except OSError as err:
+        print(f"trainimg-launch: {cmd[0]}: {err.strerror}", file=sys.stderr)
+        return 127 if isinstance(err, FileNotFoundError) else 126
+
+
+def _has_torch() -> bool:
+    """Whether torchrun is available, checked without importing torch (which takes seconds)."""
+    return importlib.util.find_spec("torch") is not None
