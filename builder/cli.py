@@ -191,6 +191,242 @@ def bake(c: Ctx, out: str) -> None:
     _emit_json(bake_file(c.recipes(), c.root), out)
 
 
+def _resolve_image(c: Ctx, ref: str) -> tuple[str, str | None]:
+    """IMAGE|VARIANT: a variant name of the recipes gives its tag; anything else is an image reference."""
+    from .recipe import RecipeError
+
+    try:
+        recipes = c.recipes()
+    except RecipeError:
+        recipes = None
+    if recipes and ref in recipes.by_name:
+        return recipes.by_name[ref].tag, ref
+    return ref, None
+
+
+def _log_printer(progress: str, env: Mapping[str, str]):
+    if progress == "quiet" or (progress == "auto" and env.get("CI") is None and not sys.stderr.isatty()):
+        return None
+    return lambda name, line: click.echo(f"[{name}] {line}", err=True)
+
+
+def test_flags(fn):
+    """The test flags `test` and `release` share."""
+    for deco in reversed([
+        click.option("--platform", type=click.Choice(["vertex", "aiplatform", "uai"]), default="vertex",
+                     show_default=True, help="Whose env the replicas get."),
+        click.option("--replicas", type=int, default=2, show_default=True, help="Replicas in the all-reduce."),
+        click.option("--nproc-per-node", type=int, default=1, show_default=True, help="Processes per replica."),
+        click.option("--timeout", type=float, default=240.0, show_default=True,
+                     help="Seconds before a hung all-reduce fails."),
+        click.option("--junit", "junit_path", metavar="FILE", help="Write a JUnit XML report."),
+    ]):
+        fn = deco(fn)
+    return fn
+
+
+def _run_tests(c: Ctx, images: list[tuple[str, str | None]], platform: str, replicas: int, nproc_per_node: int,
+               timeout: float, progress: str):
+    from . import records
+    from .conformance import Conformance, TestOptions
+
+    opts = TestOptions(platform=platform, replicas=replicas, timeout=timeout, nproc_per_node=nproc_per_node)
+    conf = Conformance(_engine(), _log_printer(progress, c.env))
+    suites = []
+    for image, name in images:
+        suite = conf.run(image, opts, name)
+        suites.append(suite)
+        for check in suite.checks:
+            click.echo(f"{check.status.upper():8} {check.name}: {check.reason}", err=True)
+        if suite.passed:
+            records.save(suite, c.env)
+        verdict = "passed" if suite.passed else "FAILED"
+        click.echo(f"trainimg: {suite.name} {verdict} ({suite.counts()['passed']} passed, "
+                   f"{suite.counts()['failed']} failed, {suite.counts()['skipped']} skipped, "
+                   f"{suite.counts()['warning']} warnings)", err=True)
+    return suites
+
+
+@cli.command("test")
+@click.argument("image")
+@test_flags
+@click.option("--json", "json_path", metavar="FILE", help="Write a JSON report.")
+@click.option("--progress", type=click.Choice(["auto", "plain", "quiet"]), default="auto", show_default=True)
+@pass_ctx
+def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: int, timeout: float,
+             junit_path: str | None, json_path: str | None, progress: str) -> None:
+    """Run conformance checks and the multi-container all-reduce on IMAGE (or a VARIANT's image)."""
+    from .report import write_json, write_junit
+
+    suites = _run_tests(c, [_resolve_image(c, image)], platform, replicas, nproc_per_node, timeout, progress)
+    if json_path:
+        write_json(suites, json_path)
+    if junit_path:
+        write_junit(suites, junit_path)
+    if not all(s.passed for s in suites):
+        raise CheckFailed(f"{image} failed conformance: " + ", ".join(ch.name for s in suites for ch in s.failed))
+
+
+def _credentials(registry, username: str | None, password_stdin: bool, env: Mapping[str, str]):
+    from .registry import resolve_credentials
+
+    password = None
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+        if not password:
+            raise UserInputError("no password on standard input", where="--password-stdin")
+    elif username:
+        password = env.get("TRAINIMG_REGISTRY_PASSWORD")
+        if not password:
+            raise UserInputError("--username needs the password in TRAINIMG_REGISTRY_PASSWORD or on "
+                                 "--password-stdin", where="--username")
+    return resolve_credentials(registry, username, password)
+
+
+def registry_flags(fn):
+    for deco in reversed([
+        click.option("--registry", "registry", required=True, metavar="HOST[:PORT][/PREFIX]"),
+        click.option("--username", help="Registry user; the password comes from TRAINIMG_REGISTRY_PASSWORD."),
+        click.option("--password-stdin", is_flag=True, help="Read the registry password from standard input."),
+    ]):
+        fn = deco(fn)
+    return fn
+
+
+def _push(c: Ctx, tags: list[str], registry: str, username: str | None, password_stdin: bool):
+    from . import records
+    from .registry import RegistryTarget, push
+
+    target = RegistryTarget.parse(registry)
+    creds = _credentials(target, username, password_stdin, c.env)
+    engine = _engine()
+    results = []
+    for tag in tags:
+        info = engine.image(tag)
+        if info is None:
+            raise UserInputError(f"no image {tag} on this engine: run `trainimg build` first", where="push")
+        result = push(engine.client, tag, target, tag, credentials=creds,
+                      gate=lambda image_id, ref=tag: records.require_pass(image_id, ref, c.env))
+        click.echo(f"pushed {result.ref}@{result.digest} ({result.bytes_uploaded} bytes uploaded)")
+        results.append(result)
+    return results
+
+
+@cli.command("push")
+@click.argument("variants", nargs=-1, required=True)
+@registry_flags
+@pass_ctx
+def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | None, password_stdin: bool) -> None:
+    """Push variants' images to <registry>/<tag>; refuses images without a passing conformance record."""
+    _push(c, [_resolve_image(c, v)[0] for v in variants], registry, username, password_stdin)
+
+
+@cli.command()
+@click.argument("variants", nargs=-1)
+@click.option("--all", "all_", is_flag=True, help="Release every variant.")
+@build_flags
+@test_flags
+@registry_flags
+@click.option("--json", "json_path", metavar="FILE", help="Write the release report as JSON.")
+@pass_ctx
+def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | None, ca_bundle: Path | None,
+            wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, platform: str,
+            replicas: int, nproc_per_node: int, timeout: float, junit_path: str | None, registry: str,
+            username: str | None, password_stdin: bool, json_path: str | None) -> None:
+    """Build, test, then push every named variant, only if all of them passed."""
+    from .build import Builder
+    from .progress import Progress
+    from .registry import RegistryTarget
+    from .report import write_json, write_junit
+
+    if not variants and not all_:
+        raise UserInputError("name the variants to release, or pass --all", where="release")
+    RegistryTarget.parse(registry)  # bad input fails before an hour of building
+    opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing)
+    builds = Builder(c.recipes(), _engine(), Progress(progress, c.env), c.env, c.root).build(list(variants), opts)
+    suites = _run_tests(c, [(b.tag, b.name) for b in builds], platform, replicas, nproc_per_node, timeout, progress)
+    if json_path:
+        write_json(suites, json_path)
+    if junit_path:
+        write_junit(suites, junit_path)
+    failed = [s for s in suites if not s.passed]
+    if failed:
+        raise CheckFailed("nothing pushed: " + "; ".join(
+            f"{s.name} failed {', '.join(ch.name for ch in s.failed)}" for s in failed))
+    _push(c, [b.tag for b in builds], registry, username, password_stdin)
+
+
+@cli.group()
+def registry() -> None:
+    """The embedded local registry (localhost, htpasswd auth) that `make demo` pushes to."""
+
+
+def _local_registry(c: Ctx, port: int):
+    from .localregistry import LocalRegistry
+    from .state import state_dir
+
+    return LocalRegistry(state_dir(c.env) / "registry", port=port)
+
+
+@registry.command("start")
+@click.option("--port", type=int, default=5000, show_default=True)
+@click.option("--login", is_flag=True, help="Also log the docker CLI in (config.json), as a user would.")
+@pass_ctx
+def registry_start(c: Ctx, port: int, login: bool) -> None:
+    info = _local_registry(c, port).start()
+    if login:
+        import docker
+
+        docker.from_env().login(username=info.username, password=info.password, registry=info.host, reauth=True)
+        _docker_cli_login(info)
+    click.echo(f"registry {info.host} running (user {info.username}, password in {info.htpasswd.parent}/password)")
+
+
+def _docker_cli_login(info) -> None:
+    """`docker login` with the password on stdin, so later pushes find it in ~/.docker/config.json."""
+    import subprocess
+
+    from .engine import _find_cli
+
+    subprocess.run([_find_cli(), "login", info.host, "-u", info.username, "--password-stdin"],
+                   input=info.password, text=True, capture_output=True, check=True)
+
+
+@registry.command("stop")
+@click.option("--port", type=int, default=5000, show_default=True)
+@pass_ctx
+def registry_stop(c: Ctx, port: int) -> None:
+    _local_registry(c, port).stop()
+    click.echo("registry stopped (data kept)")
+
+
+@registry.command("status")
+@click.option("--port", type=int, default=5000, show_default=True)
+@pass_ctx
+def registry_status(c: Ctx, port: int) -> None:
+    st = _local_registry(c, port).status()
+    click.echo(f"registry {st.host}: {'running' if st.running else 'stopped'} ({st.backend}, data {st.data_dir})")
+    if not st.running:
+        raise CheckFailed("registry not running")
+
+
+@cli.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--nproc-per-node", type=int, default=None, help="Add the process-level view.")
+@pass_ctx
+def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None) -> None:
+    """Parse CLUSTER_SPEC / TF_CONFIG from the environment into role, rank and world size."""
+    from .runtime.cluster import ClusterError, parse_cluster, summary
+
+    if nproc_per_node is not None and nproc_per_node < 1:
+        raise UserInputError("must be 1 or more", where="--nproc-per-node")
+    try:
+        info = parse_cluster(c.env, nproc_per_node)
+    except ClusterError as err:
+        raise UserInputError(str(err)) from None
+    click.echo(json.dumps(info.to_json(), sort_keys=True) if as_json else summary(info))
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, map every error to its exit code and one line on stderr."""
     debug = os.environ.get("TRAINIMG_DEBUG") == "1"

@@ -30,18 +30,19 @@ DEFAULT_HYPERTUNE = "0.1.0.dev6"
 
 # Grammars for anything that reaches a Dockerfile. Deliberately narrower than what Docker would accept:
 # a value that matches can never open a new instruction, a shell word or a template expression.
-_VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]{0,63}$")
-_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}$")
-_LABEL_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}$")
-_LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9 ._:/@+=,()-]{0,256}$")
-_REQ_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?==[0-9][0-9A-Za-z.+!-]*$")
+_VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]{0,63}\Z")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}\Z")
+_LABEL_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
+_LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9 ._:/@+=,()-]{0,256}\Z")
+_REQ_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?==[0-9][0-9A-Za-z.+!-]*\Z")
 # The distribution reference grammar (github.com/distribution/reference), anchored.
-_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*"
+_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"  # [-]+, not [-]*: no ReDoS
 _DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?)"
 _REFERENCE_RE = re.compile(
-    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?$"
+    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?\Z",
+    re.ASCII,
 )
-_REPOSITORY_RE = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*$")
+_REPOSITORY_RE = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*\Z")
 
 FIELDS: dict[str, str] = {
     "name": "variant name (default: derived from repository and tag)",
@@ -199,7 +200,7 @@ def expand_file(path: Path, shown: str) -> list[_Fields]:
         raise RecipeError("a recipe is a mapping of fields, with an optional matrix", where=shown)
     for key in doc:
         if not isinstance(key, str) or key not in _FILE_KEYS:
-            raise RecipeError(_unknown(key, _FILE_KEYS), where=f"{shown}:{key}")
+            raise RecipeError(_unknown(key, _FILE_KEYS), where=f"{shown}:{_key(key)}")
 
     shared = {k: v for k, v in doc.items() if k not in ("matrix", "exclude")}
     origin_shared = {k: k for k in shared}
@@ -211,6 +212,11 @@ def expand_file(path: Path, shown: str) -> list[_Fields]:
             continue
         out.append(_Fields({**shared, **values}, {**origin_shared, **origin}, shown))
     return out
+
+
+def _key(key: Any) -> str:
+    """A key as it may appear in the one-line `file:key` of an error: unprintable keys are shown quoted."""
+    return key if isinstance(key, str) and key.isprintable() else repr(key)
 
 
 def _unknown(key: Any, known: Iterable[str]) -> str:
@@ -225,6 +231,8 @@ def _matrix(matrix: Any, shown: str) -> Iterable[tuple[dict[str, Any], dict[str,
         yield {}, {}
         return
     groups = matrix if isinstance(matrix, list) else [matrix]
+    if not groups:
+        raise RecipeError("an empty matrix gives no variants; list axes, or remove matrix", where=f"{shown}:matrix")
     for gi, group in enumerate(groups):
         prefix = "matrix" if not isinstance(matrix, list) else f"matrix[{gi}]"
         if not isinstance(group, dict) or not group:
@@ -232,7 +240,7 @@ def _matrix(matrix: Any, shown: str) -> Iterable[tuple[dict[str, Any], dict[str,
         axes: list[tuple[str, list[Any]]] = []
         for key, values in group.items():
             if not isinstance(key, str) or key not in FIELDS:
-                raise RecipeError(_unknown(key, FIELDS), where=f"{shown}:{prefix}.{key}")
+                raise RecipeError(_unknown(key, FIELDS), where=f"{shown}:{prefix}.{_key(key)}")
             if not isinstance(values, list) or not values:
                 raise RecipeError("a matrix axis is a non-empty list of values", where=f"{shown}:{prefix}.{key}")
             axes.append((key, values))
@@ -249,7 +257,7 @@ def _excludes(exclude: Any, shown: str) -> list[dict[str, Any]]:
     for i, ex in enumerate(exclude):
         for key in ex:
             if key not in FIELDS:
-                raise RecipeError(_unknown(key, FIELDS), where=f"{shown}:exclude[{i}].{key}")
+                raise RecipeError(_unknown(key, FIELDS), where=f"{shown}:exclude[{i}].{_key(key)}")
     return exclude
 
 
@@ -313,11 +321,11 @@ def _resolve(f: _Fields, compat: Compat) -> Variant:
     if framework is None:
         raise f.fail("framework", f"missing; one of {', '.join(FRAMEWORKS)}")
     version = f.version("version")
-    cuda = f.string("cuda", re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}$"), "a CUDA major.minor such as 13.0")
+    cuda = f.string("cuda", re.compile(r"^[0-9]{1,2}\.[0-9]{1,2}\Z"), "a CUDA major.minor such as 13.0")
     os_name = f.choice("os", compat.operating_systems)
     if os_name is None:
         raise f.fail("os", f"missing; one of {', '.join(compat.operating_systems)}")
-    python = f.string("python", re.compile(r"^3\.[0-9]{1,2}$"), "a Python major.minor such as 3.11")
+    python = f.string("python", re.compile(r"^3\.[0-9]{1,2}\Z"), "a Python major.minor such as 3.11")
     if python is None:
         raise f.fail("python", "missing; the Python major.minor, e.g. 3.11")
     flavour = f.choice("flavour", FLAVOURS, "base")
@@ -396,9 +404,10 @@ def _resolve_children(variants: list[Variant], children: list[_Fields]) -> None:
             pending.remove(f)
             progressed = True
         if not progressed:
-            f = pending[0]
-            target = f.values.get("extends")
             names = [v.name for v in variants] + [str(c.values.get("name")) for c in pending]
+            # A missing parent explains the whole stall; report it before calling anything a cycle.
+            f = next((c for c in pending if c.values.get("extends") not in names), pending[0])
+            target = f.values.get("extends")
             close = get_close_matches(str(target), names, n=1)
             reason = ("extends forms a cycle" if target in names
                       else f"no variant named {target!r}" + (f"; did you mean {close[0]}?" if close else ""))

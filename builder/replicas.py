@@ -1,0 +1,188 @@
+"""Run a job's replicas as containers on a fresh docker network, the way a training platform would.
+
+Shared by `trainimg test` (the conformance all-reduce) and `trainimg run` (a user's own command): each replica
+gets exactly the env its platform injects (`runtime.topology`), peers resolve each other by name on the
+network, a UAI parameter server shares its node's network namespace (same host, another port). Every container
+and network carries labels naming the run and the process that owns it, and is removed on success, failure,
+timeout and Ctrl-C; a run killed outright (SIGKILL) is reaped by the next run, which finds its owner dead.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import time
+import uuid
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import docker
+import docker.errors
+import docker.types
+
+from .engine import MANAGED_LABEL, DockerEngine
+from .errors import EngineError
+from .runtime.topology import ReplicaSpec
+
+RUN_LABEL = "trainimg.run"
+OWNER_LABEL = "trainimg.owner"  # "<hostname>:<pid>" of the trainimg process that started it
+
+
+@dataclass(frozen=True)
+class ReplicaResult:
+    name: str
+    role: str
+    index: int
+    exit_code: int | None  # None: still running when the run ended (ps, evaluator, or a timeout)
+    logs: str
+    timed_out: bool = False
+
+
+@dataclass
+class ReplicaJob:
+    """What to start: the image, the specs, and per replica the command; `waits_for` are the roles whose exit
+    ends the job (chief and workers); the others (ps, evaluators) are stopped once those are done."""
+
+    image: str
+    specs: Sequence[ReplicaSpec]
+    command: Callable[[ReplicaSpec], list[str]]
+    env: Mapping[str, str] = field(default_factory=dict)
+    volumes: Mapping[str, str] = field(default_factory=dict)  # host path -> container path
+    entrypoint: list[str] | None = None
+    waits_for: tuple[str, ...] = ("chief", "worker")
+    device_requests: Callable[[ReplicaSpec], list[docker.types.DeviceRequest]] | None = None
+
+
+def _owner() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def _owner_alive(owner: str) -> bool:
+    host, _, pid = owner.rpartition(":")
+    if host != socket.gethostname() or not pid.isdigit():
+        return True  # another machine's run: not ours to judge
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def reap_leftovers(client: docker.DockerClient) -> int:
+    """Remove containers and networks of runs whose owner process is gone; returns how many were removed."""
+    removed = 0
+    for c in client.containers.list(all=True, filters={"label": RUN_LABEL}):
+        if not _owner_alive(c.labels.get(OWNER_LABEL, "")):
+            try:
+                c.remove(force=True)
+                removed += 1
+            except docker.errors.NotFound:
+                pass
+    for n in client.networks.list(filters={"label": RUN_LABEL}):
+        if not _owner_alive(n.attrs.get("Labels", {}).get(OWNER_LABEL, "")):
+            try:
+                n.remove()
+                removed += 1
+            except (docker.errors.NotFound, docker.errors.APIError):
+                pass
+    return removed
+
+
+class ReplicaRunner:
+    def __init__(self, engine: DockerEngine, on_log: Callable[[str, str], None] | None = None) -> None:
+        self.engine = engine
+        self.on_log = on_log
+        self.run_id = uuid.uuid4().hex[:10]
+
+    def host(self, role: str, index: int) -> str:
+        """The hostname peers use for a replica: the container's name on the run's network."""
+        return f"ti-{self.run_id}-{role}-{index}"
+
+    def run(self, job: ReplicaJob, timeout: float) -> list[ReplicaResult]:
+        client = self.engine.client
+        reap_leftovers(client)
+        labels = {RUN_LABEL: self.run_id, OWNER_LABEL: _owner(), MANAGED_LABEL: "replica"}
+        network = client.networks.create(f"ti-{self.run_id}", driver="bridge", labels=labels)
+        containers: dict[str, docker.models.containers.Container] = {}
+        threads: list[threading.Thread] = []
+        try:
+            for spec in job.specs:
+                containers[spec.name] = self._start(job, spec, network.name, labels, containers)
+                if self.on_log:
+                    t = threading.Thread(target=self._follow, args=(spec.name, containers[spec.name]), daemon=True)
+                    t.start()
+                    threads.append(t)
+            return self._wait(job, containers, timeout)
+        finally:
+            for c in reversed(list(containers.values())):
+                try:
+                    c.remove(force=True)
+                except docker.errors.APIError:
+                    pass
+            try:
+                network.remove()
+            except docker.errors.APIError:
+                pass
+
+    def _start(self, job: ReplicaJob, spec: ReplicaSpec, network: str, labels: Mapping[str, str],
+               started: Mapping[str, docker.models.containers.Container]):
+        name = self.host(spec.role, spec.index)
+        kwargs: dict = {}
+        if spec.role == "ps" and spec.node is not None:
+            # UAI: the ps runs on a node beside that node's master/worker: same network namespace.
+            node = [s for s in job.specs if s.node == spec.node and s.role != "ps"]
+            kwargs["network_mode"] = f"container:{started[node[0].name].id}"
+        else:
+            kwargs["network"] = network
+            kwargs["hostname"] = name
+        if job.device_requests:
+            kwargs["device_requests"] = job.device_requests(spec)
+        try:
+            return self.engine.client.containers.run(
+                job.image, job.command(spec), name=name, detach=True, labels=dict(labels),
+                environment={**job.env, **spec.env}, entrypoint=job.entrypoint,
+                volumes={src: {"bind": dst, "mode": "rw"} for src, dst in job.volumes.items()},
+                **kwargs,
+            )
+        except docker.errors.ImageNotFound:
+            raise EngineError(f"image {job.image} is not on this engine: build or pull it first") from None
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot start replica {spec.name}: {exc.explanation or exc}") from None
+
+    def _follow(self, name: str, container) -> None:
+        buf = b""
+        try:
+            for chunk in container.logs(stream=True, follow=True):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    self.on_log(name, line.decode("utf-8", "replace"))  # type: ignore[misc]
+        except docker.errors.APIError:
+            pass
+
+    def _wait(self, job: ReplicaJob, containers: Mapping[str, object], timeout: float) -> list[ReplicaResult]:
+        deadline = time.monotonic() + timeout
+        waited = [s for s in job.specs if s.role in job.waits_for] or list(job.specs)
+        codes: dict[str, int] = {}
+        while time.monotonic() < deadline and len(codes) < len(waited):
+            for s in waited:
+                if s.name in codes:
+                    continue
+                c = containers[s.name]
+                c.reload()
+                if c.status in ("exited", "dead"):
+                    codes[s.name] = int(c.attrs["State"]["ExitCode"])
+            if any(code != 0 for code in codes.values()):
+                break  # one failed replica fails the job: don't wait out the others
+            time.sleep(0.3)
+        results = []
+        for s in job.specs:
+            c = containers[s.name]
+            logs = c.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            code = codes.get(s.name)
+            timed_out = s in waited and code is None and not any(v != 0 for v in codes.values())
+            results.append(ReplicaResult(s.name, s.role, s.index, code, logs, timed_out))
+        return results

@@ -1,0 +1,306 @@
+"""Registry side: target parsing, credentials, pushing to a real registry, faults on the wire, the local registry.
+
+Everything runs against the real engine and a real registry (tests/registry, through conftest_registry.py); the
+fault proxy sits on 127.0.0.1 so the engine still treats it as a plain-http-allowed registry.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import logging
+import socket
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import docker
+import pytest
+from conftest_registry import RegistryLogin
+from faultproxy import FaultProxy
+
+from builder.errors import RegistryError, UserInputError
+from builder.localregistry import LocalRegistry
+from builder.registry import (
+    PushResult,
+    RegistryTarget,
+    missing_blobs,
+    push,
+    remote_digest,
+    remote_tags,
+    resolve_credentials,
+)
+
+BLOB_OR_MANIFEST = r"^(HEAD|GET|PUT|POST|PATCH) /v2/.+/(manifests|blobs)/"
+BLOB_UPLOAD = r"^(PATCH|PUT) /v2/.+/blobs/uploads/"
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def _creds(registry: RegistryLogin, password: str | None = None) -> dict[str, str]:
+    return {"username": registry.username, "password": password or registry.password}
+
+
+# -- targets ------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("text", "host", "prefix", "ref"),
+    [
+        ("localhost:5000", "localhost:5000", "", "localhost:5000/trainimg/pytorch:2.13.0-cpu-py3.11"),
+        ("registry.example.com/team/ml", "registry.example.com", "team/ml",
+         "registry.example.com/team/ml/trainimg/pytorch:2.13.0-cpu-py3.11"),
+        ("127.0.0.1:5000/a.b/c__d/e-f", "127.0.0.1:5000", "a.b/c__d/e-f",
+         "127.0.0.1:5000/a.b/c__d/e-f/trainimg/pytorch:2.13.0-cpu-py3.11"),
+        ("localhost", "localhost", "", "localhost/trainimg/pytorch:2.13.0-cpu-py3.11"),
+        ("Reg-1.Example.com:443", "Reg-1.Example.com:443", "", "Reg-1.Example.com:443/trainimg/pytorch:2.13.0-cpu-py3.11"),
+    ],
+)
+def test_parse_valid_targets(text: str, host: str, prefix: str, ref: str) -> None:
+    target = RegistryTarget.parse(text)
+    assert (target.host, target.prefix) == (host, prefix)
+    assert target.ref("trainimg/pytorch:2.13.0-cpu-py3.11") == ref
+
+
+def test_loopback_targets_are_plain_http() -> None:
+    assert RegistryTarget.parse("localhost:5000").scheme == "http"
+    assert RegistryTarget.parse("127.0.0.1:5000").scheme == "http"
+    assert RegistryTarget.parse("registry.example.com").scheme == "https"
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "",
+        "https://registry.example.com",
+        "localhost:0",
+        "localhost:65536",
+        "localhost:port",
+        "localhost:",
+        "-bad.example.com",
+        "bad-.example.com",
+        "under_score.example.com",
+        "registry.example.com/Team",
+        "registry.example.com/team//ml",
+        "registry.example.com/team/",
+        "registry.example.com/team/-ml",
+        "registry.example.com/team/ml.",
+        "registry",  # no dot, no port: docker would read it as a Docker Hub user
+        "reg istry.example.com",
+        "registry..example.com",
+    ],
+)
+def test_parse_invalid_targets(text: str) -> None:
+    with pytest.raises(UserInputError, match="--registry") as info:
+        RegistryTarget.parse(text)
+    assert info.value.exit_code == 2
+
+
+@pytest.mark.parametrize("tag", ["Trainimg/pytorch:1", "trainimg/pytorch:.bad", "trainimg//x:1", ":1", "a:" + "x" * 129])
+def test_bad_image_tags(tag: str) -> None:
+    with pytest.raises(UserInputError):
+        RegistryTarget.parse("localhost:5000").ref(tag)
+
+
+# -- credentials ----------------------------------------------------------------------------------------------
+
+
+def test_explicit_credentials_win(tmp_path: Path) -> None:
+    target = RegistryTarget.parse("localhost:5000")
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"auths": {"localhost:5000": {"auth": base64.b64encode(b"stored:storedpw").decode()}}}))
+    creds = resolve_credentials(target, "alice", "s3cret", docker_config_dir=str(tmp_path))
+    assert creds is not None and (creds["username"], creds["password"]) == ("alice", "s3cret")
+
+
+def test_credentials_from_docker_config(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(json.dumps(
+        {"auths": {"localhost:5000": {"auth": base64.b64encode(b"stored:storedpw").decode()}}}))
+    creds = resolve_credentials(RegistryTarget.parse("localhost:5000"), None, None, docker_config_dir=str(tmp_path))
+    assert creds is not None and (creds["username"], creds["password"]) == ("stored", "storedpw")
+    assert resolve_credentials(RegistryTarget.parse("other.example.com"), None, None,
+                               docker_config_dir=str(tmp_path)) is None
+
+
+def test_half_credentials_are_user_errors(tmp_path: Path) -> None:
+    target = RegistryTarget.parse("localhost:5000")
+    with pytest.raises(UserInputError, match="TRAINIMG_REGISTRY_PASSWORD"):
+        resolve_credentials(target, "alice", None, docker_config_dir=str(tmp_path))
+    with pytest.raises(UserInputError, match="--username"):
+        resolve_credentials(target, None, "s3cret", docker_config_dir=str(tmp_path))
+
+
+# -- pushing to the real registry -----------------------------------------------------------------------------
+
+
+@pytest.mark.engine
+def test_push_then_push_again(registry_client: docker.DockerClient, registry: RegistryLogin,
+                              registry_image: Callable[[], str], caplog: pytest.LogCaptureFixture,
+                              capsys: pytest.CaptureFixture[str]) -> None:
+    caplog.set_level(logging.DEBUG)
+    image_id = registry_image()
+    target = RegistryTarget.parse(f"{registry.host}/team")
+    gated: list[str] = []
+    lines: list[str] = []
+    first = push(registry_client, image_id, target, "trainimg/pushtest:v1", credentials=_creds(registry),
+                 gate=gated.append, on_progress=lines.append)
+    assert gated == [image_id]
+    assert first.ref == f"{registry.host}/team/trainimg/pushtest:v1"
+    assert first.digest == remote_digest(target, "trainimg/pushtest:v1", _creds(registry))
+    assert first.bytes_uploaded > 1_000_000 and first.attempts == 1
+    assert "v1" in remote_tags(target, "trainimg/pushtest", _creds(registry))
+    assert missing_blobs(target, "trainimg/pushtest:v1", _creds(registry)) == []
+
+    again = push(registry_client, image_id, target, "trainimg/pushtest:v1", credentials=_creds(registry))
+    assert again == PushResult(first.ref, first.digest, 0, 1)
+    assert registry.password not in caplog.text + capsys.readouterr().out + "\n".join(lines)
+
+
+@pytest.mark.engine
+def test_gate_stops_the_push_before_anything_is_sent(registry_client: docker.DockerClient, registry: RegistryLogin,
+                                                    registry_image: Callable[[], str]) -> None:
+    def refuse(image_id: str) -> None:
+        raise RegistryError(f"{image_id} has no passing conformance record")
+
+    target = RegistryTarget.parse(registry.host)
+    with pytest.raises(RegistryError, match="conformance"):
+        push(registry_client, registry_image(), target, "trainimg/gated:v1", credentials=_creds(registry), gate=refuse)
+    assert remote_tags(target, "trainimg/gated", _creds(registry)) == []
+
+
+@pytest.mark.engine
+def test_wrong_password_is_an_auth_error_at_once(registry_client: docker.DockerClient, registry: RegistryLogin,
+                                                 registry_image: Callable[[], str], caplog: pytest.LogCaptureFixture
+                                                 ) -> None:
+    caplog.set_level(logging.DEBUG)
+    wrong = "wrong-" + registry.password
+    started = time.monotonic()
+    with pytest.raises(RegistryError) as info:
+        push(registry_client, registry_image(), RegistryTarget.parse(registry.host), "trainimg/auth:v1",
+             credentials=_creds(registry, wrong), backoff=5.0)
+    assert time.monotonic() - started < 10  # not retried
+    assert str(info.value) == (f"registry {registry.host} rejected the credentials for {registry.username}: check "
+                               f"the username and TRAINIMG_REGISTRY_PASSWORD or run docker login {registry.host}")
+    assert info.value.exit_code == 1
+    assert wrong not in caplog.text and registry.password not in caplog.text
+
+
+@pytest.mark.engine
+def test_no_credentials_asks_for_them(registry_client: docker.DockerClient, registry: RegistryLogin,
+                                      registry_image: Callable[[], str]) -> None:
+    with pytest.raises(RegistryError, match=rf"registry {registry.host} asks for credentials: run docker login"):
+        push(registry_client, registry_image(), RegistryTarget.parse(registry.host), "trainimg/auth:v1",
+             credentials=None, backoff=5.0)
+
+
+@pytest.mark.engine
+def test_unreachable_registry(registry_client: docker.DockerClient, registry_image: Callable[[], str]) -> None:
+    port = _free_port()  # bound and released: nothing listens there
+    started = time.monotonic()
+    with pytest.raises(RegistryError, match=rf"registry 127.0.0.1:{port} is unreachable \(connection refused\)"):
+        push(registry_client, registry_image(), RegistryTarget.parse(f"127.0.0.1:{port}"), "trainimg/x:v1",
+             credentials=None)  # default retries and backoff: a refused port may be a registry restarting
+    assert time.monotonic() - started < 30
+
+
+@pytest.mark.engine
+def test_unknown_host(registry_client: docker.DockerClient, registry_image: Callable[[], str]) -> None:
+    with pytest.raises(RegistryError, match=r"registry host no-such-host.invalid could not be resolved \(DNS\)"):
+        push(registry_client, registry_image(), RegistryTarget.parse("no-such-host.invalid:5000"), "trainimg/x:v1",
+             credentials=None, backoff=5.0)
+
+
+# -- faults on the wire -------------------------------------------------------------------------------------------
+
+
+def _assert_registry_consistent(registry: RegistryLogin, repo: str) -> None:
+    """Every tag the registry lists must have all its blobs: a half-pushed image must never be visible."""
+    target = RegistryTarget.parse(registry.host)
+    for tag in remote_tags(target, repo, _creds(registry)):
+        assert missing_blobs(target, f"{repo}:{tag}", _creds(registry)) == [], tag
+
+
+@pytest.mark.engine
+def test_push_retries_through_503s(registry_client: docker.DockerClient, registry: RegistryLogin,
+                                   registry_image: Callable[[], str], fault_proxy: FaultProxy,
+                                   caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    fault_proxy.fail(BLOB_OR_MANIFEST, status=503, times=2)  # the engine retries these layers itself
+    fault_proxy.fail(r"^PUT /v2/.+/manifests/", status=500, times=1)  # the engine gives up: push() must retry
+    target = RegistryTarget.parse(fault_proxy.address)
+    result = push(registry_client, registry_image(), target, "trainimg/flaky:v1", credentials=_creds(registry),
+                  backoff=0.5)
+    assert fault_proxy.fired("error") == 3 and result.attempts == 2
+    assert result.digest == remote_digest(RegistryTarget.parse(registry.host), "trainimg/flaky:v1", _creds(registry))
+    assert registry.password not in caplog.text
+
+
+@pytest.mark.engine
+def test_connection_dropped_mid_blob(registry_client: docker.DockerClient, registry: RegistryLogin,
+                                     registry_image: Callable[[], str], fault_proxy: FaultProxy) -> None:
+    fault_proxy.drop(BLOB_UPLOAD, after_bytes=256 * 1024, times=1)
+    target = RegistryTarget.parse(fault_proxy.address)
+    try:
+        result = push(registry_client, registry_image(), target, "trainimg/dropped:v1", credentials=_creds(registry),
+                      backoff=0.5)
+    except RegistryError as exc:
+        assert f"registry {fault_proxy.address}" in str(exc)
+    else:
+        assert result.digest == remote_digest(target, "trainimg/dropped:v1", _creds(registry))
+    assert fault_proxy.fired("drop") == 1
+    _assert_registry_consistent(registry, "trainimg/dropped")
+
+
+@pytest.mark.engine
+def test_stalled_registry_is_bounded(registry_client: docker.DockerClient, registry: RegistryLogin,
+                                     registry_image: Callable[[], str], fault_proxy: FaultProxy) -> None:
+    fault_proxy.stall(r"^GET /v2/$", seconds=30, times=1)
+    target = RegistryTarget.parse(fault_proxy.address)
+    started = time.monotonic()
+    result = push(registry_client, registry_image(), target, "trainimg/stalled:v1", credentials=_creds(registry),
+                  backoff=0.5, timeout=3.0)
+    assert time.monotonic() - started < 30
+    assert fault_proxy.fired("stall") == 1 and result.attempts == 2
+    _assert_registry_consistent(registry, "trainimg/stalled")
+
+
+@pytest.mark.engine
+def test_stall_every_time_gives_a_clear_error(registry_client: docker.DockerClient, registry: RegistryLogin,
+                                              registry_image: Callable[[], str], fault_proxy: FaultProxy) -> None:
+    fault_proxy.stall(r"^GET /v2/$", seconds=30, times=10)
+    started = time.monotonic()
+    with pytest.raises(RegistryError, match=r"did not answer within 2 s.*gave up after 2 attempts"):
+        push(registry_client, registry_image(), RegistryTarget.parse(fault_proxy.address), "trainimg/stalled:v2",
+             credentials=_creds(registry), retries=1, backoff=0.2, timeout=2.0)
+    assert time.monotonic() - started < 15
+
+
+# -- the local registry -------------------------------------------------------------------------------------------
+
+
+@pytest.mark.engine
+def test_local_registry_start_push_stop(tmp_path: Path, registry_client: docker.DockerClient,
+                                        registry_image: Callable[[], str]) -> None:
+    local = LocalRegistry(tmp_path / "state", port=_free_port())
+    info = local.start()
+    try:
+        assert info.host == f"localhost:{local.port}" and info.username == "trainimg"
+        assert (local.password_path.stat().st_mode & 0o777) == 0o600
+        again = local.start()
+        assert again.password == info.password
+        status = local.status()
+        assert status.running and status.backend == "binary"
+        assert info.password not in repr(info)
+
+        target = RegistryTarget.parse(info.host)
+        creds = {"username": info.username, "password": info.password}
+        result = push(registry_client, registry_image(), target, "trainimg/local:v1", credentials=creds)
+        assert result.digest == remote_digest(target, "trainimg/local:v1", creds)
+    finally:
+        local.stop()
+    assert not local.status().running
+    assert not local.pid_path.exists() and (local.data_dir / "docker").is_dir()
