@@ -427,6 +427,36 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None) -> None:
     click.echo(json.dumps(info.to_json(), sort_keys=True) if as_json else summary(info))
 
 
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.option("--platform", type=click.Choice(["vertex", "aiplatform"]), required=True)
+@click.option("--image", required=True, help="Image reference, or a variant name (its tag, and its recipe's facts).")
+@click.option("--replicas", type=int, required=True, help="Primary plus workers.")
+@click.option("--ps", type=int, default=0, show_default=True, help="Parameter servers.")
+@click.option("--reduction-servers", default=None, metavar="R|auto", help="Vertex Reduction Server pool size.")
+@click.option("--evaluators", type=int, default=0, show_default=True)
+@click.option("--machine-type", required=True)
+@click.option("--accelerator", default=None, metavar="TYPE:COUNT")
+@click.option("--region", default=None)
+@click.option("--display-name", default=None)
+@click.option("--conformance", is_flag=True, help="Run trainimg's in-image all-reduce check instead of a program.")
+@click.option("--args", "args_", multiple=True, help="Arguments for the training program (repeatable).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@pass_ctx
+def spec(c: Ctx, platform: str, image: str, replicas: int, ps: int, reduction_servers: str | None, evaluators: int,
+         machine_type: str, accelerator: str | None, region: str | None, display_name: str | None,
+         conformance: bool, args_: tuple[str, ...], command: tuple[str, ...]) -> None:
+    """Print the cloud job body (Vertex CustomJob or AI Platform trainingInput) as JSON."""
+    from .spec import job_spec
+
+    ref, name = _resolve_image(c, image)
+    variant = c.recipes().by_name[name] if name else None
+    body = job_spec(platform, image=ref, replicas=replicas, machine_type=machine_type, ps=ps,
+                    reduction_servers=reduction_servers, evaluators=evaluators, accelerator=accelerator,
+                    region=region, args=list(args_), command=list(command) or None, variant=variant,
+                    conformance=conformance, display_name=display_name)
+    _emit_json(body, None)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, map every error to its exit code and one line on stderr."""
     debug = os.environ.get("TRAINIMG_DEBUG") == "1"

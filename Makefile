@@ -1,0 +1,48 @@
+# trainimg: the two commands first. `make demo` sets up this machine and runs the main job end to end:
+# local base -> build the CPU PyTorch variant -> conformance with 4 replicas -> push to a local registry.
+SHELL := /bin/bash
+PYTHON ?= python3
+export TRAINIMG_DOCKER_CLI ?= /usr/bin/docker
+BASE ?= local/debian:bookworm
+VARIANT ?= pytorch-2.13.0-cpu-py3.11
+REGISTRY ?= localhost:5000
+PYTEST_ARGS ?=
+
+.PHONY: demo test setup install render check lint bench registry-start registry-stop clean
+
+demo: setup install
+	trainimg validate
+	trainimg render --check
+	trainimg registry start --login
+	trainimg release $(VARIANT) --base-image $(BASE) \
+	  --platform vertex --replicas 4 --registry $(REGISTRY) --json reports/demo.json --junit reports/demo.xml
+	@echo "demo: $(VARIANT) built, passed conformance on 4 replicas and was pushed to $(REGISTRY)"
+
+test: setup install
+	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+
+setup:
+	bash .ci/setup-host
+
+install:
+	$(PYTHON) -m pip install -q -e '.[test]'
+
+render: install
+	trainimg render
+
+check: install
+	trainimg validate
+	trainimg render --check
+
+bench: setup install
+	$(PYTHON) benchmarks/bench.py
+
+registry-start: install
+	trainimg registry start --login
+
+registry-stop: install
+	trainimg registry stop
+
+clean:
+	-docker ps -aq --filter label=trainimg.run | xargs -r docker rm -f
+	-docker network ls -q --filter label=trainimg.run | xargs -r docker network rm
