@@ -8,7 +8,7 @@ VARIANT ?= pytorch-2.13.0-cpu-py3.11
 REGISTRY ?= localhost:5000
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup install render check lint bench registry-start registry-stop clean
+.PHONY: demo test setup install render check registry-start registry-stop clean
 
 demo: setup install
 	trainimg validate
@@ -33,9 +33,6 @@ render: install
 check: install
 	trainimg validate
 	trainimg render --check
-
-bench: setup install
-	$(PYTHON) benchmarks/bench.py
 
 registry-start: install
 	trainimg registry start --login

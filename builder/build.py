@@ -15,7 +15,7 @@ import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,7 +42,6 @@ class BuildOptions:
     ca_bundle: Path | None = None
     wheelhouses: tuple[Path, ...] = ()
     allow_missing: tuple[str, ...] = ()
-    locked_bases: Mapping[str, str] = field(default_factory=dict)  # variant name -> base image digest ref
 
 
 @dataclass
@@ -88,7 +87,7 @@ def provenance(repo_root: Path, env: Mapping[str, str]) -> dict[str, str]:
 def labels_from_manifest(v: Variant, manifest: Mapping[str, Any], prov: Mapping[str, str],
                          base: str) -> dict[str, str]:
     """Labels that state what the build really installed (read back from the image), plus OCI provenance and
-    the base the image was really built on (--base-image and --locked change it)."""
+    the base the image was really built on (--base-image changes it)."""
     labels = {
         "org.opencontainers.image.base.name": base,
         "org.opencontainers.image.source": prov["source"],
@@ -183,7 +182,7 @@ class Builder:
         if v.extends:
             args[PARENT_ARG] = built[v.extends]
         else:
-            args[BASE_ARG] = opts.locked_bases.get(v.name) or opts.base_image or v.base_image
+            args[BASE_ARG] = opts.base_image or v.base_image
         return args
 
     def _build_variant(self, plan: Plan, df: Path, args: dict[str, str], common: dict[str, Any], used: list[str],

@@ -115,25 +115,18 @@ def render(c: Ctx, out: Path | None, check: bool) -> None:
 
 
 def _build_options(c: Ctx, base_image: str | None, ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
-                   allow_missing: tuple[str, ...], locked: bool = False, lock: Path | None = None):
+                   allow_missing: tuple[str, ...]):
     from .build import BuildOptions
     from .recipe import _REFERENCE_RE
     from .wheelhouse import default_ca_bundle, default_wheelhouses
 
     if base_image is not None and not _REFERENCE_RE.match(base_image):
         raise UserInputError(f"{base_image!r} is not an image reference", where="--base-image")
-    locked_bases: dict[str, str] = {}
-    if locked:
-        from .lock import read_lock
-
-        locked_bases = {name: entry["base_digest"] for name, entry in read_lock(lock or Path("images.lock")).items()
-                        if entry.get("base_digest")}
     return BuildOptions(
         base_image=base_image,
         ca_bundle=ca_bundle if ca_bundle is not None else default_ca_bundle(c.env),
         wheelhouses=wheelhouse or default_wheelhouses(c.env),
         allow_missing=allow_missing,
-        locked_bases=locked_bases,
     )
 
 
@@ -164,17 +157,14 @@ def _engine():
 @click.argument("variants", nargs=-1)
 @build_flags
 @click.option("--json", "json_path", metavar="FILE", help="Write a JSON report per variant.")
-@click.option("--locked", is_flag=True, help="Build from the base digests recorded in the lockfile.")
-@click.option("--lock", type=click.Path(path_type=Path), default=None, help="Lockfile (default: images.lock).")
 @pass_ctx
 def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: Path | None,
-          wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, json_path: str | None,
-          locked: bool, lock: Path | None) -> None:
+          wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, json_path: str | None) -> None:
     """Build variants (default: all) through the Docker engine."""
     from .build import Builder
     from .progress import Progress
 
-    opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, locked, lock)
+    opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing)
     builder = Builder(c.recipes(), _engine(), Progress(progress, c.env), c.env, c.root)
     results = builder.build(list(variants), opts)
     if json_path:

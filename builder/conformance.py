@@ -268,6 +268,10 @@ def judge_allreduce(name: str, results: list[ReplicaResult], world: int, seconds
         elif not lines or not all(line.get("ok") and line.get("got") == expected for line in lines):
             got = [line.get("got") for line in lines]
             problems.append(f"{r.name} got {got or 'no result'}, expected {expected}")
+    ranks = sorted(line.get("rank") for r in results if r.role in ("chief", "worker")
+                   for line in records.get(r.name, {}).get("lines", []) if line.get("rank") is not None)
+    if not problems and ranks != list(range(world)):
+        problems.append(f"ranks {ranks} reported, expected 0..{world - 1}")
     if problems:
         return Check(name, "failed", "; ".join(problems)[:1000], round(seconds, 3), details)
     return Check(name, "passed", f"sum {expected} on all {world} ranks", round(seconds, 3), details)
