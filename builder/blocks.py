@@ -57,8 +57,9 @@ def python(v: Variant) -> Block:
 
 
 def pip_install(name: str, requirements: list[str], *, indexes: tuple[str, ...] = (), after: str = "",
-                comment: str = "") -> Block:
-    return Block(name, _render("pip", requirements=requirements, indexes=indexes, after=after, comment=comment))
+                comment: str = "", constraints: str = "") -> Block:
+    return Block(name, _render("pip", requirements=requirements, indexes=indexes, after=after, comment=comment,
+                               constraints=constraints))
 
 
 def hypertune(v: Variant) -> Block:
@@ -71,7 +72,7 @@ def nccl(v: Variant, compat: Compat) -> Block:
     pins = release.cuda[v.cuda]  # type: ignore[union-attr,index]
     lib = f"{VENV}/lib/python{v.python}/site-packages/nvidia/nccl/lib"
     text = _render("nccl", nccl=v.nccl, wheel=pins.nccl_wheel, framework_pip=f"{release.line} CUDA {v.cuda}",
-                   requirements=[f"{pins.nccl_wheel}=={v.nccl}"], indexes=(), comment="",
+                   requirements=[f"{pins.nccl_wheel}=={v.nccl}"], indexes=(), comment="", constraints="",
                    after=f"echo {lib} > /etc/ld.so.conf.d/trainimg-nccl.conf && ldconfig")
     return Block("nccl", text)
 
@@ -104,7 +105,11 @@ def framework(v: Variant, compat: Compat) -> Block:
 
 
 def extras(v: Variant) -> Block:
-    return pip_install("extras", list(v.extras), comment="Extra packages of the recipe, inside the held versions.")
+    # Held by the constraints file the framework block froze (a framework-less image has none to hold).
+    held = CONSTRAINTS if v.framework != "none" else ""
+    return pip_install("extras", list(v.extras), constraints=held,
+                       comment="Extra packages of the recipe, inside the held versions." if held
+                       else "Extra packages of the recipe.")
 
 
 def runtime(v: Variant) -> Block:

@@ -34,6 +34,7 @@ _VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]{0,63}\Z")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}\Z")
 _LABEL_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
 _LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9 ._:/@+=,()-]{0,256}\Z")
+_SOURCE_RE = re.compile(r"^[A-Za-z0-9 ._/@+=,()~-]{1,1024}\Z")  # a recipe file's path as shown
 _REQ_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?==[0-9][0-9A-Za-z.+!-]*\Z")
 # The distribution reference grammar (github.com/distribution/reference), anchored.
 _PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"  # [-]+, not [-]*: no ReDoS
@@ -42,7 +43,7 @@ _REFERENCE_RE = re.compile(
     rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?\Z",
     re.ASCII,
 )
-_REPOSITORY_RE = re.compile(rf"^{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*\Z")
+_REPOSITORY_RE = re.compile(rf"^(?=.{{1,255}}\Z){_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*\Z")
 
 FIELDS: dict[str, str] = {
     "name": "variant name (default: derived from repository and tag)",
@@ -186,6 +187,10 @@ def _display(path: Path, recipes_dir: Path) -> str:
 
 def expand_file(path: Path, shown: str) -> list[_Fields]:
     """Parse one recipe file and expand its matrix into one field mapping per variant (validated later)."""
+    if not _SOURCE_RE.match(shown):
+        # The path reaches the Dockerfile's header comment and a label: a newline there would open an instruction.
+        raise RecipeError("a recipe's path may hold only [A-Za-z0-9 ._/@+=,()~-]; rename the file",
+                          where=_key(shown))
     try:
         text = path.read_text(encoding="utf-8")
     except OSError as exc:
@@ -364,7 +369,12 @@ def _resolve(f: _Fields, compat: Compat) -> Variant:
 
     resolved = check_variant(draft, f, compat)
     name = f.string("name", _NAME_RE, "a lowercase name ([a-z0-9._-])")
-    return _replace(resolved, name=name or f"{repository.rsplit('/', 1)[-1]}-{resolved.tag_version}")
+    if name is None:
+        name = f"{repository.rsplit('/', 1)[-1]}-{resolved.tag_version}"
+        if not _NAME_RE.match(name):  # the name becomes a folder under images/: held to the same grammar
+            raise f.fail("repository", f"the variant name derived from it, {name[:40]!r}..., is longer than 100 "
+                                       f"characters; set `name`")
+    return _replace(resolved, name=name)
 
 
 def _replace(v: Variant, **changes: Any) -> Variant:

