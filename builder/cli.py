@@ -447,12 +447,84 @@ def spec(c: Ctx, platform: str, image: str, replicas: int, ps: int, reduction_se
     _emit_json(body, None)
 
 
+def job_flags(fn):
+    """Flags `run` and `tune` share: the job's shape and what goes into its containers."""
+    for deco in reversed([
+        click.option("--replicas", type=int, default=1, show_default=True, help="Chief plus workers (UAI: nodes)."),
+        click.option("--ps", type=int, default=None, help="Parameter servers (UAI default: one per node)."),
+        click.option("--evaluators", type=int, default=0, show_default=True),
+        click.option("--nproc-per-node", type=int, default=1, show_default=True),
+        click.option("--env", "envs", multiple=True, metavar="K=V", help="Extra environment (repeatable)."),
+        click.option("--volume", "volumes", multiple=True, metavar="SRC:DST", help="Bind mount (repeatable)."),
+        click.option("--timeout", type=float, default=None, help="Seconds before the job is stopped."),
+        click.option("--json", "json_path", metavar="FILE", help="Write a JSON report."),
+        click.option("--progress", type=click.Choice(["auto", "plain", "quiet"]), default="auto", show_default=True),
+    ]):
+        fn = deco(fn)
+    return fn
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("image")
+@click.option("--platform", type=click.Choice(["vertex", "aiplatform", "uai"]), required=True)
+@job_flags
+@click.option("--trial", default=None, help="Hyperparameter trial id the platform would set.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@pass_ctx
+def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evaluators: int, nproc_per_node: int,
+        envs: tuple[str, ...], volumes: tuple[str, ...], timeout: float | None, json_path: str | None, progress: str,
+        trial: str | None, command: tuple[str, ...]) -> None:
+    """Run CMD on replicas as the platform would (its env, a fresh network); exit with the first failure's code."""
+    from .jobs import parse_env, run_job
+
+    result = run_job(_engine(), _resolve_image(c, image)[0], platform=platform, replicas=replicas, ps=ps,
+                     evaluators=evaluators, trial=trial, env=parse_env(envs), volumes=list(volumes),
+                     command=list(command), nproc_per_node=nproc_per_node, timeout=timeout,
+                     on_log=_log_printer(progress, c.env))
+    click.echo(result.summary(), err=True)
+    if json_path:
+        _emit_json(result.to_json(), json_path)
+    if result.exit_code:
+        raise click.exceptions.Exit(result.exit_code)
+
+
+@cli.command(context_settings={"ignore_unknown_options": True})
+@click.argument("image")
+@click.option("--param", "params", multiple=True, required=True, metavar="NAME=V1,V2,...")
+@click.option("--metric", default=None, metavar="TAG", help="The hypertune metric tag (default: the only one).")
+@click.option("--goal", type=click.Choice(["max", "min"]), default="max", show_default=True)
+@click.option("--parallel", type=int, default=1, show_default=True)
+@click.option("--platform", type=click.Choice(["vertex", "aiplatform", "uai"]), default=None,
+              help="Run each trial distributed as this platform would (default: one container per trial).")
+@job_flags
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@pass_ctx
+def tune(c: Ctx, image: str, params: tuple[str, ...], metric: str | None, goal: str, parallel: int,
+         platform: str | None, replicas: int, ps: int | None, evaluators: int, nproc_per_node: int,
+         envs: tuple[str, ...], volumes: tuple[str, ...], timeout: float | None, json_path: str | None,
+         progress: str, command: tuple[str, ...]) -> None:
+    """One trial per combination of --param values, hyperparameters as --NAME=value, metrics from hypertune."""
+    from .jobs import parse_env, parse_params
+    from .jobs import tune as run_tune
+
+    result = run_tune(_engine(), _resolve_image(c, image)[0], params=parse_params(params), command=list(command),
+                      metric=metric, goal=goal, parallel=parallel, platform=platform, replicas=replicas, ps=ps,
+                      evaluators=evaluators, env=parse_env(envs), volumes=list(volumes),
+                      nproc_per_node=nproc_per_node, timeout=timeout, on_log=_log_printer(progress, c.env))
+    click.echo(result.table())
+    if json_path:
+        _emit_json(result.to_json(), json_path)
+    if result.exit_code:
+        raise click.exceptions.Exit(result.exit_code)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, map every error to its exit code and one line on stderr."""
     debug = os.environ.get("TRAINIMG_DEBUG") == "1"
     try:
-        cli.main(args=argv, prog_name="trainimg", standalone_mode=False)
-        return 0
+        # Without standalone mode click returns (not raises) the code of a click.exceptions.Exit.
+        code = cli.main(args=argv, prog_name="trainimg", standalone_mode=False)
+        return code if isinstance(code, int) else 0
     except TrainimgError as err:
         if debug:
             raise

@@ -175,10 +175,8 @@ class Conformance:
         nproc = ["--nproc-per-node", str(opts.nproc_per_node)] if opts.nproc_per_node > 1 else []
 
         def command(spec: ReplicaSpec) -> list[str]:
-            python = self._python(baked)
-            inner = (["python3", "-m", "trainimg_runtime"] if baked else
-                     ["python3", "-m", "trainimg_runtime"])
-            return python + ["launch", *nproc, "--", *inner, *worker]
+            # The launcher execs the worker with the same PYTHONPATH, so a mounted runtime works for both.
+            return self._python(baked) + ["launch", *nproc, "--", "python3", "-m", "trainimg_runtime", *worker]
 
         env = {"PATH": "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
         if not baked:
@@ -219,10 +217,10 @@ class Conformance:
     def _single_container_bench(self, image_id: str, baked: bool, n: int) -> tuple[str, str, dict]:
         from .runtime.allreduce import benchmark_command, parse_benchmark_output
 
-        cmd = benchmark_command(64 * 1024 * 1024, 20)
+        cmd = self._python(baked) + benchmark_command(64 * 1024 * 1024, 20)[3:]
         try:
             out = self.engine.client.containers.run(
-                image_id, self._python(baked)[:-2] + cmd if not baked else cmd, entrypoint=[], remove=True,
+                image_id, cmd, entrypoint=[], remove=True,
                 volumes=self._mounts(baked), device_requests=[docker.types.DeviceRequest(count=-1,
                                                                                          capabilities=[["gpu"]])])
         except docker.errors.ContainerError as exc:

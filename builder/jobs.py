@@ -45,8 +45,8 @@ from typing import Any
 
 import docker.errors
 
-from .conformance import MOUNTED_RUNTIME
 from . import runtime as runtime_pkg
+from .conformance import MOUNTED_RUNTIME
 from .engine import DockerEngine
 from .errors import EngineError, UserInputError
 from .replicas import RUN_LABEL, ReplicaJob, ReplicaResult, ReplicaRunner
@@ -163,7 +163,6 @@ class JobResult:
     seconds: float
     timed_out: bool = False
     output_dir: Path | None = None  # UAI: the host folder mounted at /data/output in every replica
-    not_started: list[str] = field(default_factory=list)  # UAI ps whose node had finished before it could start
 
     @property
     def failed_replica(self) -> ReplicaResult | None:
@@ -175,8 +174,6 @@ class JobResult:
             return f"exited {r.exit_code}"
         if r.timed_out:
             return "timed out"
-        if r.name in self.not_started:
-            return "not started: its node had already finished"
         if r.role in ("ps", "evaluator"):
             return "stopped when the job ended"
         return "stopped (another replica failed)"
@@ -273,60 +270,16 @@ class _Cancelled(Exception):
 
 
 class _JobRunner(ReplicaRunner):
-    """A ReplicaRunner that can mount a folder in some replicas only (the hypertune folder in the chief) and
-    refuses to start replicas once `cancel` is set."""
+    """A ReplicaRunner that refuses to start replicas once `cancel` is set (an interrupted tune)."""
 
-    def __init__(self, engine: DockerEngine, on_log: OnLog | None,
-                 spec_volumes: Callable[[ReplicaSpec], Mapping[str, str]] | None = None,
-                 cancel: threading.Event | None = None) -> None:
+    def __init__(self, engine: DockerEngine, on_log: OnLog | None, cancel: threading.Event | None = None) -> None:
         super().__init__(engine, on_log)
-        self.spec_volumes = spec_volumes
         self.cancel = cancel
-        self.not_started: list[str] = []
 
     def _start(self, job, spec, network, labels, started):  # type: ignore[override]
         if self.cancel is not None and self.cancel.is_set():
             raise _Cancelled()
-        extra = self.spec_volumes(spec) if self.spec_volumes else {}
-        if extra:
-            job = replace(job, volumes={**job.volumes, **extra})
-        try:
-            return super()._start(job, spec, network, labels, started)
-        except EngineError:
-            # A UAI ps joins its node's network namespace, which only a running container has: when the node's
-            # command already ended (a quick job), the ps has nothing left to serve and is simply not started.
-            if spec.role == "ps" and spec.node is not None and self._node_gone(job, spec, started):
-                self.not_started.append(spec.name)
-                return _NotStarted()
-            raise
-
-    @staticmethod
-    def _node_gone(job, spec, started) -> bool:
-        node = next((s for s in job.specs if s.node == spec.node and s.role != "ps"), None)
-        if node is None or node.name not in started:
-            return False
-        try:
-            started[node.name].reload()
-        except docker.errors.NotFound:
-            return True
-        return started[node.name].status not in ("running", "created", "restarting")
-
-
-class _NotStarted:
-    """Stands in for a replica that was never started (see `_JobRunner._start`): no logs, nothing to remove."""
-
-    id = ""
-    status = "exited"
-    attrs: dict[str, Any] = {"State": {"ExitCode": 0}}
-
-    def reload(self) -> None:
-        pass
-
-    def logs(self, stream: bool = False, **_kwargs: Any):
-        return iter(()) if stream else b""
-
-    def remove(self, **_kwargs: Any) -> None:
-        pass
+        return super()._start(job, spec, network, labels, started)
 
 
 def purge_run(engine: DockerEngine, run_id: str) -> None:
@@ -448,9 +401,7 @@ def _run(engine: DockerEngine, image_id: str, image: str, *, platform: str, repl
          cancel: threading.Event | None = None,
          started: Callable[[_JobRunner], None] | None = None) -> JobResult:
     """run_job without the input checks; tune adds the chief's hypertune env/folder and a cancel event."""
-    runner = _JobRunner(engine, on_log,
-                        spec_volumes=(lambda s: chief_volumes if s.role == "chief" else {}) if chief_volumes else None,
-                        cancel=cancel)
+    runner = _JobRunner(engine, on_log, cancel=cancel)
     if started:
         started(runner)
     specs = _specs(platform, replicas, ps, evaluators, trial, runner)
@@ -470,7 +421,8 @@ def _run(engine: DockerEngine, image_id: str, image: str, *, platform: str, repl
     nproc = ["--nproc-per-node", str(nproc_per_node)] if nproc_per_node > 1 else []
     launch = ["sh", "-c", _LAUNCH_SH, "trainimg-launch", *nproc, "--", *command]
     job = ReplicaJob(image=image_id, specs=specs, command=lambda _spec: list(launch), env=env, volumes=volumes,
-                     entrypoint=[])
+                     entrypoint=[],
+                     spec_volumes=(lambda s: chief_volumes if s.role == "chief" else {}) if chief_volumes else None)
     start = time.monotonic()
     try:
         results = runner.run(job, _NO_TIMEOUT if timeout is None else timeout)
@@ -486,8 +438,7 @@ def _run(engine: DockerEngine, image_id: str, image: str, *, platform: str, repl
     timed_out = failed is None and any(r.timed_out for r in waited)
     exit_code = failed.exit_code if failed else (124 if timed_out else 0)
     return JobResult(run_id=runner.run_id, platform=platform, image=image, exit_code=int(exit_code),
-                     replicas=results, seconds=seconds, timed_out=timed_out, output_dir=output_dir,
-                     not_started=list(runner.not_started))
+                     replicas=results, seconds=seconds, timed_out=timed_out, output_dir=output_dir)
 
 
 # -- tuning ---------------------------------------------------------------------------------------------------

@@ -52,6 +52,7 @@ class ReplicaJob:
     entrypoint: list[str] | None = None
     waits_for: tuple[str, ...] = ("chief", "worker")
     device_requests: Callable[[ReplicaSpec], list[docker.types.DeviceRequest]] | None = None
+    spec_volumes: Callable[[ReplicaSpec], Mapping[str, str]] | None = None  # extra mounts for some replicas
 
 
 def _owner() -> str:
@@ -107,8 +108,10 @@ class ReplicaRunner:
         labels = {RUN_LABEL: self.run_id, OWNER_LABEL: _owner(), MANAGED_LABEL: "replica"}
         network = client.networks.create(f"ti-{self.run_id}", driver="bridge", labels=labels)
         containers: dict[str, docker.models.containers.Container] = {}
+        holders: list[docker.models.containers.Container] = []
         threads: list[threading.Thread] = []
         try:
+            holders = self._node_holders(job, network.name, labels)
             for spec in job.specs:
                 containers[spec.name] = self._start(job, spec, network.name, labels, containers)
                 if self.on_log:
@@ -117,7 +120,7 @@ class ReplicaRunner:
                     threads.append(t)
             return self._wait(job, containers, timeout)
         finally:
-            for c in reversed(list(containers.values())):
+            for c in reversed(list(containers.values()) + holders):
                 try:
                     c.remove(force=True)
                 except docker.errors.APIError:
@@ -127,24 +130,44 @@ class ReplicaRunner:
             except docker.errors.APIError:
                 pass
 
+    def _node_host(self, job: ReplicaJob, node: int) -> str:
+        main = next(s for s in job.specs if s.node == node and s.role != "ps")
+        return self.host(main.role, main.index)
+
+    def _node_holders(self, job: ReplicaJob, network: str, labels: Mapping[str, str]) -> list:
+        """UAI runs a ps beside the master or worker of each node: same host, another port. Each node gets a
+        small holder container that owns the node's hostname and network namespace (like a pod's pause
+        container), so both replicas join it and neither depends on the other still running."""
+        holders = []
+        for node in sorted({s.node for s in job.specs if s.node is not None}):
+            host = self._node_host(job, node)
+            try:
+                holders.append(self.engine.client.containers.run(
+                    job.image, ["sleep", "infinity"], name=host, hostname=host, network=network, detach=True,
+                    entrypoint=[], labels=dict(labels)))
+            except docker.errors.APIError as exc:
+                raise EngineError(f"cannot start node {node} of the job: {exc.explanation or exc}") from None
+        return holders
+
     def _start(self, job: ReplicaJob, spec: ReplicaSpec, network: str, labels: Mapping[str, str],
                started: Mapping[str, docker.models.containers.Container]):
         name = self.host(spec.role, spec.index)
         kwargs: dict = {}
-        if spec.role == "ps" and spec.node is not None:
-            # UAI: the ps runs on a node beside that node's master/worker: same network namespace.
-            node = [s for s in job.specs if s.node == spec.node and s.role != "ps"]
-            kwargs["network_mode"] = f"container:{started[node[0].name].id}"
+        if spec.node is not None:
+            node_host = self._node_host(job, spec.node)
+            kwargs["network_mode"] = f"container:{node_host}"
+            name = f"{node_host}--{spec.role}-{spec.index}"
         else:
             kwargs["network"] = network
             kwargs["hostname"] = name
         if job.device_requests:
             kwargs["device_requests"] = job.device_requests(spec)
+        volumes = {**job.volumes, **(job.spec_volumes(spec) if job.spec_volumes else {})}
         try:
             return self.engine.client.containers.run(
                 job.image, job.command(spec), name=name, detach=True, labels=dict(labels),
                 environment={**job.env, **spec.env}, entrypoint=job.entrypoint,
-                volumes={src: {"bind": dst, "mode": "rw"} for src, dst in job.volumes.items()},
+                volumes={src: {"bind": dst, "mode": "rw"} for src, dst in volumes.items()},
                 **kwargs,
             )
         except docker.errors.ImageNotFound:

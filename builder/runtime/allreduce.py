@@ -10,6 +10,8 @@ Each rank prints ONE JSON line on stdout::
     {"framework", "backend", "rank", "world_size", "expected", "got", "ok", "seconds", "device"}
 
 Exit codes: 0 the sum is right, 1 it is wrong, 2 setup error (one line on stderr), 3 a peer never came (timeout).
+The framework runs in a child process that this one supervises (`supervise`): a rank stuck in a framework's C++
+wait that holds the GIL cannot time itself out, so the parent kills it at ``--timeout`` and reports exit 3.
 A TensorFlow ``ps`` task serves (``tf.distribute.Server(...).join()``) after printing a ``"role": "ps"`` line; an
 ``evaluator`` prints a skipped line and exits 0.
 
@@ -120,11 +122,17 @@ def _summarise(values: Sequence[float], expected: int) -> tuple[object, bool]:
     return distinct[:8], ok
 
 
+#: True in the worker child `main` starts: the supervising parent owns the timeout.
+_SUPERVISED = False
+
+
 class Watchdog:
     """Ends the process with exit 3 and a message if the all-reduce has not finished in `timeout` seconds.
 
-    A thread rather than ``signal.alarm``: a rank blocked inside a framework's C++ wait never returns to the
-    interpreter to run a Python signal handler, but such waits release the GIL, so this thread runs.
+    Used when a ``run_*`` function is called directly. A thread rather than ``signal.alarm``: a rank blocked in a
+    framework's C++ wait never returns to the interpreter to run a Python signal handler. Some waits keep the GIL
+    (TensorFlow's multi-worker start-up does), which is why `main` runs the framework in a supervised child
+    process instead (`supervise`).
     """
 
     def __init__(self, timeout: float, framework: str, backend_hint: str, rank: int | None, world: int | None):
@@ -134,7 +142,7 @@ class Watchdog:
         self.started = time.monotonic()
 
     def start(self) -> Watchdog:
-        if self.timeout and self.timeout > 0:
+        if self.timeout and self.timeout > 0 and not _SUPERVISED:
             self._timer.start()
         return self
 
@@ -475,7 +483,7 @@ def benchmark_result(size_bytes: int, iters: int, nranks: int, elapsed: float, *
     per_op = elapsed / max(iters, 1)
     algbw = size_bytes / per_op / 1e9 if per_op > 0 else 0.0
     result = {"size_bytes": size_bytes, "iters": iters, "nranks": nranks, "time_us": round(per_op * 1e6, 2),
-              "algbw_GBps": round(algbw, 3), "busbw_GBps": round(busbw(algbw, nranks), 3)}
+              "algbw_gbps": round(algbw, 3), "busbw_gbps": round(busbw(algbw, nranks), 3)}
     result.update(extra)
     return result
 
@@ -509,7 +517,7 @@ def benchmark_command(size_bytes: int, iters: int, python: str = "python3",
 
 
 def parse_benchmark_output(text: str) -> dict:
-    """The last JSON line carrying ``busbw_GBps`` in a benchmark run's stdout; ValueError if there is none."""
+    """The last JSON line carrying ``busbw_gbps`` in a benchmark run's stdout; ValueError if there is none."""
     for line in reversed(text.splitlines()):
         line = line.strip()
         if line.startswith("{"):
@@ -517,9 +525,9 @@ def parse_benchmark_output(text: str) -> dict:
                 record = json.loads(line)
             except ValueError:
                 continue
-            if isinstance(record, dict) and "busbw_GBps" in record:
+            if isinstance(record, dict) and "busbw_gbps" in record:
                 return record
-    raise ValueError("no benchmark JSON line (with busbw_GBps) in the output")
+    raise ValueError("no benchmark JSON line (with busbw_gbps) in the output")
 
 
 def parse_nccl_tests(text: str) -> list[dict]:
@@ -535,9 +543,123 @@ def parse_nccl_tests(text: str) -> list[dict]:
             wrong = parts[8]
         except ValueError:
             continue
-        rows.append({"size_bytes": size, "count": count, "time_us": time_us, "algbw_GBps": algbw,
-                     "busbw_GBps": bus, "wrong": None if wrong in ("N/A", "-") else int(wrong)})
+        rows.append({"size_bytes": size, "count": count, "time_us": time_us, "algbw_gbps": algbw,
+                     "busbw_gbps": bus, "wrong": None if wrong in ("N/A", "-") else int(wrong)})
     return rows
+
+
+# ---------------------------------------------------------------------------------------------------- supervisor
+
+#: Seconds a child that already printed its verdict may take to exit before it is killed (TF teardown can hang).
+EXIT_GRACE = 10.0
+
+
+def _package_root() -> str:
+    """The sys.path entry this package is imported from (``/opt/trainimg`` for ``trainimg_runtime``)."""
+    root = os.path.dirname(os.path.abspath(__file__))
+    for _ in (__package__ or "x").split("."):
+        root = os.path.dirname(root)
+    return root
+
+
+def child_command(argv: Sequence[str]) -> list[str]:
+    """The worker child's command line: this same verb, marked as supervised."""
+    return [sys.executable, "-m", __package__ or "trainimg_runtime", "allreduce", *argv, "--supervised-child"]
+
+
+def supervise(argv: Sequence[str], framework: str, backend: str, timeout: float) -> int:
+    """Run the all-reduce in a child process and end it at `timeout`: exit 3 with a message if no verdict came.
+
+    Only a separate process can bound the wait reliably: a framework blocked in C++ holding the GIL stops every
+    Python thread and signal handler of its own process. The child's stdout is relayed (its one JSON line); its
+    stderr is shared. If the child printed its verdict but then hangs in teardown, it is killed after `EXIT_GRACE`
+    seconds and the verdict stands.
+    """
+    import signal  # noqa: PLC0415
+    import subprocess  # noqa: PLC0415
+
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (_package_root(), env.get("PYTHONPATH", "")) if p)
+    started = time.monotonic()
+    try:
+        child = subprocess.Popen(child_command(argv), stdout=subprocess.PIPE, env=env, text=True)
+    except OSError as err:
+        return _setup_error(framework, err)
+    lines: list[str] = []
+    verdict_at: list[float] = []
+
+    def read() -> None:
+        for line in child.stdout:
+            lines.append(line)
+            if line.lstrip().startswith("{") and not verdict_at:
+                verdict_at.append(time.monotonic())
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+
+    def forward(signum, _frame):  # the launcher stopping this rank stops its child too
+        child.kill()
+        os._exit(128 + signum)
+
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        try:
+            signal.signal(signum, forward)
+        except ValueError:  # not the main thread
+            pass
+    timed_out = False
+    while child.poll() is None:
+        now = time.monotonic()
+        if verdict_at and now - verdict_at[0] > EXIT_GRACE:
+            child.kill()
+            break
+        if timeout and timeout > 0 and now - started > timeout and not verdict_at:
+            child.kill()
+            timed_out = True
+            break
+        time.sleep(0.05)
+    child.wait()
+    reader.join(timeout=5)
+    verdicts = []
+    for line in lines:
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict):
+            verdicts.append(record)
+    if timed_out:
+        rank, world = _rank_hint(framework)
+        _emit(_record(framework, backend, rank, world, None, False, time.monotonic() - started, "unknown",
+                      error="timeout"))
+        print(f"allreduce: timed out after {timeout:g} s waiting for peers (rank {rank} of {world}, {framework}); "
+              f"is every rank started and reachable?", file=sys.stderr, flush=True)
+        return EXIT_TIMEOUT
+    if verdicts:
+        _emit(verdicts[-1])
+        rc = child.returncode
+        if rc in (EXIT_OK, EXIT_WRONG, EXIT_SETUP, EXIT_TIMEOUT):
+            return rc
+        ok = verdicts[-1].get("ok")
+        return EXIT_OK if ok or (ok is None and rc == 0) else EXIT_WRONG  # killed in teardown: the verdict stands
+    rc = child.returncode
+    if rc < 0:
+        print(f"allreduce ({framework}): the worker died from signal {-rc} before a verdict", file=sys.stderr,
+              flush=True)
+        return EXIT_SETUP
+    return rc if rc != 0 else EXIT_SETUP
+
+
+def _rank_hint(framework: str) -> tuple[int | None, int | None]:
+    """This rank's (rank, world) from the environment, for the timeout line; None where unknown."""
+    try:
+        if framework == "pytorch":
+            return _env_int("RANK"), _env_int("WORLD_SIZE")
+        if framework == "jax":
+            return _env_int("JAX_PROCESS_ID"), _env_int("JAX_NUM_PROCESSES")
+        cluster, role, index = tf_task()
+        return tf_rank(cluster, role, index)
+    except SetupError:
+        return None, None
 
 
 # ---------------------------------------------------------------------------------------------------------- main
@@ -556,6 +678,17 @@ def _timeout_error(framework: str, backend: str, rank: int | None, world: int | 
     return EXIT_TIMEOUT
 
 
+def _needs_supervisor(framework: str) -> bool:
+    """Everything but a TF ps (serves forever) or evaluator (does nothing) and a malformed TF_CONFIG runs supervised."""
+    if framework != "tensorflow":
+        return True
+    try:
+        _, role, _ = tf_task()
+    except SetupError:
+        return False  # reported by run_tensorflow in this process
+    return role in ("chief", "worker")
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainimg_runtime allreduce",
                                      description="One cross-process all-reduce of rank+1; prints one JSON line.")
@@ -565,7 +698,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--benchmark-bytes", type=int, default=None,
                         help="instead: time NCCL all-reduce of this many bytes over all visible GPUs (pytorch)")
     parser.add_argument("--iters", type=int, default=20, help="--benchmark-bytes: timed iterations")
+    parser.add_argument("--supervised-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
+    global _SUPERVISED
+    _SUPERVISED = args.supervised_child
+    if not args.supervised_child and args.benchmark_bytes is None and _needs_supervisor(args.framework):
+        return supervise(list(argv), args.framework, args.backend, args.timeout)
     _protect_stdout()
     if args.benchmark_bytes is not None:
         if args.framework != "pytorch":
