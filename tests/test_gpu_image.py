@@ -1,0 +1,139 @@
+"""The CUDA PyTorch image built here (no GPU, no NVIDIA/Google apt), its honest report, and the GPU code path.
+
+Builds `pytorch-2.14.1-cu130-py3.11` on the local Debian base from the machine's local indexes (torch 2.14.1
+CUDA 13.0 with its nvidia-* wheels): about 4 minutes cold, seconds when BuildKit's cache is warm.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import os
+from pathlib import Path
+
+import docker
+import pytest
+
+from builder.conformance import expectations, gpu_device_requests, gpu_ready, judge_allreduce
+from builder.engine import DockerEngine
+from builder.replicas import ReplicaResult
+from conftest import LOCAL_BASE, trainimg
+
+CUDA_VARIANT = "pytorch-2.14.1-cu130-py3.11"
+CUDA_TAG = "trainimg/pytorch:2.14.1-cu130-py3.11"
+WHEELHOUSES = ["--wheelhouse", "/opt/wheels", "--wheelhouse", "/opt/pypi", "--wheelhouse", "/opt/pypi-more"]
+
+pytestmark = pytest.mark.engine
+
+
+def _have_local_indexes() -> bool:
+    return all(Path(p).is_dir() for p in ("/opt/wheels", "/opt/pypi", "/opt/pypi-more"))
+
+
+@pytest.fixture(scope="module")
+def cuda_image(state_env: dict[str, str]) -> str:
+    if not _have_local_indexes():
+        pytest.fail("this machine's local wheel indexes (/opt/pypi, /opt/pypi-more) are missing")
+    r = trainimg("build", CUDA_VARIANT, "--base-image", LOCAL_BASE, "--allow-missing", "google-reduction-server",
+                 *WHEELHOUSES, "--progress", "plain", env=state_env, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return CUDA_TAG
+
+
+def test_missing_component_fails_the_build_naming_it(state_env: dict[str, str]) -> None:
+    """Google's apt repository is unreachable here: without --allow-missing the build stops, saying which
+    component and what to pass, and no tag points at a half-made image."""
+    client = docker.from_env()
+    before = client.images.get(CUDA_TAG).id if _exists(client, CUDA_TAG) else None
+    r = trainimg("build", CUDA_VARIANT, "--base-image", LOCAL_BASE, *WHEELHOUSES, "--progress", "quiet",
+                 env=state_env, timeout=1800)
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "google-reduction-server" in lines[0] and "--allow-missing google-reduction-server" in lines[0]
+    after = client.images.get(CUDA_TAG).id if _exists(client, CUDA_TAG) else None
+    assert after == before  # the failed build tagged nothing
+
+
+def _exists(client: docker.DockerClient, ref: str) -> bool:
+    try:
+        client.images.get(ref)
+        return True
+    except docker.errors.ImageNotFound:
+        return False
+
+
+def test_cuda_image_report_is_honest(cuda_image: str, state_env: dict[str, str], tmp_path: Path) -> None:
+    report = tmp_path / "cuda.json"
+    r = trainimg("test", cuda_image, "--platform", "vertex", "--replicas", "2", "--json", str(report),
+                 "--progress", "quiet", env=state_env, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    checks = {c["name"]: c for c in json.loads(report.read_text())["suites"][0]["checks"]}
+    assert checks["nccl"]["status"] == "passed" and "2.30.7" in checks["nccl"]["reason"]
+    assert checks["framework"]["status"] == "passed" and "CUDA 13.0" in checks["framework"]["reason"]
+    assert checks["cudnn"]["status"] == "passed" and "9.24" in checks["cudnn"]["reason"]
+    # Declared absent: reported as absent (skipped), never as passed.
+    assert checks["reduction_server"]["status"] == "skipped"
+    assert "absent" in checks["reduction_server"]["reason"]
+    assert checks["allreduce_vertex_x2"]["status"] == "passed"
+    for name in ("gpu", "allreduce_nccl_containers", "allreduce_nccl_single_container"):
+        assert checks[name]["status"] == "skipped" and checks[name]["reason"] == "no GPU", checks[name]
+    assert checks["duplicate_libs"]["status"] == "passed"  # the base flavour keeps every CUDA library once
+
+
+def test_absence_is_recorded_in_labels(cuda_image: str) -> None:
+    labels = docker.from_env().images.get(cuda_image).labels
+    assert labels["trainimg.absent"] == "google-reduction-server"
+    assert labels["trainimg.version.nccl"] == "2.30.7"
+    assert labels["trainimg.version.framework"] == "2.14.1"  # PyPI's CUDA 13.0 wheel has no local tag
+    assert expectations(labels)["reduction_server"] == "absent"
+
+
+def test_duplicate_cuda_library_is_a_warning_with_its_size(cpu_image: str, state_env: dict[str, str],
+                                                           tmp_path: Path) -> None:
+    """An image built to contain the same soname twice (as a -cudnn- base under a pip framework would)."""
+    client = docker.from_env()
+    dockerfile = (f"FROM {cpu_image}\n"
+                  "RUN head -c 1048576 /dev/urandom > /usr/local/lib/libcudnn.so.9 \\\n"
+                  " && mkdir -p /opt/venv/lib/nvidia && cp /usr/local/lib/libcudnn.so.9 /opt/venv/lib/nvidia/\n")
+    image, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), labels={"trainimg.test": "1"}, rm=True)
+    try:
+        report = tmp_path / "dup.json"
+        r = trainimg("test", image.id, "--replicas", "1", "--json", str(report), "--progress", "quiet",
+                     env=state_env, timeout=600)
+        assert r.returncode == 0, r.stderr[-2000:]  # a warning does not fail the image
+        check = next(c for c in json.loads(report.read_text())["suites"][0]["checks"]
+                     if c["name"] == "duplicate_libs")
+        assert check["status"] == "warning", check
+        dup = check["details"]["duplicates"]["libcudnn.so.9"]
+        assert sorted(c["path"] for c in dup["copies"]) == ["/opt/venv/lib/nvidia/libcudnn.so.9",
+                                                            "/usr/local/lib/libcudnn.so.9"]
+        assert dup["wasted"] == 1048576
+    finally:
+        client.images.remove(image.id, force=True)
+
+
+def test_gpu_path_command_construction() -> None:
+    """One container per GPU: `--gpus device=<i>` as the engine API spells it."""
+    req = gpu_device_requests(3)[0]
+    assert req["DeviceIDs"] == ["3"] and req["Capabilities"] == [["gpu"]] and req["Driver"] == ""
+
+
+def test_gpu_ready_says_why_not_here() -> None:
+    n, reason = gpu_ready(DockerEngine())
+    if os.path.exists("/dev/nvidia0"):
+        pytest.skip("this machine has a GPU: the 'no GPU' reason does not apply")
+    assert (n, reason) == (0, "no GPU")
+
+
+def test_judge_nccl_results_per_rank() -> None:
+    """The NCCL path's result parsing: every rank must report the exact sum (busbw is reported, not judged)."""
+    ok = [ReplicaResult(f"worker-{i}", "worker", i, 0, json.dumps(
+        {"framework": "pytorch", "backend": "nccl", "rank": i, "world_size": 2, "expected": 3, "got": 3,
+         "ok": True}) + "\n") for i in range(2)]
+    assert judge_allreduce("x", ok, 2, 1.0).status == "passed"
+    bad = ok[:1] + [ReplicaResult("worker-1", "worker", 1, 1, json.dumps(
+        {"framework": "pytorch", "backend": "nccl", "rank": 1, "world_size": 2, "expected": 3, "got": 4,
+         "ok": False}) + "\n")]
+    verdict = judge_allreduce("x", bad, 2, 1.0)
+    assert verdict.status == "failed" and "worker-1 exited 1" in verdict.reason
