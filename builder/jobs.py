@@ -49,7 +49,7 @@ from . import runtime as runtime_pkg
 from .conformance import MOUNTED_RUNTIME
 from .engine import DockerEngine
 from .errors import EngineError, UserInputError
-from .replicas import RUN_LABEL, ReplicaJob, ReplicaResult, ReplicaRunner
+from .replicas import ReplicaJob, ReplicaResult, ReplicaRunner, purge
 from .runtime.topology import PLATFORMS, ReplicaSpec, replica_specs
 from .state import state_dir
 
@@ -282,21 +282,6 @@ class _JobRunner(ReplicaRunner):
         return super()._start(job, spec, network, labels, started)
 
 
-def purge_run(engine: DockerEngine, run_id: str) -> None:
-    """Force-remove whatever containers and networks still carry this run's label."""
-    client = engine.client
-    for c in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}):
-        try:
-            c.remove(force=True)
-        except docker.errors.APIError:
-            pass
-    for n in client.networks.list(filters={"label": f"{RUN_LABEL}={run_id}"}):
-        try:
-            n.remove()
-        except docker.errors.APIError:
-            pass
-
-
 def _check_shape(platform: str | None, replicas: int, ps: int | None, evaluators: int, nproc_per_node: int,
                  timeout: float | None) -> str:
     platform = platform or LOCAL
@@ -424,14 +409,7 @@ def _run(engine: DockerEngine, image_id: str, image: str, *, platform: str, repl
                      entrypoint=[],
                      spec_volumes=(lambda s: chief_volumes if s.role == "chief" else {}) if chief_volumes else None)
     start = time.monotonic()
-    try:
-        results = runner.run(job, _NO_TIMEOUT if timeout is None else timeout)
-    finally:
-        # ReplicaRunner removes what it started; this also catches a container created while an interrupt hit.
-        try:
-            purge_run(engine, runner.run_id)
-        except (docker.errors.DockerException, EngineError):
-            pass
+    results = runner.run(job, _NO_TIMEOUT if timeout is None else timeout)  # removes all it made, Ctrl-C too
     seconds = time.monotonic() - start
     waited = [r for r in results if r.role in job.waits_for] or results
     failed = next((r for r in waited if r.exit_code not in (None, 0)), None)
@@ -612,7 +590,7 @@ def tune(
                 runners = list(active.values())
             for runner in runners:
                 try:
-                    purge_run(engine, runner.run_id)
+                    purge(engine.client, runner.run_id)
                 except (docker.errors.DockerException, EngineError):
                     pass
             time.sleep(0.3)

@@ -92,6 +92,20 @@ def reap_leftovers(client: docker.DockerClient) -> int:
     return removed
 
 
+def purge(client: docker.DockerClient, run_id: str) -> None:
+    """Force-remove every container and network that carries this run's label."""
+    for c in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}):
+        try:
+            c.remove(force=True)
+        except docker.errors.APIError:
+            pass
+    for n in client.networks.list(filters={"label": f"{RUN_LABEL}={run_id}"}):
+        try:
+            n.remove()
+        except docker.errors.APIError:
+            pass
+
+
 class ReplicaRunner:
     def __init__(self, engine: DockerEngine, on_log: Callable[[str, str], None] | None = None) -> None:
         self.engine = engine
@@ -108,27 +122,18 @@ class ReplicaRunner:
         labels = {RUN_LABEL: self.run_id, OWNER_LABEL: _owner(), MANAGED_LABEL: "replica"}
         network = client.networks.create(f"ti-{self.run_id}", driver="bridge", labels=labels)
         containers: dict[str, docker.models.containers.Container] = {}
-        holders: list[docker.models.containers.Container] = []
-        threads: list[threading.Thread] = []
         try:
-            holders = self._node_holders(job, network.name, labels)
+            self._node_holders(job, network.name, labels)
             for spec in job.specs:
                 containers[spec.name] = self._start(job, spec, network.name, labels, containers)
                 if self.on_log:
-                    t = threading.Thread(target=self._follow, args=(spec.name, containers[spec.name]), daemon=True)
-                    t.start()
-                    threads.append(t)
+                    threading.Thread(target=self._follow, args=(spec.name, containers[spec.name]),
+                                     daemon=True).start()
             return self._wait(job, containers, timeout)
         finally:
-            for c in reversed(list(containers.values()) + holders):
-                try:
-                    c.remove(force=True)
-                except docker.errors.APIError:
-                    pass
-            try:
-                network.remove()
-            except docker.errors.APIError:
-                pass
+            # By label, not by what was recorded: a container the engine created while Ctrl-C arrived is
+            # removed too.
+            purge(client, self.run_id)
 
     def _node_host(self, job: ReplicaJob, node: int) -> str:
         main = next(s for s in job.specs if s.node == node and s.role != "ps")

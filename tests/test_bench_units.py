@@ -1,0 +1,179 @@
+"""The pure helpers of benchmarks/bench.py: formatting, goals, README table, push output, recipe pin change.
+No engine needed; the bench itself (`make bench`) is never run from here."""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+_spec = importlib.util.spec_from_file_location("trainimg_bench", ROOT / "benchmarks" / "bench.py")
+bench = importlib.util.module_from_spec(_spec)
+sys.modules["trainimg_bench"] = bench
+_spec.loader.exec_module(bench)
+
+
+def test_figure_names_are_the_contract() -> None:
+    assert bench.FIGURE_NAMES == (
+        "matrix_build_ratio", "noop_rebuild_ratio", "pin_change_rebuild_ratio", "size_vs_naive", "size_overhead",
+        "allreduce_4_vs_1", "repush_bytes", "render_ms_per_variant")
+
+
+@pytest.mark.parametrize("num, den, expected", [
+    (1.0, 4.0, 0.25), (3, 3, 1.0), (None, 2.0, None), (2.0, None, None), (1.0, 0.0, None), (1.0, -1.0, None)])
+def test_ratio(num, den, expected) -> None:
+    assert bench.ratio(num, den) == expected
+
+
+@pytest.mark.parametrize("value, unit, status, text", [
+    (0.123456, "ratio", "ok", "0.123"),
+    (2.0, "ratio", "ok", "2.000"),
+    (0.0004, "ratio", "ok", "0.000"),
+    (0, "bytes", "ok", "0"),
+    (1234567.0, "bytes", "ok", "1234567"),
+    (3.14159, "ms", "ok", "3.14"),
+    (None, "ratio", "skipped", "skipped"),
+    (None, "ratio", "ok", "skipped"),
+    (None, "bytes", "failed", "failed"),
+])
+def test_format_value(value, unit, status, text) -> None:
+    assert bench.format_value(value, unit, status) == text
+
+
+def test_goal_met_is_an_upper_bound_and_unmeasured_is_none() -> None:
+    assert bench.goal_met("matrix_build_ratio", 0.5) is True
+    assert bench.goal_met("matrix_build_ratio", 0.5001) is False
+    assert bench.goal_met("repush_bytes", 0) is True
+    assert bench.goal_met("repush_bytes", 1) is False
+    assert bench.goal_met("size_overhead", 1.1) is True
+    assert bench.goal_met("render_ms_per_variant", None) is None
+    assert bench.format_goal("repush_bytes") == "0"
+    assert bench.format_goal("size_overhead") == "≤ 1.1"
+
+
+def test_parse_pushed_bytes_reads_the_cli_line() -> None:
+    out = ("PASSED   x: y\n"
+           "pushed localhost:5123/trainimg-bench/pytorch:2.13.0-cpu-py3.11@sha256:"
+           + "ab" * 32 + " (0 bytes uploaded)\n")
+    assert bench.parse_pushed_bytes(out) == 0
+    first = "pushed localhost:5123/trainimg-bench/pytorch:2.13.0-cpu-py3.11@sha256:" + "cd" * 32 + \
+        " (1073741824 bytes uploaded)\n"
+    assert bench.parse_pushed_bytes(first) == 1073741824
+    assert bench.parse_pushed_bytes(first + first) == 2 * 1073741824
+
+
+@pytest.mark.parametrize("out", ["", "trainimg: no image x on this engine\n", "pushed x (12 bytes)\n",
+                                 "pushed x (twelve bytes uploaded)\n"])
+def test_parse_pushed_bytes_refuses_output_without_the_line(out) -> None:
+    with pytest.raises(ValueError):
+        bench.parse_pushed_bytes(out)
+
+
+def test_change_pin_changes_exactly_one_pin() -> None:
+    text = 'extras: ["six==1.16.0"]\nmatrix: []\n'
+    assert bench.change_pin(text, "six==1.16.0", "six==1.17.0") == 'extras: ["six==1.17.0"]\nmatrix: []\n'
+    with pytest.raises(ValueError):
+        bench.change_pin("extras: []\n", "six==1.16.0", "six==1.17.0")
+    with pytest.raises(ValueError):
+        bench.change_pin("six==1.16.0 six==1.16.0", "six==1.16.0", "six==1.17.0")
+
+
+def test_the_bench_recipe_holds_the_pin_once() -> None:
+    text = (ROOT / "benchmarks" / "recipes" / "pytorch.yaml").read_text()
+    assert bench.change_pin(text, bench.PIN_FROM, bench.PIN_TO).count(bench.PIN_TO) == 1
+
+
+def test_parse_meminfo_and_du() -> None:
+    assert bench.parse_meminfo("MemTotal:       24684084 kB\nMemFree: 1 kB\n") == 24684084 * 1024
+    with pytest.raises(ValueError):
+        bench.parse_meminfo("MemFree: 1 kB\n")
+    assert bench.parse_du_total("123\t/opt/venv\n") == 123
+    assert bench.parse_du_total("1\t/a\n2\t/b\n456\ttotal\n") == 456
+    with pytest.raises(ValueError):
+        bench.parse_du_total("")
+    with pytest.raises(ValueError):
+        bench.parse_du_total("du: cannot access\n")
+
+
+def test_bench_refs_only_removes_bench_images() -> None:
+    listing = "\n".join([
+        "trainimg-bench/pytorch:2.13.0-cpu-py3.11", "trainimg-bench/alone:jax-0.10.2-cpu-py3.11",
+        "trainimg/pytorch:2.13.0-cpu-py3.11", "local/debian:bookworm", "<none>:<none>",
+        "localhost:5000/trainimg-bench/pytorch:2.13.0-cpu-py3.11", "trainimg-benchmark/x:1", "trainimg-test/x:1",
+    ])
+    assert bench.bench_refs(listing) == ["trainimg-bench/pytorch:2.13.0-cpu-py3.11",
+                                         "trainimg-bench/alone:jax-0.10.2-cpu-py3.11"]
+
+
+MACHINE = {"nproc": 2, "memory_bytes": 25 * 2**30, "docker_server": "20.10.24", "docker_client": "20.10.24",
+           "kernel": "6.1.0"}
+
+
+def _figures() -> dict:
+    figs = {name: {"value": None, "status": "skipped", "met": None} for name in bench.FIGURE_NAMES}
+    figs["matrix_build_ratio"] = {"value": 0.42, "status": "ok", "met": True}
+    figs["size_overhead"] = {"value": 1.25, "status": "ok", "met": False}
+    figs["repush_bytes"] = {"value": 0, "status": "ok", "met": True}
+    figs["allreduce_4_vs_1"] = {"value": None, "status": "failed", "met": None}
+    return figs
+
+
+def test_render_table_has_every_figure_the_date_and_the_machine() -> None:
+    table = bench.render_table(_figures(), "2026-01-02 03:04 UTC", MACHINE)
+    assert "2026-01-02 03:04 UTC" in table
+    assert "2 CPUs (nproc)" in table and "25.0 GiB" in table and "20.10.24" in table
+    for name in bench.FIGURE_NAMES:
+        assert f"| `{name}` |" in table
+    assert "| `matrix_build_ratio` | 0.420 | ≤ 0.5 | yes |" in table
+    assert "| `size_overhead` | 1.250 | ≤ 1.1 | **no** |" in table
+    assert "| `repush_bytes` | 0 | 0 | yes |" in table
+    assert "| `allreduce_4_vs_1` | failed |" in table
+    assert "| `size_vs_naive` | skipped |" in table
+
+
+def test_update_readme_replaces_only_between_the_markers() -> None:
+    text = "# x\n\nintro\n\n## Benchmarks\n\nprose\n\n<!-- bench:start -->\nold table\n<!-- bench:end -->\n\nafter\n"
+    new = bench.update_readme(text, "NEW TABLE\n")
+    assert new == ("# x\n\nintro\n\n## Benchmarks\n\nprose\n\n<!-- bench:start -->\nNEW TABLE\n<!-- bench:end -->"
+                   "\n\nafter\n")
+    assert bench.update_readme(new, "NEW TABLE") == new  # idempotent
+
+
+def test_update_readme_appends_a_section_when_markers_are_missing() -> None:
+    new = bench.update_readme("# x\n\ntext\n", "T")
+    assert new == "# x\n\ntext\n\n## Benchmarks\n\n<!-- bench:start -->\nT\n<!-- bench:end -->\n"
+
+
+@pytest.mark.parametrize("text", [
+    "<!-- bench:start -->\n", "<!-- bench:end -->\n",
+    "<!-- bench:start -->a<!-- bench:end --><!-- bench:start -->b<!-- bench:end -->",
+    "<!-- bench:end -->x<!-- bench:start -->",
+])
+def test_update_readme_refuses_broken_markers(text) -> None:
+    with pytest.raises(ValueError):
+        bench.update_readme(text, "T")
+
+
+def test_the_repository_readme_has_the_markers_once() -> None:
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert text.count(bench.START_MARKER) == 1 and text.count(bench.END_MARKER) == 1
+    updated = bench.update_readme(text, bench.render_table(_figures(), "d", MACHINE))
+    assert updated.split(bench.START_MARKER)[0] == text.split(bench.START_MARKER)[0]
+
+
+def test_the_bench_matrix_shares_the_shipped_parents() -> None:
+    """The bench copies render to the same python/comms/framework stages as the shipped CPU variants."""
+    from builder.recipe import load_recipes
+    from builder.render import plans
+
+    shipped = {p.variant.name: p for p in plans(load_recipes(ROOT / "recipes"))}
+    mine = plans(load_recipes(ROOT / "benchmarks" / "recipes"))
+    assert len(mine) >= 3
+    assert all(p.variant.tag.startswith(bench.BENCH_PREFIX) for p in mine)
+    assert len({p.parents[0].key for p in mine}) == 1  # one shared python stage
+    for p in mine:
+        assert [s.key for s in p.parents] == [s.key for s in shipped[p.variant.name].parents]
+    assert bench.PIN_VARIANT in {p.variant.name for p in mine}

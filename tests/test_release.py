@@ -1,0 +1,309 @@
+"""All-or-nothing releases with a lockfile: `trainimg release --lock`, `build --locked`, `diff`, against the real
+engine, BuildKit and the compose registry (htpasswd).
+
+The module writes its own recipes folder: three root CPU PyTorch variants (the shipped CPU entry under other
+repositories, so BuildKit's cache of the session's CPU build serves every heavy step):
+
+* `rel-a`, `rel-b`: good; they differ only in their repository (and so their labels);
+* `rel-broken`: installs `trainimg-release-breaker==1.0` from a wheelhouse the test writes. The wheel holds a
+  ``.pth`` file that makes ``torch.distributed.all_reduce`` add 1 after the real reduction (the patch
+  tests/brokenimages.py applies to a built image), so the image builds but fails the all-reduce check: a real
+  recipe-level way to make one variant of a release fail conformance.
+
+(a) releasing rel-a with rel-broken pushes nothing and writes no lockfile; (b) releasing rel-a and rel-b pushes
+both (immutable, then moving tags) and the lockfile's digests are what the registry serves; (c) `build --locked`
+builds on the recorded base; (d) the release's JUnit XML validates against builder/data/junit.xsd; (e) `diff`
+names a changed version pin and the layers that differ.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import io
+import json
+import uuid
+import zipfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import docker.errors
+import pytest
+import requests
+import xmlschema
+from brokenimages import TORCH_PATCH
+from conftest import LOCAL_BASE, ROOT, trainimg
+from conftest_registry import RegistryLogin
+
+from builder.lock import LockEntry, moving_tag, read_lock
+from builder.registry import MANIFEST_TYPES, RegistryTarget, remote_tags
+
+pytestmark = pytest.mark.engine
+
+RUN = uuid.uuid4().hex[:8]
+VERSION = "2.13.0-cpu-py3.11"
+BREAKER = "trainimg-release-breaker"
+WHEELS = Path("/opt/wheels")
+
+RECIPE = """\
+# A test recipe: the shipped CPU PyTorch entry (recipes/pytorch.yaml) under another name and repository.
+framework: pytorch
+name: {name}
+repository: trainimg-test/{repo}
+extras: [{extras}]
+matrix:
+  - version: ["2.13.0"]
+    os: [debian12]
+    python: ["3.11"]
+"""
+
+
+def breaker_wheel(folder: Path) -> Path:
+    """A pure-Python wheel whose .pth breaks torch.distributed.all_reduce after import (see the module doc)."""
+    dist = BREAKER.replace("-", "_")
+    files = {
+        f"{dist}.py": TORCH_PATCH.format(mode="wrong_sum").encode(),
+        f"{dist}.pth": f"import {dist}\n".encode(),
+        f"{dist}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {BREAKER}\nVersion: 1.0\n".encode(),
+        f"{dist}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: trainimg-tests\nRoot-Is-Purelib: true\n"
+                                      b"Tag: py3-none-any\n",
+    }
+    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
+              f"{len(data)}" for name, data in files.items()]
+    record.append(f"{dist}-1.0.dist-info/RECORD,,")
+    files[f"{dist}-1.0.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"{dist}-1.0-py3-none-any.whl"
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
+        for name, data in files.items():
+            zf.writestr(name, data)
+    return path
+
+
+class Release:
+    """The module's recipes folder, wheelhouse, registry login and environment."""
+
+    def __init__(self, folder: Path, registry: RegistryLogin, env: dict[str, str]) -> None:
+        self.folder = folder
+        self.recipes = folder / "recipes"
+        self.recipes.mkdir(parents=True)
+        self.wheelhouse = folder / "wheels"
+        breaker_wheel(self.wheelhouse)
+        self.repos = {"rel-a": f"rel-a-{RUN}", "rel-b": f"rel-b-{RUN}", "rel-broken": f"rel-broken-{RUN}"}
+        for name, repo in self.repos.items():
+            extras = json.dumps(f"{BREAKER}==1.0") if name == "rel-broken" else ""
+            (self.recipes / f"{name}.yaml").write_text(RECIPE.format(name=name, repo=repo, extras=extras),
+                                                       encoding="utf-8")
+        self.registry = registry
+        self.target = RegistryTarget.parse(registry.host)
+        self.creds = {"username": registry.username, "password": registry.password}
+        self.env = {**env, "TRAINIMG_REGISTRY_PASSWORD": registry.password}
+        self.lock = folder / "images.lock"
+
+    def tag(self, name: str) -> str:
+        return f"trainimg-test/{self.repos[name]}:{VERSION}"
+
+    def build_flags(self) -> list[str]:
+        wheels = ["--wheelhouse", str(WHEELS)] if WHEELS.is_dir() else []
+        return ["--base-image", LOCAL_BASE, *wheels, "--wheelhouse", str(self.wheelhouse), "--progress", "plain"]
+
+    def release(self, *names: str, out: str) -> tuple[Any, Path]:
+        report = self.folder / out
+        r = trainimg("--recipes", str(self.recipes), "release", *names, *self.build_flags(),
+                     "--registry", self.registry.host, "--username", self.registry.username,
+                     "--lock", str(self.lock), "--junit", str(report.with_suffix(".xml")),
+                     "--json", str(report.with_suffix(".json")), env=self.env, timeout=600)
+        return r, report
+
+    def head(self, ref_tag: str) -> str | None:
+        """The manifest digest the registry serves for a local-style `name:tag`, by a plain HEAD with basic auth."""
+        name, _, tag = ref_tag.rpartition(":")
+        resp = requests.head(f"http://{self.registry.host}/v2/{name}/manifests/{tag}",
+                             auth=(self.registry.username, self.registry.password),
+                             headers={"Accept": ", ".join(MANIFEST_TYPES)}, timeout=30)
+        if resp.status_code == 404:
+            return None
+        assert resp.status_code == 200, (resp.status_code, resp.text[:300])
+        return resp.headers["Docker-Content-Digest"]
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[docker.DockerClient]:
+    c = docker.from_env(timeout=600)
+    yield c
+    c.close()
+
+
+@pytest.fixture(scope="module")
+def rel(tmp_path_factory: pytest.TempPathFactory, registry: RegistryLogin, state_env: dict[str, str],
+        client: docker.DockerClient) -> Iterator[Release]:
+    release = Release(tmp_path_factory.mktemp("release"), registry, state_env)
+    yield release
+    # Remove exactly what this module tagged: variant tags, moving tags, registry-qualified tags, locked bases.
+    refs = set()
+    for name in release.repos:
+        tag = release.tag(name)
+        refs |= {tag, moving_tag(tag) or tag, release.target.ref(tag), release.target.ref(moving_tag(tag) or tag),
+                 f"trainimg-locked/{name}"}
+    for image in client.images.list():
+        for t in image.tags:
+            if t in refs or t.rpartition(":")[0] in refs:
+                try:
+                    client.api.remove_image(t, force=True)
+                except docker.errors.NotFound:
+                    pass
+
+
+# -- (a) one failing variant: nothing is pushed ----------------------------------------------------------------------
+
+
+def test_a_failing_variant_pushes_nothing(rel: Release) -> None:
+    r, report = rel.release("rel-a", "rel-broken", out="broken")
+    assert r.returncode == 1, (r.returncode, r.stderr[-3000:])
+    last = r.stderr.strip().splitlines()[-1]
+    assert "nothing pushed" in last and "rel-broken failed" in last and "allreduce_vertex_x2" in last, last
+    assert "rel-a failed" not in last, last
+    for name in ("rel-a", "rel-broken"):
+        assert remote_tags(rel.target, f"trainimg-test/{rel.repos[name]}", rel.creds) == [], name
+    assert not rel.lock.exists(), "a failed release must not write the lockfile"
+    data = json.loads(report.with_suffix(".json").read_text(encoding="utf-8"))
+    assert data["passed"] is False
+    assert {s["name"]: s["passed"] for s in data["suites"]} == {"rel-a": True, "rel-broken": False}
+
+
+# -- (b) two good variants: everything pushed, the lockfile says what the registry serves ---------------------------
+
+
+@pytest.fixture(scope="module")
+def good_release(rel: Release) -> Path:
+    r, report = rel.release("rel-a", "rel-b", out="good")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return report
+
+
+def test_b_release_pushes_both_and_locks_registry_digests(rel: Release, good_release: Path,
+                                                          client: docker.DockerClient) -> None:
+    entries = read_lock(rel.lock)
+    assert sorted(entries) == ["rel-a", "rel-b"]
+    for name in ("rel-a", "rel-b"):
+        tag, entry = rel.tag(name), entries[name]
+        assert isinstance(entry, LockEntry)
+        assert entry.tag == tag and entry.variant == name
+        assert entry.image_id == client.images.get(tag).id
+        assert entry.recipe.endswith(f"{name}.yaml"), entry.recipe
+        assert entry.base_image == LOCAL_BASE
+        assert entry.base_digest == client.images.get(LOCAL_BASE).id  # a local base has no RepoDigest
+        assert entry.versions["framework"] == "2.13.0+cpu" and entry.versions["python"].startswith("3.11")
+        assert entry.versions["hypertune"], entry.versions
+        assert entry.conformance["passed"] is True and entry.conformance["failed"] == []
+        assert entry.conformance["platform"] == "vertex" and entry.conformance["replicas"] == 2
+        # The immutable tag and the moving tag, each with the digest the registry serves (plain HEAD, basic auth).
+        mt = moving_tag(tag)
+        assert mt == f"trainimg-test/{rel.repos[name]}:2.13-cpu"
+        assert set(entry.pushed) == {rel.target.ref(tag), rel.target.ref(mt)}
+        immutable = rel.head(tag)
+        assert immutable is not None
+        assert entry.pushed[rel.target.ref(tag)] == immutable
+        assert entry.pushed[rel.target.ref(mt)] == rel.head(mt) == immutable
+    # Deterministic bytes: sorted keys, two-space indent, one trailing newline.
+    text = rel.lock.read_text(encoding="utf-8")
+    assert text.endswith("}\n") and not text.endswith("\n\n")
+    assert text == json.dumps(json.loads(text), indent=2, sort_keys=True) + "\n"
+
+
+# -- (c) build --locked builds on the recorded base ---------------------------------------------------------------
+
+
+def test_c_locked_rebuild_uses_the_recorded_base(rel: Release, good_release: Path,
+                                                 client: docker.DockerClient) -> None:
+    entry = read_lock(rel.lock)["rel-a"]
+    out = rel.folder / "locked.json"
+    wheels = ["--wheelhouse", str(WHEELS)] if WHEELS.is_dir() else []
+    r = trainimg("--recipes", str(rel.recipes), "build", "rel-a", "--locked", "--lock", str(rel.lock), *wheels,
+                 "--progress", "plain", "--json", str(out), env=rel.env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (report,) = json.loads(out.read_text(encoding="utf-8"))
+    # BuildKit cannot FROM an image ID, so the base is a local tag made from the recorded digest (builder/lock.py).
+    assert report["base_image"] == f"trainimg-locked/rel-a:{entry.base_digest[7:19]}", report["base_image"]
+    assert client.images.get(report["base_image"]).id == entry.base_digest
+    labels = client.images.get(report["image_id"]).labels
+    assert labels["org.opencontainers.image.base.name"] == report["base_image"]
+    assert report["cache_hits"] == report["steps"], "a locked rebuild on the same base must hit the cache"
+
+    # A variant the lockfile does not know: bad input, one line naming the lockfile.
+    r = trainimg("--recipes", str(rel.recipes), "build", "rel-broken", "--locked", "--lock", str(rel.lock),
+                 env=rel.env, timeout=120)
+    assert r.returncode == 2, (r.returncode, r.stderr)
+    assert str(rel.lock) in r.stderr and "rel-broken" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+
+
+# -- (d) the JUnit report validates against Jenkins' schema ---------------------------------------------------------
+
+
+def test_d_junit_validates_against_the_jenkins_schema(good_release: Path) -> None:
+    schema = xmlschema.XMLSchema(str(ROOT / "builder" / "data" / "junit.xsd"))
+    xml = good_release.with_suffix(".xml")
+    errors = [f"{e.path}: {e.reason}" for e in schema.iter_errors(str(xml))]
+    assert errors == [], errors
+    doc = schema.to_dict(str(xml))
+    assert {s["@name"] for s in doc["testsuite"]} == {"rel-a", "rel-b"}
+
+
+# -- (e) diff names a changed pin and the layers that differ -------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pinned_pair(client: docker.DockerClient, rel: Release, good_release: Path) -> Iterator[tuple[str, str]]:
+    """Two tiny images FROM the CPU variant's image of this release, differing in a version pin and one layer."""
+    made = []
+    for framework, marker in (("2.13.0+cpu", "one"), ("2.13.1+cpu", "two")):
+        dockerfile = (f"FROM {rel.tag('rel-a')}\n"
+                      f"LABEL trainimg.version.framework={framework}\n"
+                      f"RUN echo {marker}-{RUN} > /trainimg-diff-test\n")
+        image, _ = client.images.build(fileobj=io.BytesIO(dockerfile.encode()), labels={"trainimg.test": "1"},
+                                       rm=True, forcerm=True, pull=False)
+        tag = f"trainimg-test/diff-{RUN}:{marker}"
+        image.tag(tag)
+        made.append(tag)
+    yield made[0], made[1]
+    for tag in made:
+        try:
+            client.api.remove_image(tag, force=True)
+        except docker.errors.NotFound:
+            pass
+
+
+def test_e_diff_shows_a_changed_pin_and_layers(rel: Release, pinned_pair: tuple[str, str]) -> None:
+    a, b = pinned_pair
+    r = trainimg("--recipes", str(rel.recipes), "diff", a, b, "--json", env=rel.env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["same"] is False
+    assert d["versions"] == {"framework": {"a": "2.13.0+cpu", "b": "2.13.1+cpu"}}
+    assert d["layers"]["a"] == d["layers"]["b"] and d["layers"]["common_prefix"] == d["layers"]["a"] - 1
+    assert len(d["layers"]["added"]) == 1 and len(d["layers"]["removed"]) == 1
+    r = trainimg("--recipes", str(rel.recipes), "diff", a, b, env=rel.env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert "framework: 2.13.0+cpu -> 2.13.1+cpu" in r.stdout
+    assert f"+ {d['layers']['added'][0]}" in r.stdout and f"- {d['layers']['removed'][0]}" in r.stdout
+
+
+def test_e_diff_against_the_lockfile(rel: Release, good_release: Path, pinned_pair: tuple[str, str]) -> None:
+    # A variant name against its own lock entry: the same image.
+    r = trainimg("--recipes", str(rel.recipes), "diff", "rel-b", "lock:rel-b", "--lock", str(rel.lock), "--json",
+                 env=rel.env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["same"] is True
+    # The lock entry (by file path) against an image whose pin moved.
+    r = trainimg("--recipes", str(rel.recipes), "diff", f"{rel.lock}:rel-a", pinned_pair[1], "--json",
+                 env=rel.env, timeout=120)
+    assert r.returncode == 0, r.stderr
+    d = json.loads(r.stdout)
+    assert d["a"]["source"] == "lock" and d["versions"]["framework"] == {"a": "2.13.0+cpu", "b": "2.13.1+cpu"}
+    assert d["layers"]["added"] and not d["layers"]["removed"]
+    # A variant the lockfile lacks: bad input naming the lockfile.
+    r = trainimg("--recipes", str(rel.recipes), "diff", "rel-a", "lock:nope", "--lock", str(rel.lock),
+                 env=rel.env, timeout=120)
+    assert r.returncode == 2 and "nope" in r.stderr and str(rel.lock) in r.stderr, (r.returncode, r.stderr)
