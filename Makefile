@@ -8,7 +8,7 @@ VARIANT ?= pytorch-2.13.0-cpu-py3.11
 REGISTRY ?= localhost:5000
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup install render check registry-start registry-stop clean
+.PHONY: demo test setup install render check registry-start registry-stop clean bench
 
 demo: setup install
 	trainimg validate
@@ -20,6 +20,9 @@ demo: setup install
 
 test: setup install
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+
+bench: setup install
+	$(PYTHON) benchmarks/bench.py
 
 setup:
 	bash .ci/setup-host

@@ -1,0 +1,658 @@
+#!/usr/bin/env python3
+"""trainimg's benchmarks, measured on this machine in one run.
+
+Prints one ``name: value`` line per figure on stdout (the names are a contract), how each figure was measured
+and any ``goal missed: NAME`` on stderr, writes the same to ``reports/bench.json`` and updates the table between
+``<!-- bench:start -->`` and ``<!-- bench:end -->`` in README.md.
+
+"Cold" means cold: before every cold build the BuildKit cache is pruned (``docker builder prune -af``) and the
+bench images (tags starting ``trainimg-bench/``, no others) are removed. That slows every other build on the
+engine, so ``--quick`` prunes nothing: it skips the builds that need a cold cache (each variant built alone and
+the naive baseline), prints their figures as ``skipped``, and writes ``reports/bench-quick.json`` without touching
+README.md.
+
+Exit status: 0 when every figure was measured (goals missed or not), 1 when a measurement itself failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+BENCH_DIR = ROOT / "benchmarks"
+BENCH_RECIPES = BENCH_DIR / "recipes"
+SHIPPED_RECIPES = ROOT / "recipes"
+NAIVE_DOCKERFILE = BENCH_DIR / "naive.Dockerfile"
+README = ROOT / "README.md"
+REPORT = ROOT / "reports" / "bench.json"
+QUICK_REPORT = ROOT / "reports" / "bench-quick.json"
+
+BENCH_PREFIX = "trainimg-bench/"
+BASE_IMAGE = "local/debian:bookworm"
+WHEELHOUSES = ("/opt/wheels", "/opt/pypi", "/opt/pypi-more")
+PIN_VARIANT = "pytorch-2.13.0-cpu-py3.11"  # the variant whose image is sized, tested and pushed
+PIN_FROM, PIN_TO = "six==1.16.0", "six==1.17.0"
+NAIVE_TAG = "trainimg-bench/naive:pytorch-2.13.0-cpu-py3.11"
+ALONE_REPO = "trainimg-bench/alone"
+START_MARKER, END_MARKER = "<!-- bench:start -->", "<!-- bench:end -->"
+RENDER_REPEATS = 5
+ALLREDUCE_REPEATS = 2
+CMD_TIMEOUT = 3 * 3600
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    goal: float
+    unit: str  # "ratio", "bytes" or "ms"
+    what: str
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("matrix_build_ratio", 0.5, "ratio", "cold matrix build / sum of each variant built alone, cold"),
+    Figure("noop_rebuild_ratio", 0.05, "ratio", "rebuild with nothing changed / cold matrix build"),
+    Figure("pin_change_rebuild_ratio", 0.4, "ratio", "rebuild after one extra pin changed / that variant cold"),
+    Figure("size_vs_naive", 0.8, "ratio", "image size / naive single-stage image with the same payload"),
+    Figure("size_overhead", 1.10, "ratio", "image size / (base image + /opt/venv + python apt packages)"),
+    Figure("allreduce_4_vs_1", 2.0, "ratio", "`trainimg test --replicas 4` / `--replicas 1` wall time"),
+    Figure("repush_bytes", 0, "bytes", "layer bytes uploaded pushing an unchanged image again"),
+    Figure("render_ms_per_variant", 10.0, "ms", "render the shipped matrix, best of 5, per variant"),
+)
+FIGURE_NAMES = tuple(f.name for f in FIGURES)
+GOALS = {f.name: f for f in FIGURES}
+
+
+# ---- pure helpers (tests/test_bench_units.py) ---------------------------------------------------------------
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator / denominator, or None when either is unknown or the denominator is not positive."""
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def format_value(value: float | int | None, unit: str = "ratio", status: str = "ok") -> str:
+    """How a figure is printed: ratios with 3 decimals, ms with 2, bytes as an integer; else the status."""
+    if value is None:
+        return status if status != "ok" else "skipped"
+    if unit == "bytes":
+        return str(int(value))
+    if unit == "ms":
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def goal_met(name: str, value: float | int | None) -> bool | None:
+    """Whether `value` meets the goal of figure `name` (every goal is an upper bound); None if not measured."""
+    if value is None:
+        return None
+    return value <= GOALS[name].goal
+
+
+def format_goal(name: str) -> str:
+    fig = GOALS[name]
+    if fig.unit == "bytes":
+        return f"{int(fig.goal)}"
+    return f"≤ {fig.goal:g}"
+
+
+_PUSH_RE = re.compile(r"^pushed \S+ \((\d+) bytes uploaded\)\s*$", re.MULTILINE)
+
+
+def parse_pushed_bytes(output: str) -> int:
+    """Layer bytes a `trainimg push` reported, summed over its "pushed REF@DIGEST (N bytes uploaded)" lines."""
+    found = _PUSH_RE.findall(output)
+    if not found:
+        raise ValueError(f"no 'pushed ... (N bytes uploaded)' line in the push output: {output.strip()[-300:]!r}")
+    return sum(int(n) for n in found)
+
+
+def change_pin(recipe_text: str, old: str, new: str) -> str:
+    """The recipe text with pin `old` replaced by `new`; exactly one occurrence, quoted or not."""
+    count = recipe_text.count(old)
+    if count != 1:
+        raise ValueError(f"expected {old!r} once in the recipe, found it {count} times")
+    return recipe_text.replace(old, new)
+
+
+def parse_meminfo(text: str) -> int:
+    """MemTotal from /proc/meminfo, in bytes."""
+    match = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, re.MULTILINE)
+    if not match:
+        raise ValueError("no MemTotal in /proc/meminfo")
+    return int(match.group(1)) * 1024
+
+
+def parse_du_total(output: str) -> int:
+    """Bytes from the last line of `du -sb` / `du -sbc` output ("12345\\ttotal" or "12345\\t/path")."""
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("empty du output")
+    first = lines[-1].split()[0]
+    if not first.isdigit():
+        raise ValueError(f"unexpected du output: {lines[-1]!r}")
+    return int(first)
+
+
+def machine_line(machine: Mapping[str, Any]) -> str:
+    mem = machine.get("memory_bytes")
+    mem_text = f"{mem / 2**30:.1f} GiB" if isinstance(mem, int) else "unknown"
+    return (f"{machine.get('nproc', '?')} CPUs (nproc), {mem_text} memory, Docker engine "
+            f"{machine.get('docker_server', '?')} (client {machine.get('docker_client', '?')}), "
+            f"{machine.get('kernel', '?')}")
+
+
+def render_table(figures: Mapping[str, Mapping[str, Any]], date: str, machine: Mapping[str, Any],
+                 quick: bool = False) -> str:
+    """The Markdown that goes between the README markers: when and where, then one row per figure."""
+    lines = [f"Measured {date} on {machine_line(machine)} by `make bench`"
+             + (" (`--quick`: nothing cold)" if quick else "") + ".", "",
+             "| figure | value | goal | met | what |", "|---|---|---|---|---|"]
+    for fig in FIGURES:
+        row = figures.get(fig.name, {})
+        value = format_value(row.get("value"), fig.unit, row.get("status", "skipped"))
+        met = row.get("met")
+        met_text = "yes" if met is True else "**no**" if met is False else "–"
+        lines.append(f"| `{fig.name}` | {value} | {format_goal(fig.name)} | {met_text} | {fig.what} |")
+    return "\n".join(lines)
+
+
+def update_readme(text: str, table: str) -> str:
+    """`text` with everything between the bench markers replaced by `table`; when the markers are missing, a
+    "## Benchmarks" section holding them is appended at the end."""
+    starts, ends = text.count(START_MARKER), text.count(END_MARKER)
+    block = f"{START_MARKER}\n{table.strip()}\n{END_MARKER}"
+    if starts == 0 and ends == 0:
+        return text.rstrip("\n") + "\n\n## Benchmarks\n\n" + block + "\n"
+    if starts != 1 or ends != 1:
+        raise ValueError(f"README needs exactly one {START_MARKER} and one {END_MARKER}")
+    head, rest = text.split(START_MARKER, 1)
+    inner, tail = rest.split(END_MARKER, 1)
+    if END_MARKER in head:
+        raise ValueError(f"{END_MARKER} comes before {START_MARKER} in README")
+    del inner
+    return head + block + tail
+
+
+def bench_refs(listing: str, prefix: str = BENCH_PREFIX) -> list[str]:
+    """Image references to remove from `docker images --format '{{.Repository}}:{{.Tag}}'` output: only those
+    whose repository starts with `prefix` (never another image; `<none>` tags are skipped)."""
+    refs = []
+    for line in listing.splitlines():
+        ref = line.strip()
+        repo, _, tag = ref.rpartition(":")
+        if repo.startswith(prefix) and tag and tag != "<none>":
+            refs.append(ref)
+    return refs
+
+
+# ---- running things -------------------------------------------------------------------------------------------
+
+
+def log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+class StepFailed(Exception):
+    pass
+
+
+@dataclass
+class Run:
+    seconds: float
+    stdout: str
+    stderr: str
+
+
+def docker_cli() -> str:
+    return os.environ.get("TRAINIMG_DOCKER_CLI") or shutil.which("docker") or "/usr/bin/docker"
+
+
+def run(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path = ROOT, check: bool = True,
+        timeout: float = CMD_TIMEOUT, what: str | None = None) -> Run:
+    """Run `cmd`, timed with a monotonic clock; a failure raises StepFailed with the output's tail."""
+    start = time.monotonic()
+    try:
+        proc = subprocess.run(list(cmd), cwd=cwd, env=dict(env) if env is not None else None, capture_output=True,
+                              text=True, timeout=timeout, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise StepFailed(f"{what or cmd[0]} ran past {timeout:.0f} s") from None
+    seconds = time.monotonic() - start
+    if check and proc.returncode != 0:
+        tail = (proc.stderr.strip() or proc.stdout.strip())[-1500:]
+        raise StepFailed(f"{what or ' '.join(cmd[:3])} exited {proc.returncode}: {tail}")
+    return Run(seconds, proc.stdout, proc.stderr)
+
+
+class Bench:
+    def __init__(self, quick: bool, keep_images: bool) -> None:
+        self.quick = quick
+        self.keep_images = keep_images
+        self.tmp = Path(tempfile.mkdtemp(prefix="trainimg-bench-"))
+        self.env = dict(os.environ)
+        self.env["TRAINIMG_DOCKER_CLI"] = docker_cli()
+        self.env["TRAINIMG_STATE_DIR"] = str(self.tmp / "state")  # records and logs of this run only
+        self.env.pop("TRAINIMG_DEBUG", None)
+        self.figures: dict[str, dict[str, Any]] = {
+            f.name: {"value": None, "status": "skipped", "how": "", "goal": f.goal, "met": None} for f in FIGURES}
+        self.details: dict[str, Any] = {}
+        self.bench_variants: list[str] = []
+        self.bench_tags: dict[str, str] = {}
+        self.dockerfiles: dict[str, Path] = {}
+
+    # -- bookkeeping
+
+    def set(self, name: str, value: float | int | None, how: str, status: str = "ok") -> None:
+        fig = self.figures[name]
+        fig.update(value=value, how=how, status=status if value is not None or status != "ok" else "skipped",
+                   met=goal_met(name, value))
+
+    def fail(self, name: str, reason: str) -> None:
+        self.set(name, None, reason, status="failed")
+
+    def skip(self, name: str, reason: str) -> None:
+        self.set(name, None, reason, status="skipped")
+
+    def docker(self, *args: str, **kw: Any) -> Run:
+        return run([docker_cli(), *args], env=self.env, **kw)
+
+    def trainimg(self, *args: str, recipes: Path | None = None, **kw: Any) -> Run:
+        head = [sys.executable, "-m", "builder.cli"] + (["--recipes", str(recipes)] if recipes else [])
+        return run([*head, *args], env=self.env, what=f"trainimg {args[0]}", **kw)
+
+    # -- cold
+
+    def remove_bench_images(self) -> None:
+        listing = self.docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout
+        refs = bench_refs(listing)
+        if refs:
+            self.docker("rmi", "--force", *refs, check=False)
+
+    def cold(self) -> None:
+        """Cold means cold: no BuildKit cache, no bench image. --quick prunes nothing (other builds share it)."""
+        self.remove_bench_images()
+        if not self.quick:
+            self.docker("builder", "prune", "-af", what="docker builder prune")
+
+    # -- measurements
+
+    def prepare(self) -> None:
+        from builder.recipe import load_recipes
+        from builder.render import plans, render_all
+
+        bench = load_recipes(BENCH_RECIPES)
+        shipped = {p.variant.name: p for p in plans(load_recipes(SHIPPED_RECIPES))}
+        self.bench_variants = [v.name for v in bench.variants]
+        self.bench_tags = {v.name: v.tag for v in bench.variants}
+        if len(self.bench_variants) < 3:
+            raise StepFailed(f"the bench matrix has {len(self.bench_variants)} variants; it needs at least 3")
+        for plan in plans(bench):  # the bench copies must share their parents exactly as the shipped ones do
+            ref = shipped.get(plan.variant.name)
+            mine = [(s.name, s.key) for s in plan.parents]
+            theirs = [(s.name, s.key) for s in ref.parents] if ref else None
+            if mine != theirs:
+                raise StepFailed(f"bench variant {plan.variant.name} does not render to the shipped variant's stages")
+        out = self.tmp / "rendered"
+        for rel, text in render_all(bench).items():
+            path = out / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            self.dockerfiles[Path(rel).parent.name] = path
+
+    def render_speed(self) -> None:
+        from builder.recipe import load_recipes
+        from builder.render import render_all
+
+        best, count = float("inf"), 0
+        for _ in range(RENDER_REPEATS):
+            start = time.perf_counter()
+            count = len(render_all(load_recipes(SHIPPED_RECIPES)))
+            best = min(best, time.perf_counter() - start)
+        self.details["render"] = {"variants": count, "best_seconds": best}
+        self.set("render_ms_per_variant", best * 1000 / count,
+                 f"render_all(load_recipes(recipes/)) in-process, loading and validating included, best of "
+                 f"{RENDER_REPEATS}: {best * 1000:.1f} ms for {count} variants")
+
+    def build_args(self) -> list[str]:
+        args = ["--base-image", BASE_IMAGE]
+        for w in WHEELHOUSES:
+            args += ["--wheelhouse", w]
+        return args + ["--progress", "quiet"]
+
+    def matrix_build(self, recipes: Path, names: list[str], label: str) -> tuple[float, list[dict[str, Any]]]:
+        report = self.tmp / f"{label}.json"
+        res = self.trainimg("build", *names, *self.build_args(), "--json", str(report), recipes=recipes)
+        rows = json.loads(report.read_text())
+        for r in rows:
+            log(f"  {label}: {r['tag']} {r['size'] / 1e6:.0f} MB, {r['seconds']:.1f} s, "
+                f"{r['cache_hits']}/{r['steps']} steps cached")
+        log(f"  {label}: {res.seconds:.1f} s wall")
+        self.details[label] = {"wall_seconds": res.seconds, "variants": [
+            {k: r[k] for k in ("name", "tag", "image_id", "size", "seconds", "steps", "cache_hits", "shared_parents")}
+            for r in rows]}
+        return res.seconds, rows
+
+    @contextmanager
+    def pip_secrets(self) -> Iterator[list[str]]:
+        """The pip.conf (and CA bundle) secrets exactly as `trainimg build` makes them, wheelhouses served alike."""
+        from builder.wheelhouse import (CA_SECRET, PIP_CONF_SECRET, check_dirs, default_ca_bundle, pip_conf, serve,
+                                        write_secret)
+
+        ca = default_ca_bundle(self.env)
+        with serve(check_dirs(tuple(Path(w) for w in WHEELHOUSES))) as lines:
+            secrets_dir = self.tmp / "secrets"
+            secrets_dir.mkdir(mode=0o700, exist_ok=True)
+            conf = write_secret(secrets_dir, PIP_CONF_SECRET, pip_conf(lines, ca, self.env))
+            flags = ["--secret", f"id={PIP_CONF_SECRET},src={conf}"]
+            if ca is not None:
+                flags += ["--secret", f"id={CA_SECRET},src={ca}"]
+            yield flags
+
+    def docker_build(self, dockerfile: Path, tag: str, secret_flags: list[str]) -> float:
+        env = dict(self.env, DOCKER_BUILDKIT="1")
+        res = run([docker_cli(), "build", "-f", str(dockerfile), "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
+                   *secret_flags, "--network", "host", "--progress", "plain", "-t", tag, "."],
+                  env=env, what=f"docker build {dockerfile.name} ({tag})")
+        return res.seconds
+
+    def alone_builds(self) -> dict[str, float]:
+        """Each bench variant's rendered Dockerfile built alone with plain `docker build`, each from cold."""
+        times: dict[str, float] = {}
+        with self.pip_secrets() as flags:
+            for name in self.bench_variants:
+                self.cold()
+                times[name] = self.docker_build(self.dockerfiles[name], f"{ALONE_REPO}:{name}", flags)
+                log(f"  alone, cold: {name} {times[name]:.1f} s")
+        self.details["alone_cold_seconds"] = times
+        return times
+
+    def naive_size(self) -> int:
+        with self.pip_secrets() as flags:
+            self.cold()
+            seconds = self.docker_build(NAIVE_DOCKERFILE, NAIVE_TAG, flags)
+        size = self.image_size(NAIVE_TAG)
+        self.details["naive"] = {"size": size, "seconds": seconds}
+        log(f"  naive: {size / 1e6:.0f} MB, built in {seconds:.1f} s")
+        return size
+
+    def image_size(self, ref: str) -> int:
+        return int(self.docker("image", "inspect", "--format", "{{.Size}}", ref).stdout.strip())
+
+    def payload_size(self, tag: str) -> dict[str, int]:
+        """du -sb inside the image: /opt/venv, and the files of the apt packages the image added to the base
+        (dpkg -L, regular files) plus the .pyc files Debian's python postinst compiles under /usr/lib/python3*."""
+        base_pkgs = self.docker("run", "--rm", "--network", "none", "--entrypoint", "dpkg-query", BASE_IMAGE,
+                                "-W", "-f=${Package}\\n").stdout.split()
+        script = r"""
+set -euo pipefail
+du -sb /opt/venv
+dpkg-query -W -f='${Package}\n' | sort -u > /tmp/now
+tr ' ' '\n' <<<"$BASE_PKGS" | sort -u > /tmp/base
+comm -13 /tmp/base /tmp/now > /tmp/added
+{ xargs -r dpkg -L < /tmp/added; find /usr/lib/python3* -name '*.pyc' 2>/dev/null || true; } | sort -u \
+  | while IFS= read -r f; do if [ -f "$f" ] && [ ! -L "$f" ]; then printf '%s\0' "$f"; fi; done \
+  | du -sbc --files0-from=- | tail -n 1
+wc -l < /tmp/added
+"""
+        res = self.docker("run", "--rm", "--network", "none", "-e", "BASE_PKGS=" + " ".join(base_pkgs),
+                          "--entrypoint", "bash", tag, "-c", script, what="du inside the image")
+        lines = res.stdout.strip().splitlines()
+        if len(lines) != 3:
+            raise StepFailed(f"unexpected du output: {res.stdout!r} {res.stderr[-300:]!r}")
+        return {"venv": parse_du_total(lines[0]), "apt": parse_du_total(lines[1]), "apt_packages": int(lines[2])}
+
+    def allreduce(self, tag: str) -> tuple[float, float]:
+        times: dict[int, list[float]] = {1: [], 4: []}
+        for _ in range(ALLREDUCE_REPEATS):
+            for n in (1, 4):
+                res = self.trainimg("test", tag, "--replicas", str(n), "--progress", "quiet")
+                times[n].append(res.seconds)
+                log(f"  trainimg test --replicas {n}: {res.seconds:.1f} s")
+        self.details["allreduce_seconds"] = {str(k): v for k, v in times.items()}
+        return min(times[1]), min(times[4])
+
+    def repush(self, tag: str) -> int:
+        from builder.localregistry import LocalRegistry
+
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        reg = LocalRegistry(self.tmp / "registry", port=port)
+        info = reg.start()
+        pushed_ref = f"{info.host}/{tag}"
+        try:
+            env_backup = self.env.get("TRAINIMG_REGISTRY_PASSWORD")
+            self.env["TRAINIMG_REGISTRY_PASSWORD"] = info.password
+            try:
+                outs = []
+                for _ in range(2):
+                    res = self.trainimg("push", tag, "--registry", info.host, "--username", info.username)
+                    outs.append(res.stdout + res.stderr)
+            finally:
+                if env_backup is None:
+                    self.env.pop("TRAINIMG_REGISTRY_PASSWORD", None)
+                else:
+                    self.env["TRAINIMG_REGISTRY_PASSWORD"] = env_backup
+            first, second = parse_pushed_bytes(outs[0]), parse_pushed_bytes(outs[1])
+            self.details["push_bytes"] = {"first": first, "second": second}
+            log(f"  push 1: {first} bytes uploaded; push 2: {second} bytes uploaded")
+            return second
+        finally:
+            reg.stop()
+            self.docker("rmi", pushed_ref, check=False)  # untag the registry-prefixed tag the push made
+
+    def pin_change(self) -> float:
+        copy = self.tmp / "pin" / "recipes"
+        shutil.copytree(BENCH_RECIPES, copy)
+        recipe = copy / "pytorch.yaml"
+        recipe.write_text(change_pin(recipe.read_text(encoding="utf-8"), PIN_FROM, PIN_TO), encoding="utf-8")
+        seconds, _ = self.matrix_build(copy, [PIN_VARIANT], "pin_change_rebuild")
+        return seconds
+
+    # -- the whole run
+
+    def measure(self) -> None:
+        step("render_ms_per_variant", self, self.render_speed)
+        self.prepare()
+        pin_tag = self.bench_tags[PIN_VARIANT]
+
+        naive = None
+        if self.quick:
+            self.skip("size_vs_naive", "skipped (--quick): the naive build is not run")
+        else:
+            naive = step("size_vs_naive", self, self.naive_size)
+
+        alone: dict[str, float] | None = None
+        if self.quick:
+            self.skip("matrix_build_ratio", "skipped (--quick): the variants are not built alone from cold")
+            self.skip("pin_change_rebuild_ratio", "skipped (--quick): no cold build of the variant alone")
+        else:
+            alone = step("matrix_build_ratio", self, self.alone_builds)
+
+        self.cold()
+        cold_note = "" if not self.quick else " [--quick: the cache was NOT cleared, so this is not a cold build]"
+        cold_seconds, _ = self.matrix_build(BENCH_RECIPES, self.bench_variants, "matrix_cold")
+        if alone:
+            self.set("matrix_build_ratio", ratio(cold_seconds, sum(alone.values())),
+                     f"`trainimg --recipes benchmarks/recipes build` of {len(alone)} CPU variants from cold: "
+                     f"{cold_seconds:.1f} s / sum of plain `docker build` of each rendered Dockerfile alone, each "
+                     f"from cold: {sum(alone.values()):.1f} s")
+
+        def noop() -> None:
+            seconds, rows = self.matrix_build(BENCH_RECIPES, self.bench_variants, "noop_rebuild")
+            self.set("noop_rebuild_ratio", ratio(seconds, cold_seconds),
+                     f"the same `trainimg build` again, nothing changed: {seconds:.1f} s / cold matrix build "
+                     f"{cold_seconds:.1f} s ({sum(r['cache_hits'] for r in rows)}/{sum(r['steps'] for r in rows)} "
+                     f"steps cached){cold_note}")
+        step("noop_rebuild_ratio", self, noop)
+
+        def sizes() -> None:
+            size = self.image_size(pin_tag)
+            base = self.image_size(BASE_IMAGE)
+            payload = self.payload_size(pin_tag)
+            self.details["sizes"] = {"image": size, "base": base, **payload}
+            denominator = base + payload["venv"] + payload["apt"]
+            self.set("size_overhead", ratio(size, denominator),
+                     f"{pin_tag} {size / 1e6:.1f} MB / (base {base / 1e6:.1f} MB + du -sb /opt/venv "
+                     f"{payload['venv'] / 1e6:.1f} MB + du -sb of {payload['apt_packages']} added apt packages' "
+                     f"files {payload['apt'] / 1e6:.1f} MB)")
+            if naive is not None:
+                self.set("size_vs_naive", ratio(size, naive),
+                         f"{pin_tag} {size / 1e6:.1f} MB / {NAIVE_DOCKERFILE.relative_to(ROOT)} "
+                         f"(one stage, apt lists, pip cache and build-essential left in) {naive / 1e6:.1f} MB")
+        step("size_overhead", self, sizes)
+
+        def allreduce() -> None:
+            one, four = self.allreduce(pin_tag)
+            self.set("allreduce_4_vs_1", ratio(four, one),
+                     f"`trainimg test {pin_tag} --replicas 4` {four:.1f} s / `--replicas 1` {one:.1f} s "
+                     f"(wall, best of {ALLREDUCE_REPEATS} each)")
+        tested = step("allreduce_4_vs_1", self, allreduce) is not FAILED
+
+        if tested:
+            def repush() -> None:
+                second = self.repush(pin_tag)
+                first = self.details["push_bytes"]["first"]
+                self.set("repush_bytes", second,
+                         f"`trainimg push {pin_tag}` twice to a fresh LocalRegistry on 127.0.0.1: first "
+                         f"{first} bytes, second {second} bytes uploaded")
+            step("repush_bytes", self, repush)
+        else:
+            self.fail("repush_bytes", "not measured: the image did not pass `trainimg test` (push refuses it)")
+
+        def pin() -> None:
+            seconds = self.pin_change()
+            if alone:
+                self.set("pin_change_rebuild_ratio", ratio(seconds, alone[PIN_VARIANT]),
+                         f"`trainimg build {PIN_VARIANT}` after {PIN_FROM} -> {PIN_TO} in a temp copy of the "
+                         f"recipe: {seconds:.1f} s / that variant's Dockerfile built alone from cold "
+                         f"{alone[PIN_VARIANT]:.1f} s")
+            else:
+                log(f"  pin change rebuild took {seconds:.1f} s (no cold denominator in --quick)")
+        step("pin_change_rebuild_ratio", self, pin)
+
+    def cleanup(self) -> None:
+        if not self.keep_images:
+            try:
+                self.remove_bench_images()
+            except StepFailed as exc:
+                log(f"bench: could not remove the bench images: {exc}")
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
+FAILED = object()
+
+
+def step(name: str, bench: Bench, fn: Callable[[], Any]) -> Any:
+    """Run one measurement; a failure marks figure `name` failed (never a fudged number) and the run goes on."""
+    try:
+        return fn()
+    except (StepFailed, OSError, ValueError, json.JSONDecodeError) as exc:
+        bench.fail(name, f"failed: {exc}")
+        log(f"bench: {name} failed: {exc}")
+        return FAILED
+
+
+def machine_info(env: Mapping[str, str]) -> dict[str, Any]:
+    info: dict[str, Any] = {"nproc": len(os.sched_getaffinity(0)), "kernel": platform.release(),
+                            "hostname": platform.node()}
+    try:
+        info["memory_bytes"] = parse_meminfo(Path("/proc/meminfo").read_text())
+    except (OSError, ValueError):
+        info["memory_bytes"] = None
+    try:
+        out = run([docker_cli(), "version", "--format", "{{.Server.Version}} {{.Client.Version}}"], env=env,
+                  timeout=60).stdout.split()
+        info["docker_server"], info["docker_client"] = out[0], out[1]
+    except (StepFailed, IndexError, OSError):
+        info["docker_server"] = info["docker_client"] = None
+    return info
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("--quick", action="store_true",
+                        help="prune nothing; skip the alone-cold and naive builds (their figures print `skipped`); "
+                             "write reports/bench-quick.json and leave README.md alone")
+    parser.add_argument("--keep-images", action="store_true", help="keep the trainimg-bench/* images at the end")
+    args = parser.parse_args(argv)
+
+    os.chdir(ROOT)
+    sys.path.insert(0, str(ROOT))
+    bench = Bench(quick=args.quick, keep_images=args.keep_images)
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    machine = machine_info(bench.env)
+    log(f"bench: {date}, {machine_line(machine)}{' (--quick)' if args.quick else ''}")
+    started = time.monotonic()
+    setup_error = None
+    try:
+        bench.measure()
+    except StepFailed as exc:
+        setup_error = str(exc)
+        log(f"bench: stopped: {exc}")
+        for name, fig in bench.figures.items():
+            if fig["status"] == "skipped" and not fig["how"]:
+                bench.fail(name, f"not measured: {exc}")
+    except KeyboardInterrupt:
+        log("bench: interrupted")
+        bench.cleanup()
+        return 130
+    bench.cleanup()
+    total = time.monotonic() - started
+
+    for fig in FIGURES:  # stdout: the contract
+        row = bench.figures[fig.name]
+        print(f"{fig.name}: {format_value(row['value'], fig.unit, row['status'])}", flush=True)
+    for fig in FIGURES:  # stderr: how each was measured
+        log(f"how {fig.name}: {bench.figures[fig.name]['how'] or 'not measured'}")
+    missed = [f.name for f in FIGURES if bench.figures[f.name]["met"] is False]
+    failed = [f.name for f in FIGURES if bench.figures[f.name]["status"] == "failed"]
+    for name in missed:
+        row = bench.figures[name]
+        note = " (--quick: not a cold measurement)" if args.quick and name == "noop_rebuild_ratio" else ""
+        log(f"goal missed: {name} ({format_value(row['value'], GOALS[name].unit)}, goal "
+            f"{format_goal(name)}){note}")
+    for name in failed:
+        log(f"not measured: {name}: {bench.figures[name]['how']}")
+
+    report = {
+        "date": date, "machine": machine, "quick": args.quick, "total_seconds": round(total, 1),
+        "figures": {name: row["value"] for name, row in bench.figures.items()},
+        "goals": {f.name: f.goal for f in FIGURES},
+        "status": {name: row["status"] for name, row in bench.figures.items()},
+        "met": {name: row["met"] for name, row in bench.figures.items()},
+        "how": {name: row["how"] for name, row in bench.figures.items()},
+        "missed": missed, "failed": failed, "error": setup_error, "details": bench.details,
+    }
+    path = QUICK_REPORT if args.quick else REPORT
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    log(f"bench: wrote {path.relative_to(ROOT)} in {total:.0f} s total")
+    if not args.quick:
+        README.write_text(update_readme(README.read_text(encoding="utf-8"),
+                                        render_table(bench.figures, date, machine)), encoding="utf-8")
+        log("bench: README.md table updated")
+    else:
+        log("bench: --quick leaves README.md alone")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
