@@ -9,13 +9,14 @@ Only a fully built and labelled image gets a tag.
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 import tempfile
 import time
 from collections import Counter
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -42,6 +43,8 @@ class BuildOptions:
     ca_bundle: Path | None = None
     wheelhouses: tuple[Path, ...] = ()
     allow_missing: tuple[str, ...] = ()
+    # variant name -> base image for that root variant (`build --locked`: lock.locked_bases); wins over base_image.
+    base_overrides: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass
@@ -104,7 +107,8 @@ def labels_from_manifest(v: Variant, manifest: Mapping[str, Any], prov: Mapping[
 
 def installed_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:
     """python, framework, nccl, cudnn and hypertune versions as the in-image manifest reports them."""
-    dists = {k.lower(): val for k, val in manifest.get("distributions", {}).items()}
+    # Distribution names as PEP 503 normalises them: wheels write tensorflow_cpu, pip says tensorflow-cpu.
+    dists = {re.sub(r"[-_.]+", "-", k).lower(): val for k, val in manifest.get("distributions", {}).items()}
     framework = next((dists[n] for n in ("torch", "tensorflow", "tensorflow-cpu", "jax") if n in dists), None)
     libraries = manifest.get("libraries", {})
     return {
@@ -182,7 +186,7 @@ class Builder:
         if v.extends:
             args[PARENT_ARG] = built[v.extends]
         else:
-            args[BASE_ARG] = opts.base_image or v.base_image
+            args[BASE_ARG] = opts.base_overrides.get(v.name) or opts.base_image or v.base_image
         return args
 
     def _build_variant(self, plan: Plan, df: Path, args: dict[str, str], common: dict[str, Any], used: list[str],

@@ -157,15 +157,31 @@ def _engine():
 @click.argument("variants", nargs=-1)
 @build_flags
 @click.option("--json", "json_path", metavar="FILE", help="Write a JSON report per variant.")
+@click.option("--locked", is_flag=True, help="Build each root variant on the base its lockfile entry records.")
+@click.option("--lock", "lock_path", metavar="FILE", default=None,
+              help="The lockfile --locked reads (default: images.lock).")
 @pass_ctx
 def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: Path | None,
-          wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, json_path: str | None) -> None:
+          wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, json_path: str | None,
+          locked: bool, lock_path: str | None) -> None:
     """Build variants (default: all) through the Docker engine."""
+    import dataclasses
+
     from .build import Builder
     from .progress import Progress
 
+    if lock_path and not locked:
+        raise UserInputError("--lock is read only with --locked", where="--lock")
+    if locked and base_image:
+        raise UserInputError("--locked builds on the recorded bases; drop --base-image", where="--locked")
     opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing)
-    builder = Builder(c.recipes(), _engine(), Progress(progress, c.env), c.env, c.root)
+    recipes, engine = c.recipes(), _engine()
+    if locked:
+        from .lock import DEFAULT_LOCK, locked_bases
+
+        chosen = recipes.with_parents(recipes.select(list(variants)))
+        opts = dataclasses.replace(opts, base_overrides=locked_bases(engine, lock_path or DEFAULT_LOCK, chosen))
+    builder = Builder(recipes, engine, Progress(progress, c.env), c.env, c.root)
     results = builder.build(list(variants), opts)
     if json_path:
         _emit_json([r.to_json() for r in results], json_path)
@@ -318,11 +334,13 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
 @test_flags
 @registry_flags
 @click.option("--json", "json_path", metavar="FILE", help="Write the release report as JSON.")
+@click.option("--lock", "lock_path", metavar="FILE", default=None,
+              help="Record what was released in this lockfile (merged; written only after every push succeeded).")
 @pass_ctx
 def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | None, ca_bundle: Path | None,
             wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, platform: str,
             replicas: int, nproc_per_node: int, timeout: float, junit_path: str | None, registry: str,
-            username: str | None, password_stdin: bool, json_path: str | None) -> None:
+            username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None) -> None:
     """Build, test, then push every named variant, only if all of them passed."""
     from .build import Builder
     from .progress import Progress
@@ -333,7 +351,12 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
         raise UserInputError("name the variants to release, or pass --all", where="release")
     RegistryTarget.parse(registry)  # bad input fails before an hour of building
     opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing)
-    builds = Builder(c.recipes(), _engine(), Progress(progress, c.env), c.env, c.root).build(list(variants), opts)
+    if lock_path:
+        from .lock import read_lock
+
+        read_lock(lock_path)  # a malformed lockfile fails before an hour of building
+    recipes, engine = c.recipes(), _engine()
+    builds = Builder(recipes, engine, Progress(progress, c.env), c.env, c.root).build(list(variants), opts)
     suites = _run_tests(c, [(b.tag, b.name) for b in builds], platform, replicas, nproc_per_node, timeout, progress)
     if json_path:
         write_json(suites, json_path)
@@ -343,7 +366,37 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
     if failed:
         raise CheckFailed("nothing pushed: " + "; ".join(
             f"{s.name} failed {', '.join(ch.name for ch in s.failed)}" for s in failed))
-    _push(c, [b.tag for b in builds], registry, username, password_stdin)
+    from . import records
+    from .lock import push_release, record_release
+
+    target = RegistryTarget.parse(registry)
+    creds = _credentials(target, username, password_stdin, c.env)
+    pushed = push_release(engine.client, builds, target, creds,
+                          gate=lambda image_id, ref: records.require_pass(image_id, ref, c.env),
+                          on_pushed=lambda tag, r: click.echo(f"pushed {r.ref}@{r.digest} "
+                                                             f"({r.bytes_uploaded} bytes uploaded)"))
+    if lock_path:
+        record_release(lock_path, engine, recipes, builds, suites, pushed)
+        click.echo(f"locked {len(builds)} variant(s) in {lock_path}")
+
+
+@cli.command("diff")
+@click.argument("a")
+@click.argument("b")
+@click.option("--lock", "lock_path", metavar="FILE", default=None,
+              help="The lockfile lock:<variant> reads (default: images.lock).")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@pass_ctx
+def diff_cmd(c: Ctx, a: str, b: str, lock_path: str | None, as_json: bool) -> None:
+    """Compare two images (VARIANT, IMAGE, lock:VARIANT or LOCKFILE:VARIANT): versions, labels, layers, size."""
+    from .diff import diff_images, load_side, render_diff
+
+    engine = _engine()
+    d = diff_images(*(load_side(engine, _resolve_image(c, ref)[0], lock_path) for ref in (a, b)))
+    if as_json:
+        _emit_json(d, None)
+    else:
+        click.echo(render_diff(d), nl=False)
 
 
 @cli.group()

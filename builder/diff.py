@@ -131,7 +131,8 @@ def _mb(n: int) -> str:
 def render_diff(d: dict[str, Any]) -> str:
     """The text form of `diff_images`' result."""
     a, b = d["a"], d["b"]
-    lines = [f"--- a: {a['ref']} ({(a['image_id'] or '?')[7:19]})", f"+++ b: {b['ref']} ({(b['image_id'] or '?')[7:19]})"]
+    lines = [f"--- a: {a['ref']} ({(a['image_id'] or '?')[7:19]})",
+             f"+++ b: {b['ref']} ({(b['image_id'] or '?')[7:19]})"]
     if d["same"]:
         lines.append("same image" if a["image_id"] == b["image_id"] else "no differences")
         return "\n".join(lines) + "\n"

@@ -235,8 +235,9 @@ def record_release(path: str | os.PathLike[str], engine: Any, recipes: Any, buil
     for b in builds:
         v = recipes.by_name.get(b.name)
         mine = {t: r for t, r in pushed.items() if t == b.tag or _moving_of(t, b.tag)}
-        entries.append(lock_entry(b, recipe=getattr(v, "source", "") or "", base_digest=base_digest(engine, b.base_image),
-                                  suite=by_suite.get(b.name), pushed=mine))
+        entries.append(lock_entry(b, recipe=getattr(v, "source", "") or "",
+                                  base_digest=base_digest(engine, b.base_image), suite=by_suite.get(b.name),
+                                  pushed=mine))
     return write_lock(path, entries)
 
 

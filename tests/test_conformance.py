@@ -27,7 +27,7 @@ from conftest_registry import RegistryLogin
 
 pytestmark = pytest.mark.engine
 
-JUNIT_XSD = Path(__file__).parent / "fixtures" / "junit.xsd"
+JUNIT_XSD = Path(__file__).resolve().parent.parent / "builder" / "data" / "junit.xsd"  # Jenkins xunit junit-10
 GPU_CHECKS = ("nccl", "cudnn", "gpu", "allreduce_nccl_containers", "allreduce_nccl_single_container")
 PROBE_CHECKS = ("python", "framework", "nccl", "cudnn", "reduction_server", "hypertune", "cluster_parsing", "gpu",
                 "duplicate_libs")
@@ -132,8 +132,6 @@ def test_good_image_passes_vertex_with_4_replicas(vertex_x4) -> None:
     assert_passing_reports(report, junit, "vertex", 4)
 
 
-@pytest.mark.xfail(strict=True, reason="builder/report.py junit_xml() sets a `skipped` attribute on <testsuites>, "
-                                       "which Jenkins' junit-10.xsd does not declare (only <testsuite> has it)")
 def test_junit_report_validates_against_jenkins_schema(vertex_x4) -> None:
     _, _, junit = vertex_x4
     xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(junit))
@@ -270,32 +268,69 @@ def test_cpu_only_framework_in_a_gpu_variant_fails_framework(broken_runs) -> Non
 # -- interrupted runs ----------------------------------------------------------------------------------------------
 
 
-def test_sigint_during_the_allreduce_cleans_up(cpu_image: str, state_env: dict[str, str],
-                                               client: docker.DockerClient) -> None:
-    proc = start("test", cpu_image, "--replicas", "4", "--progress", "quiet", env=state_env)
+@pytest.fixture(scope="module")
+def hung_image(images: TestImages) -> str:
+    """Rank 1 never joins: the all-reduce runs until the timeout, so a signal surely lands during it."""
+    return images.hung_replica()
+
+
+def wait_until_all_running(client: docker.DockerClient, proc: subprocess.Popen[str], n: int,
+                           timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        running = [c for c in client.containers.list(filters={"label": "trainimg.run", "status": "running"})
+                   if f"container {c.name}" in owned_by(client, proc.pid)]
+        if len(running) >= n:
+            time.sleep(0.5)  # the CLI is past starting them, in its wait loop
+            return
+        assert proc.poll() is None, f"trainimg test ended early: {proc.communicate()}"
+        time.sleep(0.2)
+    raise AssertionError(f"{n} replicas of pid {proc.pid} were not running within {timeout} s")
+
+
+def interrupt(proc: subprocess.Popen[str], sig: int) -> str:
     try:
-        wait_for_replicas(client, proc)
-        proc.send_signal(signal.SIGINT)
+        proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
     finally:
         if proc.poll() is None:
             proc.kill()
             proc.communicate()
-    assert proc.returncode != 0, "the run finished before SIGINT arrived"
+    return err or ""
+
+
+def test_sigint_during_the_allreduce_cleans_up(hung_image: str, state_env: dict[str, str],
+                                               client: docker.DockerClient) -> None:
+    proc = start("test", hung_image, "--replicas", "4", "--progress", "quiet", env=state_env)
+    wait_until_all_running(client, proc, 4)
+    err = interrupt(proc, signal.SIGINT)
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    assert err.strip().splitlines()[-1] == "trainimg: interrupted", err[-2000:]
     assert owned_by(client, proc.pid) == [], err[-2000:]
 
 
-def test_sigkill_leftovers_are_reaped_by_the_next_run(cpu_image: str, state_env: dict[str, str],
-                                                      client: docker.DockerClient, tmp_path: Path) -> None:
+def test_sigint_while_replicas_start_cleans_up(cpu_image: str, state_env: dict[str, str],
+                                               client: docker.DockerClient) -> None:
     proc = start("test", cpu_image, "--replicas", "4", "--progress", "quiet", env=state_env)
     try:
-        wait_for_replicas(client, proc)
-    finally:
-        proc.kill()
-        proc.communicate()
+        wait_for_replicas(client, proc)  # the first replica exists; the others are being created
+    except BaseException:
+        interrupt(proc, signal.SIGKILL)
+        raise
+    err = interrupt(proc, signal.SIGINT)
+    assert proc.returncode != 0, "the run finished before SIGINT arrived"
+    # A container the engine created while Ctrl-C arrived (state "created") must go too: cleanup by run label.
+    assert owned_by(client, proc.pid) == [], err[-2000:]
+
+
+def test_sigkill_leftovers_are_reaped_by_the_next_run(hung_image: str, cpu_image: str, state_env: dict[str, str],
+                                                      client: docker.DockerClient, tmp_path: Path) -> None:
+    proc = start("test", hung_image, "--replicas", "4", "--progress", "quiet", env=state_env)
+    wait_until_all_running(client, proc, 4)
+    interrupt(proc, signal.SIGKILL)
     assert proc.returncode == -signal.SIGKILL
     left = owned_by(client, proc.pid)
-    assert left, "a SIGKILLed run left nothing behind: this test proves nothing"
-    r, report, _ = run_test(cpu_image, tmp_path, state_env)
+    assert len([x for x in left if x.startswith("container")]) == 4 and any(x.startswith("network") for x in left), left
+    r, _, _ = run_test(cpu_image, tmp_path, state_env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert owned_by(client, proc.pid) == [], "the next run did not reap the killed run's containers and networks"
