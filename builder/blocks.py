@@ -112,6 +112,12 @@ def extras(v: Variant) -> Block:
                        else "Extra packages of the recipe.")
 
 
+def secrets_cleanup() -> Block:
+    """BuildKit 0.8 leaves the empty /run/secrets mount point in the layer of a RUN that mounted a secret; a
+    later RUN without mounts removes it (the root variants' runtime step does this itself)."""
+    return Block("secrets_cleanup", "RUN rmdir /run/secrets 2>/dev/null || true")
+
+
 def runtime(v: Variant) -> Block:
     return Block("runtime", _render("runtime", python=v.python))
 

@@ -256,16 +256,18 @@ def judge_allreduce(name: str, results: list[ReplicaResult], world: int, seconds
                                        "results": lines, "log_tail": r.logs.strip().splitlines()[-5:]}
         if r.role not in ("chief", "worker"):
             continue
+        wrong = [line.get("got") for line in lines if not (line.get("ok") and line.get("got") == expected)]
         if r.timed_out:
             problems.append(f"{r.name} timed out")
+        elif wrong:
+            problems.append(f"{r.name} got {wrong}, expected {expected}")
         elif r.exit_code is None:
             problems.append(f"{r.name} did not finish")
         elif r.exit_code != 0:
             tail = (r.logs.strip().splitlines() or ["no output"])[-1][:200]
             problems.append(f"{r.name} exited {r.exit_code}: {tail}")
-        elif not lines or not all(line.get("ok") and line.get("got") == expected for line in lines):
-            got = [line.get("got") for line in lines]
-            problems.append(f"{r.name} got {got or 'no result'}, expected {expected}")
+        elif not lines:
+            problems.append(f"{r.name} reported no result, expected {expected}")
     ranks = sorted(line.get("rank") for r in results if r.role in ("chief", "worker")
                    for line in records.get(r.name, {}).get("lines", []) if line.get("rank") is not None)
     if not problems and ranks != list(range(world)):

@@ -75,7 +75,7 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None) -> Plan
         if parent is None or parent.name != v.extends:
             raise ValueError(f"make_plan needs the parent variant {v.extends!r} of {v.name!r}")
         args = ((PARENT_ARG, parent.tag),)
-        image_blocks = [b for b in (blocks.extras(v) if v.extras else None,) if b] + [
+        image_blocks = ([blocks.extras(v), blocks.secrets_cleanup()] if v.extras else []) + [
             blocks.labels(static_labels(v))]
         return Plan(v, args, _chain([(FINAL_STAGE, f"${{{PARENT_ARG}}}", image_blocks)], args))
 

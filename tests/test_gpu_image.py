@@ -136,4 +136,4 @@ def test_judge_nccl_results_per_rank() -> None:
         {"framework": "pytorch", "backend": "nccl", "rank": 1, "world_size": 2, "expected": 3, "got": 4,
          "ok": False}) + "\n")]
     verdict = judge_allreduce("x", bad, 2, 1.0)
-    assert verdict.status == "failed" and "worker-1 exited 1" in verdict.reason
+    assert verdict.status == "failed" and "worker-1 got [4], expected 3" in verdict.reason

@@ -258,7 +258,7 @@ def test_plan_stages(rs, compat):
     child = make_plan(child_v, compat, rs.by_name[child_v.extends])
     assert child.args == (("PARENT_IMAGE", "trainimg/pytorch:2.14.1-cu130-py3.12"),)
     assert [s.name for s in child.stages] == ["image"] and child.stages[0].parent == "${PARENT_IMAGE}"
-    assert [b.name for b in child.stages[0].blocks] == ["extras", "labels"]
+    assert [b.name for b in child.stages[0].blocks] == ["extras", "secrets_cleanup", "labels"]
     with pytest.raises(ValueError):
         make_plan(child_v, compat)
 
