@@ -15,6 +15,7 @@ import subprocess
 import tempfile
 import time
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -43,6 +44,7 @@ class BuildOptions:
     ca_bundle: Path | None = None
     wheelhouses: tuple[Path, ...] = ()
     allow_missing: tuple[str, ...] = ()
+    jobs: int = 3  # variants built at once after their shared parents
     # variant name -> base image for that root variant (`build --locked`: lock.locked_bases); wins over base_image.
     base_overrides: Mapping[str, str] = field(default_factory=dict)
 
@@ -120,6 +122,14 @@ def installed_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:
     }
 
 
+def _waves(plans: list[Plan]) -> list[list[Plan]]:
+    """Plans grouped so that every variant comes in a later wave than the variant it extends."""
+    depth: dict[str, int] = {}
+    for p in plans:  # parents come before their children in `plans`
+        depth[p.variant.name] = depth[p.variant.extends] + 1 if p.variant.extends in depth else 0
+    return [[p for p in plans if depth[p.variant.name] == d] for d in sorted(set(depth.values()))]
+
+
 class Builder:
     def __init__(self, recipes: RecipeSet, engine: DockerEngine, progress: Progress, env: Mapping[str, str],
                  repo_root: Path, compat: Compat | None = None) -> None:
@@ -142,7 +152,6 @@ class Builder:
         if opts.ca_bundle is not None and not opts.ca_bundle.is_file():
             raise UserInputError(f"{opts.ca_bundle} is not a file", where="--ca-bundle")
         prov = provenance(self.repo_root, self.env)
-        results: list[VariantBuild] = []
         with tempfile.TemporaryDirectory(prefix="trainimg-ctx-") as tmp, serve(wheelhouses) as lines:
             ctx = Path(tmp) / "context"
             shutil.copytree(Path(runtime_pkg.__file__).parent, ctx / "builder" / "runtime",
@@ -154,27 +163,36 @@ class Builder:
             if opts.ca_bundle:
                 secrets[CA_SECRET] = opts.ca_bundle
             common = dict(context=ctx, secrets=secrets, network_host=bool(wheelhouses))
-            built: dict[str, str] = {}  # variant name -> image id, for variants that extend it
             shared = self._shared_parents(plans)
             done_parents: set[str] = set()
+            files: dict[str, Path] = {}
+            used: dict[str, list[str]] = {}
             for plan in plans:
-                df = Path(tmp) / f"{plan.variant.name}.Dockerfile"
+                df = files[plan.variant.name] = Path(tmp) / f"{plan.variant.name}.Dockerfile"
                 df.write_text(dockerfile(plan), encoding="utf-8")
-                args = self._args(plan, opts, built)
-                used = []
+                used[plan.variant.name] = [f"{s.name}:{s.key[:12]}" for s in plan.parents if s.key in shared]
                 for stage in plan.parents:
-                    if stage.key in shared:
-                        used.append(f"{stage.name}:{stage.key[:12]}")
-                        if stage.key not in done_parents:
-                            task = f"{stage.name} stage {stage.key[:12]} (shared by {shared[stage.key]} variants)"
-                            self.progress.start(task)
-                            res = self.engine.build(BuildRequest(df, target=stage.name, build_args=args, **common),
-                                                    lambda line, t=task: self.progress.line(t, line))
-                            self.progress.done(f"built {task} in {res.seconds:.1f}s")
-                            done_parents.add(stage.key)
-                results.append(self._build_variant(plan, df, args, common, used, prov))
-                built[plan.variant.name] = results[-1].image_id
-        return results
+                    if stage.key in shared and stage.key not in done_parents:
+                        task = f"{stage.name} stage {stage.key[:12]} (shared by {shared[stage.key]} variants)"
+                        self.progress.start(task)
+                        res = self.engine.build(
+                            BuildRequest(df, target=stage.name, build_args=self._args(plan, opts, {}), **common),
+                            lambda line, t=task: self.progress.line(t, line))
+                        self.progress.done(task, f"built {task} in {res.seconds:.1f}s")
+                        done_parents.add(stage.key)
+            # Then the variants, concurrently once their shared parents are in the cache: BuildKit runs the
+            # framework installs side by side. A variant that extends another waits for the wave before it.
+            built: dict[str, str] = {}  # variant name -> image id, for variants that extend it
+            by_name: dict[str, VariantBuild] = {}
+            for wave in _waves(plans):
+                with ThreadPoolExecutor(max_workers=max(1, min(opts.jobs, len(wave)))) as pool:
+                    futures = {p.variant.name: pool.submit(self._build_variant, p, files[p.variant.name],
+                                                           self._args(p, opts, built), common,
+                                                           used[p.variant.name], prov) for p in wave}
+                    for name, future in futures.items():
+                        by_name[name] = future.result()
+                        built[name] = by_name[name].image_id
+        return [by_name[p.variant.name] for p in plans]
 
     def _shared_parents(self, plans: list[Plan]) -> dict[str, int]:
         counts = Counter(s.key for p in plans for s in p.parents)
@@ -202,7 +220,7 @@ class Builder:
         self.engine.tag(image_id, v.tag)
         info = self.engine.image(image_id) or {}
         seconds = time.monotonic() - start
-        self.progress.done(f"built {v.tag} ({image_id[7:19]}, {info.get('Size', 0) / 1e6:.0f} MB) in {seconds:.1f}s, "
+        self.progress.done(v.name, f"built {v.tag} ({image_id[7:19]}, {info.get('Size', 0) / 1e6:.0f} MB) in {seconds:.1f}s, "
                            f"{res.cached}/{res.steps} steps cached")
         return VariantBuild(
             name=v.name, tag=v.tag, image_id=image_id, size=int(info.get("Size", 0)), seconds=round(seconds, 2),

@@ -115,7 +115,7 @@ def render(c: Ctx, out: Path | None, check: bool) -> None:
 
 
 def _build_options(c: Ctx, base_image: str | None, ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
-                   allow_missing: tuple[str, ...]):
+                   allow_missing: tuple[str, ...], jobs: int):
     from .build import BuildOptions
     from .recipe import _REFERENCE_RE
     from .wheelhouse import default_ca_bundle, default_wheelhouses
@@ -127,6 +127,7 @@ def _build_options(c: Ctx, base_image: str | None, ca_bundle: Path | None, wheel
         ca_bundle=ca_bundle if ca_bundle is not None else default_ca_bundle(c.env),
         wheelhouses=wheelhouse or default_wheelhouses(c.env),
         allow_missing=allow_missing,
+        jobs=jobs,
     )
 
 
@@ -142,6 +143,8 @@ def build_flags(fn):
         click.option("--allow-missing", multiple=True, metavar="COMPONENT",
                      help="Build without COMPONENT when it cannot be installed; recorded as absent."),
         click.option("--progress", type=click.Choice(["auto", "plain", "quiet"]), default="auto", show_default=True),
+        click.option("--jobs", type=click.IntRange(1, 16), default=3, show_default=True,
+                     help="Variants built at once, after the parents they share."),
     ]):
         fn = deco(fn)
     return fn
@@ -162,8 +165,8 @@ def _engine():
               help="The lockfile --locked reads (default: images.lock).")
 @pass_ctx
 def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: Path | None,
-          wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, json_path: str | None,
-          locked: bool, lock_path: str | None) -> None:
+          wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
+          json_path: str | None, locked: bool, lock_path: str | None) -> None:
     """Build variants (default: all) through the Docker engine."""
     import dataclasses
 
@@ -174,7 +177,7 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
         raise UserInputError("--lock is read only with --locked", where="--lock")
     if locked and base_image:
         raise UserInputError("--locked builds on the recorded bases; drop --base-image", where="--locked")
-    opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing)
+    opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs)
     recipes, engine = c.recipes(), _engine()
     if locked:
         from .lock import DEFAULT_LOCK, locked_bases
@@ -338,7 +341,7 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
               help="Record what was released in this lockfile (merged; written only after every push succeeded).")
 @pass_ctx
 def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | None, ca_bundle: Path | None,
-            wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, platform: str,
+            wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int, platform: str,
             replicas: int, nproc_per_node: int, timeout: float, junit_path: str | None, registry: str,
             username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None) -> None:
     """Build, test, then push every named variant, only if all of them passed."""
@@ -350,7 +353,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
     if not variants and not all_:
         raise UserInputError("name the variants to release, or pass --all", where="release")
     RegistryTarget.parse(registry)  # bad input fails before an hour of building
-    opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing)
+    opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs)
     if lock_path:
         from .lock import read_lock
 

@@ -196,7 +196,10 @@ class Conformance:
         runner = ReplicaRunner(self.engine, self.on_log)
         start = time.monotonic()
         results = runner.run(self._job(image_id, expect, opts, baked, runner), opts.timeout)
-        return judge_allreduce(name, results, opts.replicas * opts.nproc_per_node, time.monotonic() - start)
+        # TensorFlow runs one worker per replica with all its GPUs (MultiWorkerMirroredStrategy): the launcher
+        # starts one process whatever --nproc-per-node says.
+        per_node = 1 if framework == "tensorflow" else opts.nproc_per_node
+        return judge_allreduce(name, results, opts.replicas * per_node, time.monotonic() - start)
 
     def _gpu_allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions, baked: bool) -> list[Check]:
         names = ("allreduce_nccl_containers", "allreduce_nccl_single_container")

@@ -173,12 +173,6 @@ class DockerEngine:
             raise EngineError(f"{path} is not readable in {image}: {_short(exc)}") from None
         return out.decode("utf-8")
 
-    def remove_image(self, ref: str) -> None:
-        try:
-            self.client.api.remove_image(ref, force=True, noprune=False)
-        except docker.errors.ImageNotFound:
-            pass
-
 
 def _failure(log: list[str], target: str) -> str:
     """One line saying why a build failed, from BuildKit's plain log."""

@@ -38,10 +38,6 @@ class Plan:
     stages: tuple[Stage, ...]
 
     @property
-    def root_arg(self) -> str:
-        return self.args[0][0]
-
-    @property
     def components(self) -> tuple[str, ...]:
         """Components a build may be allowed to miss (--allow-missing)."""
         return tuple(c for s in self.stages for b in s.blocks for c in b.components)

@@ -1,12 +1,14 @@
 """Progress for long work: rich on a terminal, plain prefixed lines in CI, nothing with quiet.
 
 Every line a build prints goes through here, so the choice is made once (`--progress auto|plain|quiet`).
+Several builds may report at once (variants build concurrently), so every method takes one lock.
 """
 
 from __future__ import annotations
 
 import re
 import sys
+import threading
 from collections.abc import Mapping
 from typing import TextIO
 
@@ -20,6 +22,8 @@ class Progress:
             interactive = self.stream.isatty() and not env.get("CI")
             mode = "rich" if interactive else "plain"
         self.mode = mode
+        self._lock = threading.Lock()
+        self._active: list[str] = []
         self._status = None
         self._console = None
         if mode == "rich":
@@ -28,30 +32,34 @@ class Progress:
             self._console = Console(file=self.stream)
 
     def start(self, task: str) -> None:
-        if self.mode == "rich":
-            self._status = self._console.status(task)  # type: ignore[union-attr]
-            self._status.start()
-        elif self.mode == "plain":
-            print(f"trainimg: {task}", file=self.stream, flush=True)
+        with self._lock:
+            self._active.append(task)
+            if self.mode == "rich":
+                if self._status is None:
+                    self._status = self._console.status(task)  # type: ignore[union-attr]
+                    self._status.start()
+                self._status.update(", ".join(self._active))
+            elif self.mode == "plain":
+                print(f"trainimg: {task}", file=self.stream, flush=True)
 
     def line(self, task: str, line: str) -> None:
         """A line of the work's own output: steps shown, the chatter dropped unless it is an error."""
         if not _SHOWN_RE.match(line):
             return
-        if self.mode == "rich" and self._status is not None:
-            self._status.update(f"{task}: {line[:100]}")
-        elif self.mode == "plain":
-            print(f"[{task}] {line}", file=self.stream, flush=True)
+        with self._lock:
+            if self.mode == "rich" and self._status is not None:
+                self._status.update(f"{task}: {line[:100]}")
+            elif self.mode == "plain":
+                print(f"[{task}] {line}", file=self.stream, flush=True)
 
-    def done(self, message: str) -> None:
-        if self._status is not None:
-            self._status.stop()
-            self._status = None
-        if self.mode == "rich":
-            self._console.print(message)  # type: ignore[union-attr]
-        elif self.mode == "plain":
-            print(f"trainimg: {message}", file=self.stream, flush=True)
-
-    def note(self, message: str) -> None:
-        if self.mode != "quiet":
-            print(f"trainimg: {message}", file=self.stream, flush=True)
+    def done(self, task: str, message: str) -> None:
+        with self._lock:
+            if task in self._active:
+                self._active.remove(task)
+            if self.mode == "rich":
+                self._console.print(message)  # type: ignore[union-attr]
+                if not self._active and self._status is not None:
+                    self._status.stop()
+                    self._status = None
+            elif self.mode == "plain":
+                print(f"trainimg: {message}", file=self.stream, flush=True)

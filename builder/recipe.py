@@ -164,17 +164,17 @@ def load_recipes(recipes_dir: Path, paths: Iterable[Path] | None = None, compat:
     files = sorted(Path(p) for p in paths) if paths else sorted(recipes_dir.glob("*.y*ml"))
     if not files:
         raise RecipeError("no recipe files (*.yaml) found", where=str(recipes_dir))
-    variants: list[Variant] = []
-    children: list[_Fields] = []
-    for path in files:
-        for f in expand_file(path, _display(path, recipes_dir)):
-            if "extends" in f.values:
-                children.append(f)
-            else:
-                variants.append(_resolve(f, compat))
-    _resolve_children(variants, children)
+    fields = [f for path in files for f in expand_file(path, _display(path, recipes_dir))]
+    return RecipeSet(resolve(fields, compat))
+
+
+def resolve(fields: list[_Fields], compat: Compat, known: Iterable[Variant] = ()) -> list[Variant]:
+    """Validate expanded recipe fields into variants: roots first, then those extending them (which may extend
+    `known` variants too), then the checks across the whole set."""
+    variants = list(known) + [_resolve(f, compat) for f in fields if "extends" not in f.values]
+    _resolve_children(variants, [f for f in fields if "extends" in f.values])
     _check_set(variants)
-    return RecipeSet(variants)
+    return variants
 
 
 def _display(path: Path, recipes_dir: Path) -> str:

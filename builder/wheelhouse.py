@@ -115,6 +115,10 @@ def pip_conf(wheelhouse_lines: list[str], ca_bundle: Path | None, env: Mapping[s
     if ca_bundle:
         lines.append(f"cert = /run/secrets/{CA_SECRET}")
     lines.append("timeout = 60")
+    # pip retries a failed index lookup 5 times with backoff, ~8 s per package when an index's host does not
+    # resolve (offline machines, mirrors standing in for download.pytorch.org): one retry, unless the host says.
+    retries = env.get("PIP_RETRIES", "1")
+    lines.append(f"retries = {retries if retries.isdigit() else 1}")
     return "\n".join(lines) + "\n"
 
 

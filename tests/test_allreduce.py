@@ -7,7 +7,6 @@ the machine's local wheels when it is missing), and asserts every rank's single 
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import shutil
@@ -19,43 +18,13 @@ from pathlib import Path
 
 import pytest
 
+from venvs import venv
 from builder.runtime import allreduce
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME = REPO / "builder" / "runtime"
 
-VENVS = {
-    "torch": ("/tmp/venv-torch", ["torch==2.13.0", "cloudml-hypertune==0.1.0.dev6"], ["torch"]),
-    "tf": ("/tmp/venv-tf", ["tensorflow-cpu==2.21.0"], ["tensorflow"]),
-    "jax": ("/tmp/venv-jax", ["jax==0.10.2", "jaxlib==0.10.2"], ["jax", "jaxlib"]),
-}
-_VENV_FAILURES: dict[str, str] = {}
 
-
-@functools.lru_cache(maxsize=None)
-def _venv_python(name: str) -> str | None:
-    directory, requirements, modules = VENVS[name]
-    directory = os.environ.get(f"TRAINIMG_TEST_VENV_{name.upper()}", directory)
-    python = os.path.join(directory, "bin", "python")
-    check = "import importlib.util,sys; sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))"
-    if os.path.exists(python) and subprocess.run([python, "-c", check, *modules]).returncode == 0:
-        return python
-    try:
-        if not os.path.exists(python):
-            subprocess.run([sys.executable, "-m", "venv", directory], check=True, capture_output=True, timeout=300)
-        subprocess.run([python, "-m", "pip", "install", "-q", *requirements], check=True, capture_output=True,
-                       timeout=1200)
-    except (subprocess.SubprocessError, OSError) as err:
-        _VENV_FAILURES[name] = f"could not make {directory} with {' '.join(requirements)}: {err}"
-        return None
-    return python if subprocess.run([python, "-c", check, *modules]).returncode == 0 else None
-
-
-def venv(name: str) -> str:
-    python = _venv_python(name)
-    if python is None:
-        pytest.skip(_VENV_FAILURES.get(name, f"venv {name} unusable"))
-    return python
 
 
 @pytest.fixture(scope="session")

@@ -1,7 +1,7 @@
 """Hostile values in every recipe field that reaches a Dockerfile: rejected with one `file:key` line, or harmless.
 
 Each value goes into one field of an otherwise good recipe, written to a file and read back through the loader
-(`expand_file` + `_resolve`, or the full CLI for a few hundred cases). Then either
+(`expand_file` + `resolve`, or the full CLI for a few hundred cases). Then either
 - it is rejected: a RecipeError whose text is one line, starting ``recipes/f.yaml:`` and naming the field's key, or
 - it is accepted: the value uses only characters that cannot open an instruction, a shell word or a template
   expression, and the rendered Dockerfile has the same lines and instructions as with a good value, no control or
@@ -24,7 +24,7 @@ from builder.cli import main
 from builder.compat import load_compat
 from builder.errors import RecipeError
 from builder.plan import make_plan
-from builder.recipe import _check_set, _resolve, _resolve_children, expand_file, load_recipes
+from builder.recipe import expand_file, load_recipes, resolve
 from builder.render import dockerfile
 
 SHOWN = "recipes/f.yaml"
@@ -164,15 +164,7 @@ def _load(env, doc):
     """The loader's path for one file: expand, resolve, resolve children, check the set. Returns (variant, plan)."""
     path = _write(env["root"], doc)
     compat = env["compat"]
-    variants = list(env["parents"])
-    children = []
-    for f in expand_file(path, SHOWN):
-        if "extends" in f.values:
-            children.append(f)
-        else:
-            variants.append(_resolve(f, compat))
-    _resolve_children(variants, children)
-    _check_set(variants)
+    variants = resolve(expand_file(path, SHOWN), compat, env["parents"])
     ours = [v for v in variants if v.source == SHOWN]
     assert len(ours) == 1
     v = ours[0]

@@ -7,7 +7,6 @@ holds the real package (made on first use from the machine's local wheels when i
 
 from __future__ import annotations
 
-import functools
 import glob
 import json
 import os
@@ -20,50 +19,16 @@ from pathlib import Path
 
 import pytest
 
+from venvs import venv
 from builder.runtime import libs, manifest, probe
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME = REPO / "builder" / "runtime"
 
-# name -> (directory, pip requirements, modules that must be importable)
-VENVS = {
-    "torch": ("/tmp/venv-torch", ["torch==2.13.0", "cloudml-hypertune==0.1.0.dev6"], ["torch", "hypertune"]),
-    "tf": ("/tmp/venv-tf", ["tensorflow-cpu==2.21.0"], ["tensorflow"]),
-    "jax": ("/tmp/venv-jax", ["jax==0.10.2", "jaxlib==0.10.2"], ["jax", "jaxlib"]),
-}
 NCCL_WHEELS = "/opt/pypi-more/files/nvidia_nccl_cu13-2.30.7-*.whl"
 CUDNN_WHEELS = "/opt/pypi-more/files/nvidia_cudnn_cu13-9.24.0.43-*.whl"
 LIB_CACHE = Path("/tmp/trainimg-test-libs")
 
-
-@functools.lru_cache(maxsize=None)
-def _venv_python(name: str) -> str | None:
-    """The venv's python with the packages importable, making the venv if needed; None (with reason) if impossible."""
-    directory, requirements, modules = VENVS[name]
-    directory = os.environ.get(f"TRAINIMG_TEST_VENV_{name.upper()}", directory)
-    python = os.path.join(directory, "bin", "python")
-    check = "import importlib.util,sys; sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))"
-    if os.path.exists(python) and subprocess.run([python, "-c", check, *modules]).returncode == 0:
-        return python
-    try:
-        if not os.path.exists(python):
-            subprocess.run([sys.executable, "-m", "venv", directory], check=True, capture_output=True, timeout=300)
-        subprocess.run([python, "-m", "pip", "install", "-q", *requirements], check=True, capture_output=True,
-                       timeout=1200)
-    except (subprocess.SubprocessError, OSError) as err:
-        _venv_python.failures[name] = f"could not make {directory} with {' '.join(requirements)}: {err}"
-        return None
-    return python if subprocess.run([python, "-c", check, *modules]).returncode == 0 else None
-
-
-_venv_python.failures = {}  # type: ignore[attr-defined]
-
-
-def venv(name: str) -> str:
-    python = _venv_python(name)
-    if python is None:
-        pytest.skip(_venv_python.failures.get(name, f"venv {name} unusable"))  # type: ignore[attr-defined]
-    return python
 
 
 @pytest.fixture(scope="session")

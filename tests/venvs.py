@@ -1,0 +1,46 @@
+"""Framework virtualenvs for the runtime tests that run on the host (probe, all-reduce), made once per machine
+from the local wheels (torch 2.13.0 CPU, tensorflow-cpu 2.21.0, jax 0.10.2) and reused."""
+
+from __future__ import annotations
+
+import functools
+import os
+import subprocess
+import sys
+
+import pytest
+
+# name -> (directory, pip requirements, modules that must be importable)
+VENVS = {
+    "torch": ("/tmp/venv-torch", ["torch==2.13.0", "cloudml-hypertune==0.1.0.dev6"], ["torch", "hypertune"]),
+    "tf": ("/tmp/venv-tf", ["tensorflow-cpu==2.21.0"], ["tensorflow"]),
+    "jax": ("/tmp/venv-jax", ["jax==0.10.2", "jaxlib==0.10.2"], ["jax", "jaxlib"]),
+}
+_FAILURES: dict[str, str] = {}
+_CHECK = "import importlib.util,sys; sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))"
+
+
+@functools.lru_cache(maxsize=None)
+def _venv_python(name: str) -> str | None:
+    directory, requirements, modules = VENVS[name]
+    directory = os.environ.get(f"TRAINIMG_TEST_VENV_{name.upper()}", directory)
+    python = os.path.join(directory, "bin", "python")
+    if os.path.exists(python) and subprocess.run([python, "-c", _CHECK, *modules]).returncode == 0:
+        return python
+    try:
+        if not os.path.exists(python):
+            subprocess.run([sys.executable, "-m", "venv", directory], check=True, capture_output=True, timeout=300)
+        subprocess.run([python, "-m", "pip", "install", "-q", *requirements], check=True, capture_output=True,
+                       timeout=1200)
+    except (subprocess.SubprocessError, OSError) as err:
+        _FAILURES[name] = f"could not make {directory} with {' '.join(requirements)}: {err}"
+        return None
+    return python if subprocess.run([python, "-c", _CHECK, *modules]).returncode == 0 else None
+
+
+def venv(name: str) -> str:
+    """The venv's python. The wheels are on this machine, so a venv that cannot be made is a failure, not a skip."""
+    python = _venv_python(name)
+    if python is None:
+        pytest.fail(_FAILURES.get(name, f"venv {name} unusable"))
+    return python
