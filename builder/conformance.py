@@ -170,13 +170,15 @@ class Conformance:
         framework = expect.get("framework")
         specs = replica_specs(opts.platform, opts.replicas, hosts=runner.host)
         backend = "nccl" if gpus else "gloo"
+        # --framework tells the launcher how to start N local processes (torchrun, itself, or one TF worker).
         worker = ["allreduce", "--framework", framework, "--backend", backend,
                   "--timeout", str(max(5, int(opts.timeout) - 10))]
         nproc = ["--nproc-per-node", str(opts.nproc_per_node)] if opts.nproc_per_node > 1 else []
 
         def command(spec: ReplicaSpec) -> list[str]:
             # The launcher execs the worker with the same PYTHONPATH, so a mounted runtime works for both.
-            return self._python(baked) + ["launch", *nproc, "--", "python3", "-m", "trainimg_runtime", *worker]
+            return self._python(baked) + ["launch", *nproc, "--framework", framework, "--",
+                                          "python3", "-m", "trainimg_runtime", *worker]
 
         env = {"PATH": "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
         if not baked:
@@ -259,7 +261,8 @@ def judge_allreduce(name: str, results: list[ReplicaResult], world: int, seconds
                                        "results": lines, "log_tail": r.logs.strip().splitlines()[-5:]}
         if r.role not in ("chief", "worker"):
             continue
-        wrong = [line.get("got") for line in lines if not (line.get("ok") and line.get("got") == expected)]
+        # A rank that timed out reports got=None: that is a timeout (exit code below), not a wrong sum.
+        wrong = [line["got"] for line in lines if line.get("got") is not None and line["got"] != expected]
         if r.timed_out:
             problems.append(f"{r.name} timed out")
         elif wrong:
@@ -269,7 +272,7 @@ def judge_allreduce(name: str, results: list[ReplicaResult], world: int, seconds
         elif r.exit_code != 0:
             tail = (r.logs.strip().splitlines() or ["no output"])[-1][:200]
             problems.append(f"{r.name} exited {r.exit_code}: {tail}")
-        elif not lines:
+        elif not lines or not all(line.get("ok") for line in lines):
             problems.append(f"{r.name} reported no result, expected {expected}")
     ranks = sorted(line.get("rank") for r in results if r.role in ("chief", "worker")
                    for line in records.get(r.name, {}).get("lines", []) if line.get("rank") is not None)

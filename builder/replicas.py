@@ -10,11 +10,13 @@ timeout and Ctrl-C; a run killed outright (SIGKILL) is reaped by the next run, w
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import threading
 import time
 import uuid
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 import docker
@@ -26,6 +28,7 @@ from .errors import EngineError
 from .runtime.topology import ReplicaSpec
 
 RUN_LABEL = "trainimg.run"
+VANISHED = 255  # exit code recorded for a replica whose container was removed by someone else
 OWNER_LABEL = "trainimg.owner"  # "<hostname>:<pid>" of the trainimg process that started it
 
 
@@ -90,6 +93,23 @@ def reap_leftovers(client: docker.DockerClient) -> int:
             except (docker.errors.NotFound, docker.errors.APIError):
                 pass
     return removed
+
+
+@contextmanager
+def _interrupts_deferred() -> Iterator[None]:
+    """Hold Ctrl-C while the engine creates a container, so the container is recorded (and removed) before
+    KeyboardInterrupt unwinds; without this, one created while the signal lands escapes the cleanup."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    pending: list[int] = []
+    previous = signal.signal(signal.SIGINT, lambda signum, frame: pending.append(signum))
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
+        if pending:
+            raise KeyboardInterrupt
 
 
 def purge(client: docker.DockerClient, run_id: str) -> None:
@@ -169,12 +189,13 @@ class ReplicaRunner:
             kwargs["device_requests"] = job.device_requests(spec)
         volumes = {**job.volumes, **(job.spec_volumes(spec) if job.spec_volumes else {})}
         try:
-            return self.engine.client.containers.run(
-                job.image, job.command(spec), name=name, detach=True, labels=dict(labels),
-                environment={**job.env, **spec.env}, entrypoint=job.entrypoint,
-                volumes={src: {"bind": dst, "mode": "rw"} for src, dst in volumes.items()},
-                **kwargs,
-            )
+            with _interrupts_deferred():
+                return self.engine.client.containers.run(
+                    job.image, job.command(spec), name=name, detach=True, labels=dict(labels),
+                    environment={**job.env, **spec.env}, entrypoint=job.entrypoint,
+                    volumes={src: {"bind": dst, "mode": "rw"} for src, dst in volumes.items()},
+                    **kwargs,
+                )
         except docker.errors.ImageNotFound:
             raise EngineError(f"image {job.image} is not on this engine: build or pull it first") from None
         except docker.errors.APIError as exc:
@@ -200,7 +221,11 @@ class ReplicaRunner:
                 if s.name in codes:
                     continue
                 c = containers[s.name]
-                c.reload()
+                try:
+                    c.reload()
+                except docker.errors.NotFound:
+                    codes[s.name] = VANISHED  # removed behind our back: a failure, never a pass
+                    continue
                 if c.status in ("exited", "dead"):
                     codes[s.name] = int(c.attrs["State"]["ExitCode"])
             if any(code != 0 for code in codes.values()):
@@ -208,8 +233,10 @@ class ReplicaRunner:
             time.sleep(0.3)
         results = []
         for s in job.specs:
-            c = containers[s.name]
-            logs = c.logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            try:
+                logs = containers[s.name].logs(stdout=True, stderr=True).decode("utf-8", "replace")
+            except docker.errors.NotFound:
+                logs = "trainimg: the replica's container disappeared before its logs were read"
             code = codes.get(s.name)
             timed_out = s in waited and code is None and not any(v != 0 for v in codes.values())
             results.append(ReplicaResult(s.name, s.role, s.index, code, logs, timed_out))

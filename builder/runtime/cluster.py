@@ -295,7 +295,7 @@ def summary(info: ClusterInfo) -> str:
     return "\n".join(lines)
 
 
-def _positive_int(text: str) -> int:
+def positive_int(text: str) -> int:
     """argparse type for ``--nproc-per-node``: the parser rejects 0 and negatives before any env is read."""
     try:
         value = int(text)
@@ -313,7 +313,7 @@ def main(argv: list[str]) -> int:
         description="Show this replica's role as read from CLUSTER_SPEC / TF_CONFIG.",
     )
     parser.add_argument("--json", action="store_true", help="print the machine-readable form")
-    parser.add_argument("--nproc-per-node", type=_positive_int, default=None, metavar="N")
+    parser.add_argument("--nproc-per-node", type=positive_int, default=None, metavar="N")
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # argparse exits on --help and on usage errors; callers want a return code.

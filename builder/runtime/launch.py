@@ -55,7 +55,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import FrameType
 
-from .cluster import ClusterError, ClusterInfo, format_address, parse_cluster
+from .cluster import ClusterError, ClusterInfo, format_address, parse_cluster, positive_int
 
 FRAMEWORKS = ("auto", "pytorch", "tensorflow", "jax")
 
@@ -219,15 +219,7 @@ def _terminate(children: list[subprocess.Popen[bytes]]) -> None:
 
 def _nproc(text: str) -> int | str:
     """argparse type for ``--nproc-per-node``: a positive int or ``auto``."""
-    if text == "auto":
-        return text
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is neither 'auto' nor an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} is not >= 1")
-    return value
+    return text if text == "auto" else positive_int(text)
 
 
 def _parser() -> argparse.ArgumentParser:
