@@ -18,20 +18,17 @@ import subprocess
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 import docker.types
 
-from . import runtime as runtime_pkg
+from . import inimage
 from .engine import DockerEngine
 from .errors import EngineError, UserInputError
 from .replicas import ReplicaJob, ReplicaResult, ReplicaRunner
 from .report import Check, Suite
 from .runtime.topology import PLATFORMS, ReplicaSpec, replica_specs
 
-RUNTIME_IN_IMAGE = "/opt/trainimg/trainimg_runtime"
-MOUNTED_RUNTIME = "/opt/trainimg-host/trainimg_runtime"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -113,40 +110,23 @@ class Conformance:
         expect = expectations(labels)
         suite = Suite(name or labels.get("trainimg.variant") or image, image, info["Id"], opts.platform,
                       opts.replicas)
-        baked = self._has_runtime(info["Id"])
-        suite.checks.extend(self._probe(info["Id"], expect, baked))
-        suite.checks.append(self._allreduce(info["Id"], expect, opts, baked))
-        suite.checks.extend(self._gpu_allreduce(info["Id"], expect, opts, baked))
+        suite.checks.extend(self._probe(info["Id"], expect))
+        suite.checks.append(self._allreduce(info["Id"], expect, opts))
+        suite.checks.extend(self._gpu_allreduce(info["Id"], expect, opts))
         return suite
 
     # -- plumbing -------------------------------------------------------------------------------------------
-    def _has_runtime(self, image_id: str) -> bool:
-        try:
-            self.engine.client.containers.run(image_id, ["test", "-f", f"{RUNTIME_IN_IMAGE}/__main__.py"],
-                                              entrypoint=[], remove=True, network_mode="none")
-            return True
-        except docker.errors.ContainerError:
-            return False
+    @staticmethod
+    def _mounts() -> dict[str, dict[str, str]]:
+        return {src: {"bind": dst, "mode": "ro"} for src, dst in inimage.volumes().items()}
 
-    def _python(self, baked: bool) -> list[str]:
-        """How to start the runtime: the image's own copy, or the host's mounted read-only when not baked in."""
-        if baked:
-            return ["python3", "-m", "trainimg_runtime"]
-        return ["sh", "-c", f'PYTHONPATH={Path(MOUNTED_RUNTIME).parent}${{PYTHONPATH:+:$PYTHONPATH}} '
-                            f'exec "$(command -v python3 || command -v python)" -m trainimg_runtime "$@"', "sh"]
-
-    def _mounts(self, baked: bool) -> dict[str, dict[str, str]]:
-        if baked:
-            return {}
-        return {str(Path(runtime_pkg.__file__).parent): {"bind": MOUNTED_RUNTIME, "mode": "ro"}}
-
-    def _probe(self, image_id: str, expect: dict[str, Any], baked: bool) -> list[Check]:
+    def _probe(self, image_id: str, expect: dict[str, Any]) -> list[Check]:
         start = time.monotonic()
-        cmd = self._python(baked) + ["probe", "--json", "--expect", json.dumps(expect)]
-        env = {"PATH": "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
+        cmd = inimage.command("probe", "--json", "--expect", json.dumps(expect))
+        env = {"PATH": inimage.PATH}
         try:
             container = self.engine.client.containers.run(image_id, cmd, entrypoint=[], detach=True,
-                                                           network_mode="none", volumes=self._mounts(baked),
+                                                           network_mode="none", volumes=self._mounts(),
                                                            environment=env)
         except docker.errors.APIError as exc:
             raise EngineError(f"cannot start the probe container: {exc.explanation or exc}") from None
@@ -165,8 +145,8 @@ class Conformance:
         return [Check(r["name"], r["status"], r.get("reason", ""), round(r.get("duration", 0.0), 3),
                       r.get("details", {})) for r in results]
 
-    def _job(self, image_id: str, expect: dict[str, Any], opts: TestOptions, baked: bool,
-             runner: ReplicaRunner, gpus: bool = False) -> ReplicaJob:
+    def _job(self, image_id: str, expect: dict[str, Any], opts: TestOptions, runner: ReplicaRunner,
+             gpus: bool = False) -> ReplicaJob:
         framework = expect.get("framework")
         specs = replica_specs(opts.platform, opts.replicas, hosts=runner.host)
         backend = "nccl" if gpus else "gloo"
@@ -177,19 +157,16 @@ class Conformance:
 
         def command(spec: ReplicaSpec) -> list[str]:
             # The launcher execs the worker with the same PYTHONPATH, so a mounted runtime works for both.
-            return self._python(baked) + ["launch", *nproc, "--framework", framework, "--",
-                                          "python3", "-m", "trainimg_runtime", *worker]
+            return inimage.command("launch", *nproc, "--framework", framework, "--",
+                                   "python3", "-m", "trainimg_runtime", *worker)
 
-        env = {"PATH": "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}
-        if not baked:
-            env["PYTHONPATH"] = str(Path(MOUNTED_RUNTIME).parent)
         return ReplicaJob(
-            image=image_id, specs=specs, command=command, env=env, entrypoint=[],
-            volumes={} if baked else {str(Path(runtime_pkg.__file__).parent): MOUNTED_RUNTIME},
+            image=image_id, specs=specs, command=command, env={"PATH": inimage.PATH}, entrypoint=[],
+            volumes=inimage.volumes(),
             device_requests=(lambda s: gpu_device_requests(specs.index(s))) if gpus else None,
         )
 
-    def _allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions, baked: bool) -> Check:
+    def _allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions) -> Check:
         framework = expect.get("framework")
         name = f"allreduce_{opts.platform}_x{opts.replicas}" + (f"x{opts.nproc_per_node}"
                                                                 if opts.nproc_per_node > 1 else "")
@@ -197,13 +174,13 @@ class Conformance:
             return Check(name, "skipped", "no framework in this image (no trainimg.framework label)")
         runner = ReplicaRunner(self.engine, self.on_log)
         start = time.monotonic()
-        results = runner.run(self._job(image_id, expect, opts, baked, runner), opts.timeout)
+        results = runner.run(self._job(image_id, expect, opts, runner), opts.timeout)
         # TensorFlow runs one worker per replica with all its GPUs (MultiWorkerMirroredStrategy): the launcher
         # starts one process whatever --nproc-per-node says.
         per_node = 1 if framework == "tensorflow" else opts.nproc_per_node
         return judge_allreduce(name, results, opts.replicas * per_node, time.monotonic() - start)
 
-    def _gpu_allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions, baked: bool) -> list[Check]:
+    def _gpu_allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions) -> list[Check]:
         names = ("allreduce_nccl_containers", "allreduce_nccl_single_container")
         if not expect.get("cuda"):
             return [Check(n, "skipped", "CPU variant: no NCCL all-reduce") for n in names]
@@ -213,20 +190,20 @@ class Conformance:
         runner = ReplicaRunner(self.engine, self.on_log)
         gpu_opts = TestOptions(platform=opts.platform, replicas=n, timeout=opts.timeout)
         start = time.monotonic()
-        results = runner.run(self._job(image_id, expect, gpu_opts, baked, runner, gpus=True), opts.timeout)
+        results = runner.run(self._job(image_id, expect, gpu_opts, runner, gpus=True), opts.timeout)
         across = judge_allreduce(names[0], results, n, time.monotonic() - start)
         start = time.monotonic()
-        bench = self._single_container_bench(image_id, baked, n)
+        bench = self._single_container_bench(image_id, n)
         return [across, Check(names[1], bench[0], bench[1], time.monotonic() - start, bench[2])]
 
-    def _single_container_bench(self, image_id: str, baked: bool, n: int) -> tuple[str, str, dict]:
+    def _single_container_bench(self, image_id: str, n: int) -> tuple[str, str, dict]:
         from .runtime.allreduce import benchmark_command, parse_benchmark_output
 
-        cmd = self._python(baked) + benchmark_command(64 * 1024 * 1024, 20)[3:]
+        cmd = inimage.command(*benchmark_command(64 * 1024 * 1024, 20)[3:])
         try:
             out = self.engine.client.containers.run(
                 image_id, cmd, entrypoint=[], remove=True,
-                volumes=self._mounts(baked), device_requests=[docker.types.DeviceRequest(count=-1,
+                volumes=self._mounts(), device_requests=[docker.types.DeviceRequest(count=-1,
                                                                                          capabilities=[["gpu"]])])
         except docker.errors.ContainerError as exc:
             return "failed", f"single-container NCCL all-reduce failed: {str(exc)[:300]}", {}

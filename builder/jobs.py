@@ -45,8 +45,7 @@ from typing import Any
 
 import docker.errors
 
-from . import runtime as runtime_pkg
-from .conformance import MOUNTED_RUNTIME
+from . import inimage
 from .engine import DockerEngine
 from .errors import EngineError, UserInputError
 from .replicas import ReplicaJob, ReplicaResult, ReplicaRunner, purge
@@ -63,16 +62,6 @@ _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
 _MAX_REPLICAS = 64
 _NO_TIMEOUT = 10.0**9
-
-# Runs trainimg-launch when the image has it; else the host's runtime, mounted read-only (as `trainimg test` does
-# for images built without trainimg), so any image with sh and python3 can be run.
-_LAUNCH_SH = (
-    'if command -v trainimg-launch >/dev/null 2>&1; then exec trainimg-launch "$@"; fi; '
-    'PY="$(command -v python3 || command -v python)" || '
-    '{ echo "trainimg-launch: not in this image, and no python3 to run it with" >&2; exit 127; }; '
-    f'PYTHONPATH={PurePosixPath(MOUNTED_RUNTIME).parent}${{PYTHONPATH:+:$PYTHONPATH}} '
-    'exec "$PY" -m trainimg_runtime launch "$@"'
-)
 
 OnLog = Callable[[str, str], None]
 
@@ -393,7 +382,7 @@ def _run(engine: DockerEngine, image_id: str, image: str, *, platform: str, repl
     extra = {"CLOUD_ML_TRIAL_ID": trial} if trial is not None else {}
     specs = [replace(s, env={**extra, **(chief_env if chief_env and s.role == "chief" else {}), **s.env})
              for s in specs]
-    volumes = {str(Path(runtime_pkg.__file__).parent): MOUNTED_RUNTIME, **mounts}
+    volumes = {**inimage.volumes(), **mounts}
     output_dir = None
     if platform == "uai":
         given = [src for src, dst in mounts.items() if dst == UAI_OUTPUT]
@@ -404,7 +393,7 @@ def _run(engine: DockerEngine, image_id: str, image: str, *, platform: str, repl
             output_dir.mkdir(parents=True)
             volumes[str(output_dir)] = UAI_OUTPUT
     nproc = ["--nproc-per-node", str(nproc_per_node)] if nproc_per_node > 1 else []
-    launch = ["sh", "-c", _LAUNCH_SH, "trainimg-launch", *nproc, "--", *command]
+    launch = inimage.command("launch", *nproc, "--", *command)
     job = ReplicaJob(image=image_id, specs=specs, command=lambda _spec: list(launch), env=env, volumes=volumes,
                      entrypoint=[],
                      spec_volumes=(lambda s: chief_volumes if s.role == "chief" else {}) if chief_volumes else None)

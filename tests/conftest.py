@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
+import docker
 import pytest
 
 from conftest_registry import *  # noqa: F401,F403  (the registry fixtures: registry, fault_proxy, ...)
@@ -47,3 +49,26 @@ def cpu_image(state_env: dict[str, str]) -> str:
     r = trainimg("build", CPU_VARIANT, "--base-image", LOCAL_BASE, "--progress", "plain", env=state_env)
     assert r.returncode == 0, r.stderr[-3000:]
     return "trainimg/pytorch:2.13.0-cpu-py3.11"
+
+
+@pytest.fixture(scope="session")
+def client() -> Iterator[docker.DockerClient]:
+    """The docker SDK, for tests that look at what the CLI left in the engine."""
+    c = docker.from_env(timeout=600)
+    yield c
+    c.close()
+
+
+def cpu_recipe(name: str, repository: str, extras: str = "") -> str:
+    """A test recipe: the shipped CPU PyTorch entry (recipes/pytorch.yaml) under another name and repository,
+    so its builds hit the shipped variant's cached stages."""
+    return f"""\
+framework: pytorch
+name: {name}
+repository: {repository}
+extras: [{extras}]
+matrix:
+  - version: ["2.13.0"]
+    os: [debian12]
+    python: ["3.11"]
+"""

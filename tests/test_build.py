@@ -24,7 +24,7 @@ import docker
 import docker.errors
 import pytest
 from brokenimages import TestImages, registry_digest
-from conftest import CPU_VARIANT, LOCAL_BASE, ROOT, trainimg
+from conftest import CPU_VARIANT, LOCAL_BASE, ROOT, cpu_recipe, trainimg
 from conftest_registry import RegistryLogin
 
 pytestmark = pytest.mark.engine
@@ -32,30 +32,12 @@ pytestmark = pytest.mark.engine
 REAL_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 CPU_TAG = "trainimg/pytorch:2.13.0-cpu-py3.11"
 
-RECIPE = """\
-# A test recipe: the shipped CPU PyTorch entry (recipes/pytorch.yaml) under another name and repository.
-framework: pytorch
-name: {name}
-repository: trainimg-test/{name}
-extras: [{extras}]
-matrix:
-  - version: ["2.13.0"]
-    os: [debian12]
-    python: ["3.11"]
-"""
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    c = docker.from_env(timeout=600)
-    yield c
-    c.close()
 
 
 def write_recipes(folder: Path, name: str, extras: list[str]) -> Path:
     recipes = folder / "recipes"
     recipes.mkdir(parents=True)
-    (recipes / f"{name}.yaml").write_text(RECIPE.format(name=name, extras=", ".join(json.dumps(e) for e in extras)),
+    (recipes / f"{name}.yaml").write_text(cpu_recipe(name, f"trainimg-test/{name}", ", ".join(json.dumps(e) for e in extras)),
                                           encoding="utf-8")
     return recipes
 

@@ -34,13 +34,6 @@ PROBE_CHECKS = ("python", "framework", "nccl", "cudnn", "reduction_server", "hyp
 
 
 @pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    c = docker.from_env(timeout=300)
-    yield c
-    c.close()
-
-
-@pytest.fixture(scope="module")
 def images(client: docker.DockerClient, cpu_image: str) -> Iterator[TestImages]:
     made = TestImages(client, cpu_image)
     yield made

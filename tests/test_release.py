@@ -34,7 +34,7 @@ import pytest
 import requests
 import xmlschema
 from brokenimages import TORCH_PATCH
-from conftest import LOCAL_BASE, ROOT, trainimg
+from conftest import LOCAL_BASE, ROOT, cpu_recipe, trainimg
 from conftest_registry import RegistryLogin
 
 from builder.lock import LockEntry, moving_tag, read_lock
@@ -47,17 +47,6 @@ VERSION = "2.13.0-cpu-py3.11"
 BREAKER = "trainimg-release-breaker"
 WHEELS = Path("/opt/wheels")
 
-RECIPE = """\
-# A test recipe: the shipped CPU PyTorch entry (recipes/pytorch.yaml) under another name and repository.
-framework: pytorch
-name: {name}
-repository: trainimg-test/{repo}
-extras: [{extras}]
-matrix:
-  - version: ["2.13.0"]
-    os: [debian12]
-    python: ["3.11"]
-"""
 
 
 def breaker_wheel(folder: Path) -> Path:
@@ -94,7 +83,7 @@ class Release:
         self.repos = {"rel-a": f"rel-a-{RUN}", "rel-b": f"rel-b-{RUN}", "rel-broken": f"rel-broken-{RUN}"}
         for name, repo in self.repos.items():
             extras = json.dumps(f"{BREAKER}==1.0") if name == "rel-broken" else ""
-            (self.recipes / f"{name}.yaml").write_text(RECIPE.format(name=name, repo=repo, extras=extras),
+            (self.recipes / f"{name}.yaml").write_text(cpu_recipe(name, f"trainimg-test/{repo}", extras),
                                                        encoding="utf-8")
         self.registry = registry
         self.target = RegistryTarget.parse(registry.host)
@@ -127,13 +116,6 @@ class Release:
             return None
         assert resp.status_code == 200, (resp.status_code, resp.text[:300])
         return resp.headers["Docker-Content-Digest"]
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[docker.DockerClient]:
-    c = docker.from_env(timeout=600)
-    yield c
-    c.close()
 
 
 @pytest.fixture(scope="module")
