@@ -274,7 +274,7 @@ class Bench:
         return run([docker_cli(), *args], env=self.env, **kw)
 
     def trainimg(self, *args: str, recipes: Path | None = None, **kw: Any) -> Run:
-        head = [sys.executable, "-m", "builder.cli"] + (["--recipes", str(recipes)] if recipes else [])
+        head = [sys.executable, "-m", "trainimg"] + (["--recipes", str(recipes)] if recipes else [])
         return run([*head, *args], env=self.env, what=f"trainimg {args[0]}", **kw)
 
     # -- cold
@@ -294,8 +294,8 @@ class Bench:
     # -- measurements
 
     def prepare(self) -> None:
-        from builder.recipe import load_recipes
-        from builder.render import plans, render_all
+        from trainimg.recipe.loading import load_recipes
+        from trainimg.render.dockerfile import plans, render_all
 
         bench = load_recipes(BENCH_RECIPES)
         shipped = {p.variant.name: p for p in plans(load_recipes(SHIPPED_RECIPES))}
@@ -317,8 +317,8 @@ class Bench:
             self.dockerfiles[Path(rel).parent.name] = path
 
     def render_speed(self) -> None:
-        from builder.recipe import load_recipes
-        from builder.render import render_all
+        from trainimg.recipe.loading import load_recipes
+        from trainimg.render.dockerfile import render_all
 
         best, count = float("inf"), 0
         for _ in range(RENDER_REPEATS):
@@ -352,7 +352,7 @@ class Bench:
     @contextmanager
     def pip_secrets(self) -> Iterator[list[str]]:
         """The pip.conf (and CA bundle) secrets exactly as `trainimg build` makes them, wheelhouses served alike."""
-        from builder.wheelhouse import (CA_SECRET, PIP_CONF_SECRET, check_dirs, default_ca_bundle, pip_conf, serve,
+        from trainimg.build.wheelhouse import (CA_SECRET, PIP_CONF_SECRET, check_dirs, default_ca_bundle, pip_conf, serve,
                                         write_secret)
 
         ca = default_ca_bundle(self.env)
@@ -429,7 +429,7 @@ wc -l < /tmp/added
         return min(times[1]), min(times[4])
 
     def repush(self, tag: str) -> int:
-        from builder.localregistry import LocalRegistry
+        from trainimg.publish.localregistry import LocalRegistry
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

@@ -228,7 +228,7 @@ def owned_by(client: docker.DockerClient, pid: int) -> list[str]:
     """Containers and networks (labelled trainimg.run) that the trainimg process `pid` started on this host."""
     import socket
 
-    from builder.replicas import OWNER_LABEL, RUN_LABEL
+    from trainimg.conformance.replicas import OWNER_LABEL, RUN_LABEL
 
     owner = f"{socket.gethostname()}:{pid}"
     found = [f"container {c.name}" for c in client.containers.list(all=True, filters={"label": RUN_LABEL})

@@ -1,4 +1,4 @@
-"""The framework all-reduce worker (`builder.runtime.allreduce`): real multi-process runs on CPU.
+"""The framework all-reduce worker (`trainimg.runtime.allreduce`): real multi-process runs on CPU.
 
 Each framework test starts the ranks itself (environment set directly, no launcher) from a copy of the runtime
 package named ``trainimg_runtime``, under a /tmp virtual environment holding the framework (made on first use from
@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from venvs import venv
-from builder.runtime import allreduce
+from trainimg.runtime import allreduce
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME = REPO / "builder" / "runtime"

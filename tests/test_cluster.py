@@ -10,7 +10,7 @@ import json
 
 import pytest
 
-from builder.runtime.cluster import (
+from trainimg.runtime.cluster import (
     DEFAULT_MASTER_PORT,
     ClusterError,
     ClusterInfo,

@@ -17,10 +17,10 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from builder.compat import Compat, load_compat, minor_of
+from trainimg.recipe.compat import Compat, load_compat, minor_of
 
 TODAY = datetime.date(2026, 11, 23)
-DATA = Path(__file__).resolve().parents[1] / "builder" / "data" / "compat.yaml"
+DATA = Path(__file__).resolve().parents[1] / "builder" / "recipe" / "data" / "compat.yaml"
 
 # CUDA keys a framework may use without an nvidia/cuda entry under `cuda:`, mapped to why. Empty: every key has
 # an image entry (builder/validate.py needs one to pick the base image). Add a reason here before adding a key.

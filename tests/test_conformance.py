@@ -27,7 +27,7 @@ from conftest_registry import RegistryLogin
 
 pytestmark = pytest.mark.engine
 
-JUNIT_XSD = Path(__file__).resolve().parent.parent / "builder" / "data" / "junit.xsd"  # Jenkins xunit junit-10
+JUNIT_XSD = Path(__file__).resolve().parent.parent / "builder" / "conformance" / "data" / "junit.xsd"  # Jenkins xunit junit-10
 GPU_CHECKS = ("nccl", "cudnn", "gpu", "allreduce_nccl_containers", "allreduce_nccl_single_container")
 PROBE_CHECKS = ("python", "framework", "nccl", "cudnn", "reduction_server", "hypertune", "cluster_parsing", "gpu",
                 "duplicate_libs")

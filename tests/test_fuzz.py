@@ -20,12 +20,12 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from builder.cli import main
-from builder.compat import load_compat
-from builder.errors import RecipeError
-from builder.plan import make_plan
-from builder.recipe import expand_file, load_recipes, resolve
-from builder.render import dockerfile
+from trainimg.cli.app import main
+from trainimg.recipe.compat import load_compat
+from trainimg.errors import RecipeError
+from trainimg.plan.stages import make_plan
+from trainimg.recipe.loading import expand_file, load_recipes, resolve
+from trainimg.render.dockerfile import dockerfile
 
 SHOWN = "recipes/f.yaml"
 PARENT = "pytorch-2.14.1-cu130-py3.12"

@@ -14,9 +14,9 @@ from pathlib import Path
 import docker
 import pytest
 
-from builder.conformance import expectations, gpu_device_requests, gpu_ready, judge_allreduce
-from builder.engine import DockerEngine
-from builder.replicas import ReplicaResult
+from trainimg.conformance.suite import expectations, gpu_device_requests, gpu_ready, judge_allreduce
+from trainimg.engine.docker import DockerEngine
+from trainimg.conformance.replicas import ReplicaResult
 from conftest import LOCAL_BASE, trainimg
 
 CUDA_VARIANT = "pytorch-2.14.1-cu130-py3.11"

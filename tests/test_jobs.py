@@ -17,10 +17,10 @@ from pathlib import Path
 import docker
 import pytest
 
-from builder.engine import DockerEngine
-from builder.errors import UserInputError
-from builder.jobs import judge, parse_env, parse_params, parse_volumes, run_job, trials_for, tune
-from builder.replicas import OWNER_LABEL, RUN_LABEL
+from trainimg.engine.docker import DockerEngine
+from trainimg.errors import UserInputError
+from trainimg.jobs.run import judge, parse_env, parse_params, parse_volumes, run_job, trials_for, tune
+from trainimg.conformance.replicas import OWNER_LABEL, RUN_LABEL
 
 IMAGE = "trainimg/pytorch:2.13.0-cpu-py3.11"
 ROOT = Path(__file__).resolve().parent.parent
@@ -233,8 +233,8 @@ def test_missing_command_exits_127(engine: DockerEngine, tmp_path: Path) -> None
 def test_ctrl_c_removes_everything(engine: DockerEngine, tmp_path: Path) -> None:
     code = textwrap.dedent(f"""\
         import sys
-        from builder.engine import DockerEngine
-        from builder.jobs import run_job
+        from trainimg.engine.docker import DockerEngine
+        from trainimg.jobs.run import run_job
         try:
             run_job(DockerEngine(), {IMAGE!r}, platform="aiplatform", replicas=2, ps=1, evaluators=0, trial=None,
                     env={{}}, volumes=[], command=["sleep", "300"], timeout=None,
@@ -250,8 +250,8 @@ def test_ctrl_c_removes_everything(engine: DockerEngine, tmp_path: Path) -> None
 def test_ctrl_c_during_tune_removes_every_trial(engine: DockerEngine, tmp_path: Path) -> None:
     code = textwrap.dedent(f"""\
         import sys
-        from builder.engine import DockerEngine
-        from builder.jobs import tune
+        from trainimg.engine.docker import DockerEngine
+        from trainimg.jobs.run import tune
         try:
             tune(DockerEngine(), {IMAGE!r}, params={{"lr": ["1", "2", "3"]}}, command=["sh", "-c", "sleep 300", "sh"],
                  parallel=2, platform="vertex", replicas=2, state=__import__("pathlib").Path({str(tmp_path)!r}))

@@ -1,4 +1,4 @@
-"""The launcher: launch_env for every role, and real ``python -m builder.runtime launch`` runs as subprocesses.
+"""The launcher: launch_env for every role, and real ``python -m trainimg.runtime launch`` runs as subprocesses.
 
 The subprocess tests start the launcher the way an image's entrypoint does, with a cluster variable set, and let
 each child print the environment it received, so the rank arithmetic is checked on what processes actually see.
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.runtime.cluster import parse_cluster
-from builder.runtime.launch import choose_mode, launch_env, torchrun_argv, visible_gpus
+from trainimg.runtime.cluster import parse_cluster
+from trainimg.runtime.launch import choose_mode, launch_env, torchrun_argv, visible_gpus
 
 REPO = Path(__file__).resolve().parents[1]
 # Two nodes: a chief and one worker (Vertex pools), as a two-replica job would see them.
@@ -49,7 +49,7 @@ def launcher_env(**extra: str) -> dict[str, str]:
 
 def launch(args: list[str], timeout: float = 60, **extra: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, "-m", "builder.runtime", "launch", *args],
+        [sys.executable, "-m", "trainimg.runtime", "launch", *args],
         cwd=REPO,
         env=launcher_env(**extra),
         capture_output=True,
@@ -212,7 +212,7 @@ def test_sigterm_is_forwarded_to_local_processes(tmp_path: Path) -> None:
         f"pathlib.Path({str(ready)!r} + os.environ['LOCAL_RANK']).touch(); time.sleep(60)"
     )
     proc = subprocess.Popen(
-        [sys.executable, "-m", "builder.runtime", "launch", "--nproc-per-node", "2", "--framework", "jax", "--"]
+        [sys.executable, "-m", "trainimg.runtime", "launch", "--nproc-per-node", "2", "--framework", "jax", "--"]
         + [sys.executable, "-c", child],
         cwd=REPO,
         env=launcher_env(),

@@ -1,4 +1,4 @@
-"""The in-image probe (`builder.runtime.probe`), its library finder (`libs`) and the manifest.
+"""The in-image probe (`trainimg.runtime.probe`), its library finder (`libs`) and the manifest.
 
 Pure checks run in-process; checks that need a framework or cloudml-hypertune run the probe the way an image does,
 ``python -m trainimg_runtime probe`` from a copy of the runtime package, under a virtual environment in /tmp that
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from venvs import venv
-from builder.runtime import libs, manifest, probe
+from trainimg.runtime import libs, manifest, probe
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME = REPO / "builder" / "runtime"

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.cli import main
-from builder.recipe import load_recipes
+from trainimg.cli.app import main
+from trainimg.recipe.loading import load_recipes
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -19,9 +19,9 @@ import pytest
 from conftest_registry import RegistryLogin
 from faultproxy import FaultProxy
 
-from builder.errors import RegistryError, UserInputError
-from builder.localregistry import LocalRegistry
-from builder.registry import (
+from trainimg.errors import RegistryError, UserInputError
+from trainimg.publish.localregistry import LocalRegistry
+from trainimg.publish.push import (
     PushResult,
     RegistryTarget,
     missing_blobs,

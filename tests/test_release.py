@@ -37,8 +37,8 @@ from brokenimages import TORCH_PATCH
 from conftest import LOCAL_BASE, ROOT, cpu_recipe, trainimg
 from conftest_registry import RegistryLogin
 
-from builder.lock import LockEntry, moving_tag, read_lock
-from builder.registry import MANIFEST_TYPES, RegistryTarget, remote_tags
+from trainimg.publish.lock import LockEntry, moving_tag, read_lock
+from trainimg.publish.push import MANIFEST_TYPES, RegistryTarget, remote_tags
 
 pytestmark = pytest.mark.engine
 
@@ -225,7 +225,7 @@ def test_c_locked_rebuild_uses_the_recorded_base(rel: Release, good_release: Pat
 
 
 def test_d_junit_validates_against_the_jenkins_schema(good_release: Path) -> None:
-    schema = xmlschema.XMLSchema(str(ROOT / "builder" / "data" / "junit.xsd"))
+    schema = xmlschema.XMLSchema(str(ROOT / "builder" / "conformance" / "data" / "junit.xsd"))
     xml = good_release.with_suffix(".xml")
     errors = [f"{e.path}: {e.reason}" for e in schema.iter_errors(str(xml))]
     assert errors == [], errors

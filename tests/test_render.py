@@ -14,12 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from builder import blocks
-from builder.cli import main
-from builder.compat import load_compat
-from builder.plan import make_plan, static_labels
-from builder.recipe import load_recipes
-from builder.render import check, dockerfile, render_all, write
+from trainimg.plan import blocks
+from trainimg.cli.app import main
+from trainimg.recipe.compat import load_compat
+from trainimg.plan.stages import make_plan, static_labels
+from trainimg.recipe.loading import load_recipes
+from trainimg.render.dockerfile import check, dockerfile, render_all, write
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).resolve().parent / "golden"

@@ -16,9 +16,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from builder.errors import UserInputError
-from builder.recipe import Variant
-from builder.spec import (
+from trainimg.errors import UserInputError
+from trainimg.recipe.loading import Variant
+from trainimg.jobs.spec import (
     job_spec,
     load_bandwidth,
     nproc_per_node,
@@ -31,7 +31,7 @@ IMAGE = "us-docker.pkg.dev/proj/train/pytorch:2.9.1-cu128-py3.12"
 RS_US = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
 V100x8 = "NVIDIA_TESLA_V100:8"
 DISK = {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100}
-DATA = Path(__file__).resolve().parents[1] / "builder" / "data" / "bandwidth.yaml"
+DATA = Path(__file__).resolve().parents[1] / "builder" / "jobs" / "data" / "bandwidth.yaml"
 
 
 def make_variant(**overrides: object) -> Variant:

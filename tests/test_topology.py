@@ -10,8 +10,8 @@ import json
 
 import pytest
 
-from builder.runtime.cluster import parse_cluster
-from builder.runtime.topology import ReplicaSpec, replica_specs
+from trainimg.runtime.cluster import parse_cluster
+from trainimg.runtime.topology import ReplicaSpec, replica_specs
 
 
 def hosts(role: str, index: int) -> str:

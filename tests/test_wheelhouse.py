@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from builder.errors import UserInputError
-from builder.wheelhouse import check_dirs, default_ca_bundle, default_wheelhouses, pip_conf, serve
+from trainimg.errors import UserInputError
+from trainimg.build.wheelhouse import check_dirs, default_ca_bundle, default_wheelhouses, pip_conf, serve
 
 
 def _get(url: str) -> tuple[int, bytes]:

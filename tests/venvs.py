@@ -3,6 +3,7 @@ from the local wheels (torch 2.13.0 CPU, tensorflow-cpu 2.21.0, jax 0.10.2) and 
 
 from __future__ import annotations
 
+import fcntl
 import functools
 import os
 import subprocess
@@ -25,6 +26,13 @@ def _venv_python(name: str) -> str | None:
     directory, requirements, modules = VENVS[name]
     directory = os.environ.get(f"TRAINIMG_TEST_VENV_{name.upper()}", directory)
     python = os.path.join(directory, "bin", "python")
+    # Two test runs on one machine (CI beside a developer's run) must not build the same venv at once.
+    with open(f"{directory}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _make(directory, python, requirements, modules, name)
+
+
+def _make(directory: str, python: str, requirements: list[str], modules: list[str], name: str) -> str | None:
     if os.path.exists(python) and subprocess.run([python, "-c", _CHECK, *modules]).returncode == 0:
         return python
     try:

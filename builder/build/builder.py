@@ -1,0 +1,230 @@
+"""Build variants through the engine: shared parents once per run, secrets as BuildKit secrets, labels read back.
+
+Order of work for one run: plan every chosen variant (and the variants they extend); build each parent stage
+that two or more variants share once (keyed by its content hash), so the variants then hit BuildKit's cache for
+it; build each variant; read its in-image manifest back; label the image with what is really installed; tag it.
+Only a fully built and labelled image gets a tag.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+import subprocess
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+from .. import runtime as runtime_pkg
+from ..recipe.compat import Compat, load_compat
+from ..engine.docker import MANAGED_LABEL, BuildRequest, DockerEngine
+from ..errors import UserInputError
+from ..plan.stages import BASE_ARG, FINAL_STAGE, PARENT_ARG, Plan, make_plan
+from ..progress import Progress
+from ..recipe.loading import RecipeSet, Variant
+from ..render.dockerfile import dockerfile
+from .wheelhouse import CA_SECRET, PIP_CONF_SECRET, check_dirs, pip_conf, serve, write_secret
+
+MANIFEST_PATH = "/etc/trainimg/manifest.json"
+ABSENT_LABEL = "trainimg.absent"
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    """One typed set of build options; the CLI fills it from flags and the environment."""
+
+    base_image: str | None = None
+    ca_bundle: Path | None = None
+    wheelhouses: tuple[Path, ...] = ()
+    allow_missing: tuple[str, ...] = ()
+    jobs: int = 3  # variants built at once after their shared parents
+    # variant name -> base image for that root variant (`build --locked`: lock.locked_bases); wins over base_image.
+    base_overrides: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class VariantBuild:
+    """What one variant's build produced, as the --json report lists it."""
+
+    name: str
+    tag: str
+    image_id: str
+    size: int
+    seconds: float
+    steps: int
+    cached: int
+    shared_parents: list[str]
+    base_image: str
+    absent: list[str]
+    manifest: dict[str, Any]
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["cache_hits"] = data.pop("cached")
+        return data
+
+
+def provenance(repo_root: Path, env: Mapping[str, str]) -> dict[str, str]:
+    """OCI source, revision and created, from git. `created` is the commit time (or SOURCE_DATE_EPOCH), not
+    the clock, so a rebuild of the same commit gives the same image config and the same image ID."""
+
+    def git(*args: str) -> str:
+        out = subprocess.run(["git", "-C", str(repo_root), *args], capture_output=True, text=True)
+        return out.stdout.strip() if out.returncode == 0 else ""
+
+    revision = git("rev-parse", "HEAD") or "unknown"
+    if env.get("SOURCE_DATE_EPOCH", "").isdigit():
+        stamp = datetime.fromtimestamp(int(env["SOURCE_DATE_EPOCH"]), tz=timezone.utc)
+    else:
+        seconds = git("log", "-1", "--format=%ct")
+        stamp = datetime.fromtimestamp(int(seconds) if seconds.isdigit() else 0, tz=timezone.utc)
+    source = env.get("TRAINIMG_SOURCE_URL") or git("remote", "get-url", "origin") or f"file://{repo_root}"
+    return {"source": source, "revision": revision, "created": stamp.strftime("%Y-%m-%dT%H:%M:%SZ")}
+
+
+def labels_from_manifest(v: Variant, manifest: Mapping[str, Any], prov: Mapping[str, str],
+                         base: str) -> dict[str, str]:
+    """Labels that state what the build really installed (read back from the image), plus OCI provenance and
+    the base the image was really built on (--base-image changes it)."""
+    labels = {
+        "org.opencontainers.image.base.name": base,
+        "org.opencontainers.image.source": prov["source"],
+        "org.opencontainers.image.revision": prov["revision"],
+        "org.opencontainers.image.created": prov["created"],
+        "org.opencontainers.image.version": v.tag_version,
+        MANAGED_LABEL: "image",
+        ABSENT_LABEL: ",".join(sorted(manifest.get("absent", []))),
+    }
+    for key, value in sorted(installed_versions(manifest).items()):
+        labels[f"trainimg.version.{key}"] = value or "none"
+    return labels
+
+
+def installed_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:
+    """python, framework, nccl, cudnn and hypertune versions as the in-image manifest reports them."""
+    # Distribution names as PEP 503 normalises them: wheels write tensorflow_cpu, pip says tensorflow-cpu.
+    dists = {re.sub(r"[-_.]+", "-", k).lower(): val for k, val in manifest.get("distributions", {}).items()}
+    framework = next((dists[n] for n in ("torch", "tensorflow", "tensorflow-cpu", "jax") if n in dists), None)
+    libraries = manifest.get("libraries", {})
+    return {
+        "python": manifest.get("python", {}).get("version"),
+        "framework": framework,
+        "nccl": libraries.get("nccl", {}).get("version"),
+        "cudnn": libraries.get("cudnn", {}).get("version"),
+        "hypertune": dists.get("cloudml-hypertune"),
+    }
+
+
+def _waves(plans: list[Plan]) -> list[list[Plan]]:
+    """Plans grouped so that every variant comes in a later wave than the variant it extends."""
+    depth: dict[str, int] = {}
+    for p in plans:  # parents come before their children in `plans`
+        depth[p.variant.name] = depth[p.variant.extends] + 1 if p.variant.extends in depth else 0
+    return [[p for p in plans if depth[p.variant.name] == d] for d in sorted(set(depth.values()))]
+
+
+class Builder:
+    def __init__(self, recipes: RecipeSet, engine: DockerEngine, progress: Progress, env: Mapping[str, str],
+                 repo_root: Path, compat: Compat | None = None) -> None:
+        self.recipes, self.engine, self.progress, self.env = recipes, engine, progress, env
+        self.repo_root = repo_root
+        self.compat = compat or load_compat()
+
+    def plans(self, variants: list[Variant]) -> list[Plan]:
+        return [make_plan(v, self.compat, self.recipes.by_name.get(v.extends or "")) for v in variants]
+
+    def build(self, names: list[str], opts: BuildOptions) -> list[VariantBuild]:
+        chosen = self.recipes.with_parents(self.recipes.select(names))
+        plans = self.plans(chosen)
+        known = sorted({c for p in plans for c in p.components})
+        for name in opts.allow_missing:
+            if name not in known:
+                raise UserInputError(f"{name!r} is not a component these variants install; "
+                                     f"components: {', '.join(known) or 'none'}", where="--allow-missing")
+        wheelhouses = check_dirs(opts.wheelhouses)
+        if opts.ca_bundle is not None and not opts.ca_bundle.is_file():
+            raise UserInputError(f"{opts.ca_bundle} is not a file", where="--ca-bundle")
+        prov = provenance(self.repo_root, self.env)
+        with tempfile.TemporaryDirectory(prefix="trainimg-ctx-") as tmp, serve(wheelhouses) as lines:
+            ctx = Path(tmp) / "context"
+            shutil.copytree(Path(runtime_pkg.__file__).parent, ctx / "builder" / "runtime",
+                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            secrets_dir = Path(tmp) / "secrets"
+            secrets_dir.mkdir(mode=0o700)
+            secrets = {PIP_CONF_SECRET: write_secret(secrets_dir, PIP_CONF_SECRET,
+                                                     pip_conf(lines, opts.ca_bundle, self.env))}
+            if opts.ca_bundle:
+                secrets[CA_SECRET] = opts.ca_bundle
+            common = dict(context=ctx, secrets=secrets, network_host=bool(wheelhouses))
+            shared = self._shared_parents(plans)
+            done_parents: set[str] = set()
+            files: dict[str, Path] = {}
+            used: dict[str, list[str]] = {}
+            for plan in plans:
+                df = files[plan.variant.name] = Path(tmp) / f"{plan.variant.name}.Dockerfile"
+                df.write_text(dockerfile(plan), encoding="utf-8")
+                used[plan.variant.name] = [f"{s.name}:{s.key[:12]}" for s in plan.parents if s.key in shared]
+                for stage in plan.parents:
+                    if stage.key in shared and stage.key not in done_parents:
+                        task = f"{stage.name} stage {stage.key[:12]} (shared by {shared[stage.key]} variants)"
+                        self.progress.start(task)
+                        res = self.engine.build(
+                            BuildRequest(df, target=stage.name, build_args=self._args(plan, opts, {}), **common),
+                            lambda line, t=task: self.progress.line(t, line))
+                        self.progress.done(task, f"built {task} in {res.seconds:.1f}s")
+                        done_parents.add(stage.key)
+            # Then the variants, concurrently once their shared parents are in the cache: BuildKit runs the
+            # framework installs side by side. A variant that extends another waits for the wave before it.
+            built: dict[str, str] = {}  # variant name -> image id, for variants that extend it
+            by_name: dict[str, VariantBuild] = {}
+            for wave in _waves(plans):
+                with ThreadPoolExecutor(max_workers=max(1, min(opts.jobs, len(wave)))) as pool:
+                    futures = {p.variant.name: pool.submit(self._build_variant, p, files[p.variant.name],
+                                                           self._args(p, opts, built), common,
+                                                           used[p.variant.name], prov) for p in wave}
+                    for name, future in futures.items():
+                        by_name[name] = future.result()
+                        built[name] = by_name[name].image_id
+        return [by_name[p.variant.name] for p in plans]
+
+    def _shared_parents(self, plans: list[Plan]) -> dict[str, int]:
+        counts = Counter(s.key for p in plans for s in p.parents)
+        return {key: n for key, n in counts.items() if n > 1}
+
+    def _args(self, plan: Plan, opts: BuildOptions, built: Mapping[str, str]) -> dict[str, str]:
+        v = plan.variant
+        args = {"TRAINIMG_ALLOW_MISSING": " ".join(sorted(opts.allow_missing))}
+        if v.extends:
+            args[PARENT_ARG] = built[v.extends]
+        else:
+            args[BASE_ARG] = opts.base_overrides.get(v.name) or opts.base_image or v.base_image
+        return args
+
+    def _build_variant(self, plan: Plan, df: Path, args: dict[str, str], common: dict[str, Any], used: list[str],
+                       prov: Mapping[str, str]) -> VariantBuild:
+        v = plan.variant
+        self.progress.start(f"{v.name}")
+        start = time.monotonic()
+        res = self.engine.build(BuildRequest(df, target=FINAL_STAGE, build_args=args, **common),
+                                lambda line: self.progress.line(v.name, line))
+        manifest = json.loads(self.engine.read_file(res.image_id, MANIFEST_PATH))
+        base = args.get(BASE_ARG) or args.get(PARENT_ARG, "")
+        image_id = self.engine.relabel(res.image_id, labels_from_manifest(v, manifest, prov, base))
+        self.engine.tag(image_id, v.tag)
+        info = self.engine.image(image_id) or {}
+        seconds = time.monotonic() - start
+        self.progress.done(v.name, f"built {v.tag} ({image_id[7:19]}, {info.get('Size', 0) / 1e6:.0f} MB) in {seconds:.1f}s, "
+                           f"{res.cached}/{res.steps} steps cached")
+        return VariantBuild(
+            name=v.name, tag=v.tag, image_id=image_id, size=int(info.get("Size", 0)), seconds=round(seconds, 2),
+            steps=res.steps, cached=res.cached, shared_parents=used,
+            base_image=base,
+            absent=sorted(manifest.get("absent", [])), manifest=manifest,
+        )

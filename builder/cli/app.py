@@ -1,0 +1,82 @@
+"""The `trainimg` command. Verbs and flags here are contracts that CI and outside checks call.
+
+Exit codes: 0 fine, 1 a check failed, 2 bad input. Every error is one line on stderr (``file:key: reason`` for
+recipes); tracebacks only with TRAINIMG_DEBUG=1. All errors are mapped to exit codes in `main`, nowhere else.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import click
+
+from ..errors import TrainimgError
+from . import gate, images, jobs, registry
+from .context import Ctx
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--recipes", "recipes", type=click.Path(path_type=Path), default=None,
+              help="Recipes folder (default: $TRAINIMG_RECIPES or ./recipes). images/ lies beside it.")
+@click.pass_context
+def cli(ctx: click.Context, recipes: Path | None) -> None:
+    """trainimg: recipes -> Dockerfiles -> images -> conformance -> push."""
+    env = dict(os.environ)
+    ctx.obj = Ctx(recipes or Path(env.get("TRAINIMG_RECIPES", "recipes")), env)
+
+
+for _command in (images.list_cmd, images.validate, images.render, images.build, images.bake, gate.test_cmd,
+                 gate.push_cmd, gate.release, gate.diff_cmd, registry.registry, jobs.cluster, jobs.spec, jobs.run,
+                 jobs.tune):
+    cli.add_command(_command)
+
+
+def docker_errors():
+    """docker.errors, imported only when an error needs mapping (the CLI's fast verbs never load docker)."""
+    import docker.errors
+
+    return docker.errors
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point: run the CLI, map every error to its exit code and one line on stderr."""
+    debug = os.environ.get("TRAINIMG_DEBUG") == "1"
+    try:
+        # Without standalone mode click returns (not raises) the code of a click.exceptions.Exit.
+        code = cli.main(args=argv, prog_name="trainimg", standalone_mode=False)
+        return code if isinstance(code, int) else 0
+    except TrainimgError as err:
+        if debug:
+            raise
+        text = str(err).replace("\n", " ")
+        click.echo(text if err.where else f"trainimg: {text}", err=True)
+        return err.exit_code
+    except click.exceptions.Exit as exc:
+        return exc.exit_code
+    except click.ClickException as exc:
+        click.echo(f"trainimg: {exc.format_message()} (see trainimg --help)", err=True)
+        return 2
+    except docker_errors().APIError as exc:
+        if debug:
+            raise
+        text = str(getattr(exc, "explanation", None) or exc).splitlines()[0][:300]
+        click.echo(f"trainimg: the Docker engine refused: {text}; check `docker info` and retry", err=True)
+        return 1
+    except click.exceptions.Abort:
+        click.echo("trainimg: interrupted", err=True)
+        return 130
+    except KeyboardInterrupt:
+        click.echo("trainimg: interrupted", err=True)
+        return 130
+    except Exception as exc:  # the last line of defence: never a traceback, one actionable line
+        if debug:
+            raise
+        click.echo(f"trainimg: internal error: {type(exc).__name__}: {exc}; rerun with TRAINIMG_DEBUG=1 "
+                   "and report it", err=True)
+        return 70
+
+
+if __name__ == "__main__":
+    sys.exit(main())

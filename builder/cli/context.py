@@ -1,0 +1,39 @@
+"""What every verb shares: the context object (recipes folder, repository root, environment) and JSON output."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import click
+
+
+class Ctx:
+    """What every verb shares: the recipes folder, the repository root beside it, the environment."""
+
+    def __init__(self, recipes: Path, env: Mapping[str, str]) -> None:
+        self.recipes_dir = recipes
+        self.root = recipes.resolve().parent
+        self.env = env
+
+    def recipes(self, paths: tuple[Path, ...] = ()):
+        from ..recipe.loading import load_recipes
+
+        return load_recipes(self.recipes_dir, paths or None)
+
+
+pass_ctx = click.make_pass_decorator(Ctx)
+
+
+def emit_json(data: Any, path: str | None) -> None:
+    """Write a JSON report to `path` ('-' is stdout)."""
+    text = json.dumps(data, indent=2, sort_keys=True) + "\n"
+    if path in (None, "-"):
+        click.echo(text, nl=False)
+    else:
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        Path(path).write_text(text, encoding="utf-8")
+
+

@@ -1,0 +1,157 @@
+"""Verbs that turn recipes into files and images: list, validate, render, build, bake."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import CheckFailed, UserInputError
+from .context import Ctx, emit_json, pass_ctx
+
+
+@click.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per variant.")
+@pass_ctx
+def list_cmd(c: Ctx, as_json: bool) -> None:
+    """List the variants the recipes expand to."""
+    from ..plan.stages import make_plan
+    from ..recipe.compat import load_compat
+
+    recipes = c.recipes()
+    rows = []
+    for v in recipes.variants:
+        plan = make_plan(v, load_compat(), recipes.by_name.get(v.extends or ""))
+        rows.append({
+            "name": v.name, "tag": v.tag, "dockerfile": plan.dockerfile_path(), "framework": v.framework,
+            "base": v.base_image, "extends": v.extends, "recipe": v.source, "gpu": v.gpu,
+            "reduction_server": v.reduction_server, "versions": v.versions(), "extras": list(v.extras),
+        })
+    if as_json:
+        emit_json(rows, None)
+        return
+    for r in rows:
+        click.echo(f"{r['name']:<34} {r['tag']:<44} {r['base']}")
+
+
+@click.command()
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@pass_ctx
+def validate(c: Ctx, paths: tuple[Path, ...]) -> None:
+    """Validate recipes (all, or the files given) against the compatibility data."""
+    for p in paths:
+        if not p.is_file():
+            raise UserInputError(f"{p} is not a file", where="validate")
+    recipes = c.recipes(paths)
+    click.echo(f"{len(recipes.variants)} variants valid")
+
+
+@click.command()
+@click.option("--out", type=click.Path(path_type=Path), default=None,
+              help="Root to write images/ under (default: the repository root beside the recipes).")
+@click.option("--check", is_flag=True, help="Render in memory; exit 1 listing files that differ from images/.")
+@pass_ctx
+def render(c: Ctx, out: Path | None, check: bool) -> None:
+    """Render every variant's Dockerfile into images/<variant>/Dockerfile."""
+    from ..render import dockerfile as r
+
+    files = r.render_all(c.recipes())
+    root = out or c.root
+    if check:
+        drift = r.check(files, root)
+        for d in drift:
+            click.echo(f"{d.path}: {d.kind}")
+        if drift:
+            raise CheckFailed(f"{len(drift)} file(s) under images/ differ from the recipes; run `trainimg render`")
+        click.echo(f"{len(files)} Dockerfiles up to date")
+        return
+    changed = r.write(files, root)
+    click.echo(f"{len(files)} Dockerfiles rendered, {len(changed)} changed")
+
+
+def _build_options(c: Ctx, base_image: str | None, ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
+                   allow_missing: tuple[str, ...], jobs: int):
+    from ..build.builder import BuildOptions
+    from ..build.wheelhouse import default_ca_bundle, default_wheelhouses
+    from ..recipe.loading import _REFERENCE_RE
+
+    if base_image is not None and not _REFERENCE_RE.match(base_image):
+        raise UserInputError(f"{base_image!r} is not an image reference", where="--base-image")
+    return BuildOptions(
+        base_image=base_image,
+        ca_bundle=ca_bundle if ca_bundle is not None else default_ca_bundle(c.env),
+        wheelhouses=wheelhouse or default_wheelhouses(c.env),
+        allow_missing=allow_missing,
+        jobs=jobs,
+    )
+
+
+def build_flags(fn):
+    """The build flags `build` and `release` share."""
+    for deco in reversed([
+        click.option("--base-image", help="Replace the root FROM (mirrors, offline machines)."),
+        click.option("--ca-bundle", type=click.Path(path_type=Path),
+                     help="CA bundle for a TLS-intercepting proxy (default: $SSL_CERT_FILE or $PIP_CERT); "
+                          "passed as a BuildKit secret, never in a layer."),
+        click.option("--wheelhouse", multiple=True, type=click.Path(path_type=Path),
+                     help="Folder of wheels or PEP 503 index folder (default: $PIP_FIND_LINKS); repeatable."),
+        click.option("--allow-missing", multiple=True, metavar="COMPONENT",
+                     help="Build without COMPONENT when it cannot be installed; recorded as absent."),
+        click.option("--progress", type=click.Choice(["auto", "plain", "quiet"]), default="auto", show_default=True),
+        click.option("--jobs", type=click.IntRange(1, 16), default=3, show_default=True,
+                     help="Variants built at once, after the parents they share."),
+    ]):
+        fn = deco(fn)
+    return fn
+
+
+def _engine():
+    from ..engine.docker import DockerEngine
+
+    return DockerEngine()
+
+
+@click.command()
+@click.argument("variants", nargs=-1)
+@build_flags
+@click.option("--json", "json_path", metavar="FILE", help="Write a JSON report per variant.")
+@click.option("--locked", is_flag=True, help="Build each root variant on the base its lockfile entry records.")
+@click.option("--lock", "lock_path", metavar="FILE", default=None,
+              help="The lockfile --locked reads (default: images.lock).")
+@pass_ctx
+def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: Path | None,
+          wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
+          json_path: str | None, locked: bool, lock_path: str | None) -> None:
+    """Build variants (default: all) through the Docker engine."""
+    import dataclasses
+
+    from ..build.builder import Builder
+    from ..progress import Progress
+
+    if lock_path and not locked:
+        raise UserInputError("--lock is read only with --locked", where="--lock")
+    if locked and base_image:
+        raise UserInputError("--locked builds on the recorded bases; drop --base-image", where="--locked")
+    opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs)
+    recipes, engine = c.recipes(), _engine()
+    if locked:
+        from ..publish.lock import DEFAULT_LOCK, locked_bases
+
+        chosen = recipes.with_parents(recipes.select(list(variants)))
+        opts = dataclasses.replace(opts, base_overrides=locked_bases(engine, lock_path or DEFAULT_LOCK, chosen))
+    builder = Builder(recipes, engine, Progress(progress, c.env), c.env, c.root)
+    results = builder.build(list(variants), opts)
+    if json_path:
+        emit_json([r.to_json() for r in results], json_path)
+
+
+@click.command()
+@click.option("--out", "out", metavar="FILE", default="-", help="Write the bake file here (default: stdout).")
+@pass_ctx
+def bake(c: Ctx, out: str) -> None:
+    """Write the build plan as a `docker buildx bake` JSON file."""
+    from ..render.bake import bake_file
+
+    emit_json(bake_file(c.recipes(), c.root), out)
+
+

@@ -1,0 +1,132 @@
+"""Verbs for jobs: cluster, spec, run, tune."""
+
+from __future__ import annotations
+
+import json
+
+import click
+
+from ..errors import UserInputError
+from .context import Ctx, emit_json, pass_ctx
+from .gate import _log_printer, _resolve_image
+from .images import _engine
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@click.option("--nproc-per-node", type=int, default=None, help="Add the process-level view.")
+@pass_ctx
+def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None) -> None:
+    """Parse CLUSTER_SPEC / TF_CONFIG from the environment into role, rank and world size."""
+    from ..runtime.cluster import ClusterError, parse_cluster, summary
+
+    if nproc_per_node is not None and nproc_per_node < 1:
+        raise UserInputError("must be 1 or more", where="--nproc-per-node")
+    try:
+        info = parse_cluster(c.env, nproc_per_node)
+    except ClusterError as err:
+        raise UserInputError(str(err)) from None
+    click.echo(json.dumps(info.to_json(), sort_keys=True) if as_json else summary(info))
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.option("--platform", type=click.Choice(["vertex", "aiplatform"]), required=True)
+@click.option("--image", required=True, help="Image reference, or a variant name (its tag, and its recipe's facts).")
+@click.option("--replicas", type=int, required=True, help="Primary plus workers.")
+@click.option("--ps", type=int, default=0, show_default=True, help="Parameter servers.")
+@click.option("--reduction-servers", default=None, metavar="R|auto", help="Vertex Reduction Server pool size.")
+@click.option("--evaluators", type=int, default=0, show_default=True)
+@click.option("--machine-type", required=True)
+@click.option("--accelerator", default=None, metavar="TYPE:COUNT")
+@click.option("--region", default=None)
+@click.option("--display-name", default=None)
+@click.option("--conformance", is_flag=True, help="Run trainimg's in-image all-reduce check instead of a program.")
+@click.option("--args", "args_", multiple=True, help="Arguments for the training program (repeatable).")
+@click.argument("command", nargs=-1, type=click.UNPROCESSED)
+@pass_ctx
+def spec(c: Ctx, platform: str, image: str, replicas: int, ps: int, reduction_servers: str | None, evaluators: int,
+         machine_type: str, accelerator: str | None, region: str | None, display_name: str | None,
+         conformance: bool, args_: tuple[str, ...], command: tuple[str, ...]) -> None:
+    """Print the cloud job body (Vertex CustomJob or AI Platform trainingInput) as JSON."""
+    from ..jobs.spec import job_spec
+
+    ref, name = _resolve_image(c, image)
+    variant = c.recipes().by_name[name] if name else None
+    body = job_spec(platform, image=ref, replicas=replicas, machine_type=machine_type, ps=ps,
+                    reduction_servers=reduction_servers, evaluators=evaluators, accelerator=accelerator,
+                    region=region, args=list(args_), command=list(command) or None, variant=variant,
+                    conformance=conformance, display_name=display_name)
+    emit_json(body, None)
+
+
+def job_flags(fn):
+    """Flags `run` and `tune` share: the job's shape and what goes into its containers."""
+    for deco in reversed([
+        click.option("--replicas", type=int, default=1, show_default=True, help="Chief plus workers (UAI: nodes)."),
+        click.option("--ps", type=int, default=None, help="Parameter servers (UAI default: one per node)."),
+        click.option("--evaluators", type=int, default=0, show_default=True),
+        click.option("--nproc-per-node", type=int, default=1, show_default=True),
+        click.option("--env", "envs", multiple=True, metavar="K=V", help="Extra environment (repeatable)."),
+        click.option("--volume", "volumes", multiple=True, metavar="SRC:DST", help="Bind mount (repeatable)."),
+        click.option("--timeout", type=float, default=None, help="Seconds before the job is stopped."),
+        click.option("--json", "json_path", metavar="FILE", help="Write a JSON report."),
+        click.option("--progress", type=click.Choice(["auto", "plain", "quiet"]), default="auto", show_default=True),
+    ]):
+        fn = deco(fn)
+    return fn
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("image")
+@click.option("--platform", type=click.Choice(["vertex", "aiplatform", "uai"]), required=True)
+@job_flags
+@click.option("--trial", default=None, help="Hyperparameter trial id the platform would set.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@pass_ctx
+def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evaluators: int, nproc_per_node: int,
+        envs: tuple[str, ...], volumes: tuple[str, ...], timeout: float | None, json_path: str | None, progress: str,
+        trial: str | None, command: tuple[str, ...]) -> None:
+    """Run CMD on replicas as the platform would (its env, a fresh network); exit with the first failure's code."""
+    from ..jobs.run import parse_env, run_job
+
+    result = run_job(_engine(), _resolve_image(c, image)[0], platform=platform, replicas=replicas, ps=ps,
+                     evaluators=evaluators, trial=trial, env=parse_env(envs), volumes=list(volumes),
+                     command=list(command), nproc_per_node=nproc_per_node, timeout=timeout,
+                     on_log=_log_printer(progress, c.env))
+    click.echo(result.summary(), err=True)
+    if json_path:
+        emit_json(result.to_json(), json_path)
+    if result.exit_code:
+        raise click.exceptions.Exit(result.exit_code)
+
+
+@click.command(context_settings={"ignore_unknown_options": True})
+@click.argument("image")
+@click.option("--param", "params", multiple=True, required=True, metavar="NAME=V1,V2,...")
+@click.option("--metric", default=None, metavar="TAG", help="The hypertune metric tag (default: the only one).")
+@click.option("--goal", type=click.Choice(["max", "min"]), default="max", show_default=True)
+@click.option("--parallel", type=int, default=1, show_default=True)
+@click.option("--platform", type=click.Choice(["vertex", "aiplatform", "uai"]), default=None,
+              help="Run each trial distributed as this platform would (default: one container per trial).")
+@job_flags
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+@pass_ctx
+def tune(c: Ctx, image: str, params: tuple[str, ...], metric: str | None, goal: str, parallel: int,
+         platform: str | None, replicas: int, ps: int | None, evaluators: int, nproc_per_node: int,
+         envs: tuple[str, ...], volumes: tuple[str, ...], timeout: float | None, json_path: str | None,
+         progress: str, command: tuple[str, ...]) -> None:
+    """One trial per combination of --param values, hyperparameters as --NAME=value, metrics from hypertune."""
+    from ..jobs.run import parse_env, parse_params
+    from ..jobs.run import tune as run_tune
+
+    result = run_tune(_engine(), _resolve_image(c, image)[0], params=parse_params(params), command=list(command),
+                      metric=metric, goal=goal, parallel=parallel, platform=platform, replicas=replicas, ps=ps,
+                      evaluators=evaluators, env=parse_env(envs), volumes=list(volumes),
+                      nproc_per_node=nproc_per_node, timeout=timeout, on_log=_log_printer(progress, c.env))
+    click.echo(result.table())
+    if json_path:
+        emit_json(result.to_json(), json_path)
+    if result.exit_code:
+        raise click.exceptions.Exit(result.exit_code)
+
+

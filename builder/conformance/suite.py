@@ -1,0 +1,260 @@
+"""`trainimg test`: prove an image in containers before anyone pushes it.
+
+Two parts, both run by the in-image runtime (`builder.runtime`, mounted when the image lacks it):
+1. the probe, in one container without network: versions against the labels (Python, framework and its CUDA
+   build, NCCL through ctypes, cuDNN), the Reduction Server's files (or their declared absence), hypertune
+   really writing a metric, the runtime parsing every platform's env, GPUs, duplicate CUDA libraries;
+2. the all-reduce: N containers on a fresh network with exactly the env the chosen platform injects, each
+   running `trainimg-launch` and a tiny framework all-reduce; the exact sum is checked on every replica.
+On machines whose engine has GPUs, the NCCL path runs one container per GPU; elsewhere it is skipped, with the
+reason. A passing run is recorded by image ID: the record is what `push` asks for.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import docker.types
+
+from . import inimage
+from ..engine.docker import DockerEngine
+from ..errors import EngineError, UserInputError
+from .replicas import ReplicaJob, ReplicaResult, ReplicaRunner
+from .report import Check, Suite
+from ..runtime.topology import PLATFORMS, ReplicaSpec, replica_specs
+
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestOptions:
+    platform: str = "vertex"
+    replicas: int = 2
+    timeout: float = 240.0
+    nproc_per_node: int = 1
+
+    def __post_init__(self) -> None:
+        if self.platform not in PLATFORMS:
+            raise UserInputError(f"{self.platform!r} is not one of {', '.join(PLATFORMS)}", where="--platform")
+        if not 1 <= self.replicas <= 64:
+            raise UserInputError(f"{self.replicas} replicas: use 1 to 64", where="--replicas")
+        if not 1 <= self.nproc_per_node <= 16:
+            raise UserInputError(f"{self.nproc_per_node}: use 1 to 16 processes per node", where="--nproc-per-node")
+        if not 5 <= self.timeout <= 7200:
+            raise UserInputError(f"{self.timeout:g}s: use 5 to 7200 seconds", where="--timeout")
+
+
+def expectations(labels: Mapping[str, str]) -> dict[str, Any]:
+    """What the probe compares against, from the image's trainimg labels (a team's image built FROM a
+    trainimg base inherits them). An image without them gets empty expectations: checks then skip."""
+    if "trainimg.framework" not in labels:
+        return {}
+    absent = set(filter(None, labels.get("trainimg.absent", "").split(",")))
+    rs = labels.get("trainimg.reduction-server", "none")
+    return {
+        "python": labels.get("trainimg.recipe.python"),
+        "framework": labels["trainimg.framework"],
+        "framework_version": labels.get("trainimg.recipe.framework"),
+        "cuda": labels.get("trainimg.recipe.cuda"),
+        "cudnn": labels.get("trainimg.recipe.cudnn"),
+        "nccl": labels.get("trainimg.recipe.nccl"),
+        "nccl_minimum": "2.7",
+        "reduction_server": "none" if rs == "none" else ("absent" if "google-reduction-server" in absent
+                                                         else "present"),
+        "hypertune": labels.get("trainimg.recipe.hypertune"),
+    }
+
+
+def host_gpus() -> int:
+    """GPUs the engine's machine has, by `nvidia-smi -L`: 0 where there is none (the engine must also have
+    the NVIDIA runtime for `--gpus` to work; `gpu_ready` checks both)."""
+    smi = shutil.which("nvidia-smi")
+    if not smi:
+        return 0
+    out = subprocess.run([smi, "-L"], capture_output=True, text=True)
+    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
+
+
+def gpu_ready(engine: DockerEngine) -> tuple[int, str]:
+    """(GPU count, reason when 0)."""
+    runtimes = engine.client.info().get("Runtimes", {})
+    n = host_gpus()
+    if n == 0:
+        return 0, "no GPU"
+    if "nvidia" not in runtimes:
+        return 0, f"{n} GPU(s) but the engine has no NVIDIA runtime (install nvidia-container-toolkit)"
+    return n, ""
+
+
+def gpu_device_requests(index: int) -> list[docker.types.DeviceRequest]:
+    """`--gpus device=<index>`: one GPU per replica container."""
+    return [docker.types.DeviceRequest(device_ids=[str(index)], capabilities=[["gpu"]])]
+
+
+class Conformance:
+    def __init__(self, engine: DockerEngine, on_log: Callable[[str, str], None] | None = None) -> None:
+        self.engine = engine
+        self.on_log = on_log
+
+    def run(self, image: str, opts: TestOptions, name: str | None = None) -> Suite:
+        info = self.engine.image(image)
+        if info is None:
+            raise UserInputError(f"no image {image!r} on this engine: build it (`trainimg build`) or pull it",
+                                 where="test")
+        labels = info.get("Config", {}).get("Labels") or {}
+        expect = expectations(labels)
+        suite = Suite(name or labels.get("trainimg.variant") or image, image, info["Id"], opts.platform,
+                      opts.replicas)
+        suite.checks.extend(self._probe(info["Id"], expect))
+        suite.checks.append(self._allreduce(info["Id"], expect, opts))
+        suite.checks.extend(self._gpu_allreduce(info["Id"], expect, opts))
+        return suite
+
+    # -- plumbing -------------------------------------------------------------------------------------------
+    @staticmethod
+    def _mounts() -> dict[str, dict[str, str]]:
+        return {src: {"bind": dst, "mode": "ro"} for src, dst in inimage.volumes().items()}
+
+    def _probe(self, image_id: str, expect: dict[str, Any]) -> list[Check]:
+        start = time.monotonic()
+        cmd = inimage.command("probe", "--json", "--expect", json.dumps(expect))
+        env = {"PATH": inimage.PATH}
+        try:
+            container = self.engine.client.containers.run(image_id, cmd, entrypoint=[], detach=True,
+                                                           network_mode="none", volumes=self._mounts(),
+                                                           environment=env)
+        except docker.errors.APIError as exc:
+            raise EngineError(f"cannot start the probe container: {exc.explanation or exc}") from None
+        try:
+            code = container.wait(timeout=300)["StatusCode"]
+            out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
+            err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
+        finally:
+            container.remove(force=True)
+        try:
+            results = json.loads(out)
+        except json.JSONDecodeError:
+            last = (err.strip().splitlines() or ["no output"])[-1]
+            return [Check("probe", "failed", f"the probe did not run (exit {code}): {last[:300]}",
+                          time.monotonic() - start)]
+        return [Check(r["name"], r["status"], r.get("reason", ""), round(r.get("duration", 0.0), 3),
+                      r.get("details", {})) for r in results]
+
+    def _job(self, image_id: str, expect: dict[str, Any], opts: TestOptions, runner: ReplicaRunner,
+             gpus: bool = False) -> ReplicaJob:
+        framework = expect.get("framework")
+        specs = replica_specs(opts.platform, opts.replicas, hosts=runner.host)
+        backend = "nccl" if gpus else "gloo"
+        # --framework tells the launcher how to start N local processes (torchrun, itself, or one TF worker).
+        worker = ["allreduce", "--framework", framework, "--backend", backend,
+                  "--timeout", str(max(5, int(opts.timeout) - 10))]
+        nproc = ["--nproc-per-node", str(opts.nproc_per_node)] if opts.nproc_per_node > 1 else []
+
+        def command(spec: ReplicaSpec) -> list[str]:
+            # The launcher execs the worker with the same PYTHONPATH, so a mounted runtime works for both.
+            return inimage.command("launch", *nproc, "--framework", framework, "--",
+                                   "python3", "-m", "trainimg_runtime", *worker)
+
+        return ReplicaJob(
+            image=image_id, specs=specs, command=command, env={"PATH": inimage.PATH}, entrypoint=[],
+            volumes=inimage.volumes(),
+            device_requests=(lambda s: gpu_device_requests(specs.index(s))) if gpus else None,
+        )
+
+    def _allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions) -> Check:
+        framework = expect.get("framework")
+        name = f"allreduce_{opts.platform}_x{opts.replicas}" + (f"x{opts.nproc_per_node}"
+                                                                if opts.nproc_per_node > 1 else "")
+        if not framework or framework == "none":
+            return Check(name, "skipped", "no framework in this image (no trainimg.framework label)")
+        runner = ReplicaRunner(self.engine, self.on_log)
+        start = time.monotonic()
+        results = runner.run(self._job(image_id, expect, opts, runner), opts.timeout)
+        # TensorFlow runs one worker per replica with all its GPUs (MultiWorkerMirroredStrategy): the launcher
+        # starts one process whatever --nproc-per-node says.
+        per_node = 1 if framework == "tensorflow" else opts.nproc_per_node
+        return judge_allreduce(name, results, opts.replicas * per_node, time.monotonic() - start)
+
+    def _gpu_allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions) -> list[Check]:
+        names = ("allreduce_nccl_containers", "allreduce_nccl_single_container")
+        if not expect.get("cuda"):
+            return [Check(n, "skipped", "CPU variant: no NCCL all-reduce") for n in names]
+        n, reason = gpu_ready(self.engine)
+        if n == 0:
+            return [Check(n_, "skipped", reason) for n_ in names]
+        runner = ReplicaRunner(self.engine, self.on_log)
+        gpu_opts = TestOptions(platform=opts.platform, replicas=n, timeout=opts.timeout)
+        start = time.monotonic()
+        results = runner.run(self._job(image_id, expect, gpu_opts, runner, gpus=True), opts.timeout)
+        across = judge_allreduce(names[0], results, n, time.monotonic() - start)
+        start = time.monotonic()
+        bench = self._single_container_bench(image_id, n)
+        return [across, Check(names[1], bench[0], bench[1], time.monotonic() - start, bench[2])]
+
+    def _single_container_bench(self, image_id: str, n: int) -> tuple[str, str, dict]:
+        from ..runtime.allreduce import benchmark_command, parse_benchmark_output
+
+        cmd = inimage.command(*benchmark_command(64 * 1024 * 1024, 20)[3:])
+        try:
+            out = self.engine.client.containers.run(
+                image_id, cmd, entrypoint=[], remove=True,
+                volumes=self._mounts(), device_requests=[docker.types.DeviceRequest(count=-1,
+                                                                                         capabilities=[["gpu"]])])
+        except docker.errors.ContainerError as exc:
+            return "failed", f"single-container NCCL all-reduce failed: {str(exc)[:300]}", {}
+        result = parse_benchmark_output(out.decode("utf-8", "replace"))
+        return ("passed" if result.get("ok") else "failed",
+                f"{n} GPUs: busbw {result.get('busbw_gbps', 0):.1f} GB/s", result)
+
+
+def replica_records(results: list[ReplicaResult]) -> dict[str, dict[str, Any]]:
+    """The JSON line each replica's all-reduce printed, by replica name."""
+    out: dict[str, dict[str, Any]] = {}
+    for r in results:
+        for line in r.logs.splitlines():
+            line = line.strip()
+            if line.startswith("{") and '"framework"' in line:
+                try:
+                    out.setdefault(r.name, {}).setdefault("lines", []).append(json.loads(line))
+                except json.JSONDecodeError:
+                    pass
+    return out
+
+
+def judge_allreduce(name: str, results: list[ReplicaResult], world: int, seconds: float) -> Check:
+    """Passed only if every chief/worker process exited 0 and reported the exact expected sum."""
+    expected = world * (world + 1) // 2
+    records = replica_records(results)
+    details: dict[str, Any] = {"world_size": world, "expected": expected, "replicas": {}}
+    problems = []
+    for r in results:
+        lines = records.get(r.name, {}).get("lines", [])
+        details["replicas"][r.name] = {"exit_code": r.exit_code, "timed_out": r.timed_out,
+                                       "results": lines, "log_tail": r.logs.strip().splitlines()[-5:]}
+        if r.role not in ("chief", "worker"):
+            continue
+        # A rank that timed out reports got=None: that is a timeout (exit code below), not a wrong sum.
+        wrong = [line["got"] for line in lines if line.get("got") is not None and line["got"] != expected]
+        if r.timed_out:
+            problems.append(f"{r.name} timed out")
+        elif wrong:
+            problems.append(f"{r.name} got {wrong}, expected {expected}")
+        elif r.exit_code is None:
+            problems.append(f"{r.name} did not finish")
+        elif r.exit_code != 0:
+            tail = (r.logs.strip().splitlines() or ["no output"])[-1][:200]
+            problems.append(f"{r.name} exited {r.exit_code}: {tail}")
+        elif not lines or not all(line.get("ok") for line in lines):
+            problems.append(f"{r.name} reported no result, expected {expected}")
+    ranks = sorted(line.get("rank") for r in results if r.role in ("chief", "worker")
+                   for line in records.get(r.name, {}).get("lines", []) if line.get("rank") is not None)
+    if not problems and ranks != list(range(world)):
+        problems.append(f"ranks {ranks} reported, expected 0..{world - 1}")
+    if problems:
+        return Check(name, "failed", "; ".join(problems)[:1000], round(seconds, 3), details)
+    return Check(name, "passed", f"sum {expected} on all {world} ranks", round(seconds, 3), details)

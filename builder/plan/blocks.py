@@ -1,0 +1,126 @@
+"""Building blocks: one small function per component, each rendering its own template into Dockerfile text.
+
+A block takes resolved, validated values (never raw recipe input) and returns a `Block`; `plan` composes blocks
+into stages. Each block has a golden test (tests/golden/), the way HPCCM tests its building blocks.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from functools import cache
+
+import jinja2
+
+from ..recipe.compat import Compat
+from ..recipe.loading import Variant
+
+GOOGLE_APT_KEY = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
+GOOGLE_APT_REPO = "https://packages.cloud.google.com/apt"
+VENV = "/opt/venv"
+CONSTRAINTS = "/etc/trainimg/constraints.txt"
+
+
+@dataclass(frozen=True)
+class Block:
+    """Dockerfile text for one component, and the component names whose absence it may record."""
+
+    name: str
+    text: str
+    components: tuple[str, ...] = ()
+
+
+@cache
+def environment() -> jinja2.Environment:
+    """The one jinja environment: StrictUndefined (a missing value is an error, not an empty string)."""
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader(__package__, "templates"),
+        undefined=jinja2.StrictUndefined,
+        autoescape=False,
+        keep_trailing_newline=True,
+        trim_blocks=False,
+    )
+    env.filters["shquote"] = shlex.quote
+    return env
+
+
+def _render(template: str, **params: object) -> str:
+    return environment().get_template(f"blocks/{template}.j2").render(**params).rstrip("\n")
+
+
+def base() -> Block:
+    return Block("base", _render("base"))
+
+
+def python(v: Variant) -> Block:
+    return Block("python", _render("python", python=v.python))
+
+
+def pip_install(name: str, requirements: list[str], *, indexes: tuple[str, ...] = (), after: str = "",
+                comment: str = "", constraints: str = "") -> Block:
+    return Block(name, _render("pip", requirements=requirements, indexes=indexes, after=after, comment=comment,
+                               constraints=constraints))
+
+
+def hypertune(v: Variant) -> Block:
+    return pip_install("hypertune", [f"cloudml-hypertune=={v.hypertune}"],
+                       comment="cloudml-hypertune: reports metrics to the platform's hyperparameter tuning (seed 002).")
+
+
+def nccl(v: Variant, compat: Compat) -> Block:
+    release = compat.release(v.framework, v.version)  # type: ignore[arg-type]
+    pins = release.cuda[v.cuda]  # type: ignore[union-attr,index]
+    lib = f"{VENV}/lib/python{v.python}/site-packages/nvidia/nccl/lib"
+    text = _render("nccl", nccl=v.nccl, wheel=pins.nccl_wheel, framework_pip=f"{release.line} CUDA {v.cuda}",
+                   requirements=[f"{pins.nccl_wheel}=={v.nccl}"], indexes=(), comment="", constraints="",
+                   after=f"echo {lib} > /etc/ld.so.conf.d/trainimg-nccl.conf && ldconfig")
+    return Block("nccl", text)
+
+
+def reduction_server() -> Block:
+    return Block("reduction_server", _render("reduction_server", key_url=GOOGLE_APT_KEY, repo_url=GOOGLE_APT_REPO),
+                 components=("google-reduction-server",))
+
+
+def framework(v: Variant, compat: Compat) -> Block:
+    """The framework, then a pip freeze into the constraints file that holds every version in place."""
+    fw = compat.frameworks[v.framework]  # type: ignore[index]
+    release = compat.release(v.framework, v.version)  # type: ignore[arg-type]
+    indexes: tuple[str, ...] = ()
+    if v.cuda is None:
+        name = release.cpu_pip_name or fw.pip_name
+        local = "+cpu" if release.cpu_pip_index else ""
+        reqs = [f"{name}=={v.version}{local}"]
+        indexes = (release.cpu_pip_index,) if release.cpu_pip_index else ()
+    else:
+        pins = release.cuda[v.cuda]
+        extra = f"[{pins.pip_extra}]" if pins.pip_extra else ""
+        reqs = [f"{fw.pip_name}{extra}=={v.version}"]
+        indexes = (pins.pip_index,) if pins.pip_index else ()
+    if v.framework == "jax":
+        reqs.append(f"jaxlib=={v.version}")
+    after = f"mkdir -p /etc/trainimg && python -m pip freeze > {CONSTRAINTS}"
+    return pip_install("framework", reqs, indexes=indexes, after=after,
+                       comment=f"{fw.pip_name} {v.version}; every installed version is then held by {CONSTRAINTS}.")
+
+
+def extras(v: Variant) -> Block:
+    # Held by the constraints file the framework block froze (a framework-less image has none to hold).
+    held = CONSTRAINTS if v.framework != "none" else ""
+    return pip_install("extras", list(v.extras), constraints=held,
+                       comment="Extra packages of the recipe, inside the held versions." if held
+                       else "Extra packages of the recipe.")
+
+
+def secrets_cleanup() -> Block:
+    """BuildKit 0.8 leaves the empty /run/secrets mount point in the layer of a RUN that mounted a secret; a
+    later RUN without mounts removes it (the root variants' runtime step does this itself)."""
+    return Block("secrets_cleanup", "RUN rmdir /run/secrets 2>/dev/null || true")
+
+
+def runtime(v: Variant) -> Block:
+    return Block("runtime", _render("runtime", python=v.python))
+
+
+def labels(pairs: list[tuple[str, str]]) -> Block:
+    return Block("labels", _render("labels", labels=pairs))

@@ -1,0 +1,109 @@
+"""The build plan: a variant's stages (base -> python -> comms -> framework -> image), args and parent keys.
+
+Stages are content-addressed: a stage's key hashes its text and its parent's key, so two variants whose
+python or comms stages render to the same text share that parent, and the builder builds it once per run.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+
+from . import blocks
+from .blocks import Block
+from ..recipe.compat import Compat
+from ..recipe.loading import Variant
+
+BASE_ARG = "BASE_IMAGE"
+PARENT_ARG = "PARENT_IMAGE"
+FINAL_STAGE = "image"
+
+
+@dataclass(frozen=True)
+class Stage:
+    name: str
+    parent: str  # another stage's name, or ${BASE_IMAGE} / ${PARENT_IMAGE}
+    blocks: tuple[Block, ...]
+    key: str  # content hash of this stage and everything below it
+
+    @property
+    def text(self) -> str:
+        return "\n".join(b.text for b in self.blocks)
+
+
+@dataclass(frozen=True)
+class Plan:
+    variant: Variant
+    args: tuple[tuple[str, str], ...]  # the Dockerfile's global ARGs and their defaults
+    stages: tuple[Stage, ...]
+
+    @property
+    def components(self) -> tuple[str, ...]:
+        """Components a build may be allowed to miss (--allow-missing)."""
+        return tuple(c for s in self.stages for b in s.blocks for c in b.components)
+
+    @property
+    def parents(self) -> tuple[Stage, ...]:
+        """Stages worth building once and sharing: everything between the root and the final stage."""
+        return tuple(s for s in self.stages if s.name not in ("base", FINAL_STAGE))
+
+    def dockerfile_path(self) -> str:
+        return f"images/{self.variant.name}/Dockerfile"
+
+
+def static_labels(v: Variant) -> list[tuple[str, str]]:
+    """Labels known before the build; versions read back from the image are added by the builder after it."""
+    pairs = [
+        ("org.opencontainers.image.title", v.tag),
+        ("org.opencontainers.image.base.name", v.base_image),
+        ("trainimg.variant", v.name),
+        ("trainimg.recipe", v.source),
+        ("trainimg.framework", v.framework),
+        ("trainimg.reduction-server", "wanted" if v.reduction_server else "none"),
+    ]
+    pairs += [(f"trainimg.recipe.{k}", val) for k, val in v.versions().items() if val is not None]
+    return pairs + list(v.labels)
+
+
+def make_plan(v: Variant, compat: Compat, parent: Variant | None = None) -> Plan:
+    """Compose the blocks of `v` into stages. Extending variants add one stage on `parent`'s image."""
+    if v.extends:
+        if parent is None or parent.name != v.extends:
+            raise ValueError(f"make_plan needs the parent variant {v.extends!r} of {v.name!r}")
+        args = ((PARENT_ARG, parent.tag),)
+        image_blocks = ([blocks.extras(v), blocks.secrets_cleanup()] if v.extras else []) + [
+            blocks.labels(static_labels(v))]
+        return Plan(v, args, _chain([(FINAL_STAGE, f"${{{PARENT_ARG}}}", image_blocks)], args))
+
+    args = ((BASE_ARG, v.base_image),)
+    comms = [blocks.hypertune(v)] if v.hypertune else []
+    if v.gpu and v.framework != "none":
+        comms.append(blocks.nccl(v, compat))
+    if v.reduction_server:
+        comms.append(blocks.reduction_server())
+    spec: list[tuple[str, str, list[Block]]] = [
+        ("base", f"${{{BASE_ARG}}}", [blocks.base()]),
+        ("python", "base", [blocks.python(v)]),
+    ]
+    last = "python"
+    if comms:
+        spec.append(("comms", last, comms))
+        last = "comms"
+    if v.framework != "none":
+        spec.append(("framework", last, [blocks.framework(v, compat)]))
+        last = "framework"
+    image_blocks = ([blocks.extras(v)] if v.extras else []) + [blocks.runtime(v), blocks.labels(static_labels(v))]
+    spec.append((FINAL_STAGE, last, image_blocks))
+    return Plan(v, args, _chain(spec, args))
+
+
+def _chain(spec: list[tuple[str, str, list[Block]]], args: tuple[tuple[str, str], ...]) -> tuple[Stage, ...]:
+    stages: list[Stage] = []
+    keys: dict[str, str] = {}
+    for name, parent, blist in spec:
+        below = keys.get(parent) or hashlib.sha256(repr(args).encode()).hexdigest()
+        text = "\n".join(b.text for b in blist)
+        key = hashlib.sha256(f"{below}\n{name}\n{text}".encode()).hexdigest()
+        keys[name] = key
+        stages.append(Stage(name, parent, tuple(blist), key))
+    return tuple(stages)
