@@ -117,7 +117,8 @@ def registry_flags(fn):
 
 def _push(c: Ctx, tags: list[str], registry: str, username: str | None, password_stdin: bool):
     from ..conformance import records
-    from ..publish.push import RegistryTarget, push
+    from ..publish.push import push
+    from ..publish.references import RegistryTarget
 
     target = RegistryTarget.parse(registry)
     creds = _credentials(target, username, password_stdin, c.env)
@@ -161,7 +162,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
     from ..build.builder import Builder
     from ..conformance.report import write_json, write_junit
     from ..progress import Progress
-    from ..publish.push import RegistryTarget
+    from ..publish.references import RegistryTarget
 
     if not variants and not all_:
         raise UserInputError("name the variants to release, or pass --all", where="release")

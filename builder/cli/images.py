@@ -73,9 +73,9 @@ def _build_options(c: Ctx, base_image: str | None, ca_bundle: Path | None, wheel
                    allow_missing: tuple[str, ...], jobs: int):
     from ..build.builder import BuildOptions
     from ..build.wheelhouse import default_ca_bundle, default_wheelhouses
-    from ..recipe.loading import _REFERENCE_RE
+    from ..recipe.grammar import is_reference
 
-    if base_image is not None and not _REFERENCE_RE.match(base_image):
+    if base_image is not None and not is_reference(base_image):
         raise UserInputError(f"{base_image!r} is not an image reference", where="--base-image")
     return BuildOptions(
         base_image=base_image,

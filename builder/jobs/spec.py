@@ -41,7 +41,8 @@ from pydantic import BaseModel, ConfigDict
 
 from ..recipe.compat import load_compat
 from ..errors import UserInputError
-from ..recipe.loading import _REFERENCE_RE, Variant
+from ..recipe.grammar import is_reference
+from ..recipe.loading import Variant
 
 PLATFORMS = ("vertex", "aiplatform")
 DEFAULT_REDUCER_MACHINE = "n1-highcpu-16"
@@ -425,7 +426,7 @@ def _strings(values: object, what: str) -> list[str]:
 
 
 def _check_image(image: object) -> None:
-    if not isinstance(image, str) or not _REFERENCE_RE.match(image):
+    if not is_reference(image):
         raise UserInputError(f"not an image reference: {image!r}", where="--image")
 
 

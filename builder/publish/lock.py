@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
@@ -41,13 +40,12 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckFailed, UserInputError
+from ..recipe.grammar import DIGEST_RE, VARIANT_TAG_RE
 
 LOCK_FORMAT = 1
 DEFAULT_LOCK = "images.lock"
 LOCKED_REPOSITORY = "trainimg-locked"
 
-_TAG_VERSION_RE = re.compile(r"^(\d+)\.(\d+)((?:\.\d+)*)-(cpu|cu\d+)-py(\d+)\.(\d+)$")
-_DIGEST_RE = re.compile(r"^sha256:[a-f0-9]{64}$")
 
 
 @dataclass(frozen=True)
@@ -177,7 +175,7 @@ def locked_bases(engine: Any, lock_path: str | os.PathLike[str], variants: Itera
             missing.append(v.name)
             continue
         digest = entry.base_digest
-        if not (_DIGEST_RE.match(digest) or ("@" in digest and _DIGEST_RE.match(digest.rsplit("@", 1)[1]))):
+        if not (DIGEST_RE.match(digest) or ("@" in digest and DIGEST_RE.match(digest.rsplit("@", 1)[1]))):
             raise UserInputError(f"base_digest {digest!r} is not sha256:<64 hex> or repo@sha256:<64 hex>",
                                  where=f"{lock_path}:variants.{v.name}")
         info = engine.image(digest)
@@ -248,14 +246,14 @@ def record_release(path: str | os.PathLike[str], engine: Any, recipes: Any, buil
 def moving_tag(tag: str) -> str | None:
     """`<repository>:<major.minor>-<cpu|cuXYZ>` for an immutable variant tag, or None (no framework version)."""
     repo, _, version = tag.rpartition(":")
-    m = _TAG_VERSION_RE.match(version)
+    m = VARIANT_TAG_RE.match(version)
     if not repo or not m:
         return None
     return f"{repo}:{m.group(1)}.{m.group(2)}-{m.group(4)}"
 
 
 def _version_key(tag: str) -> tuple[int, ...]:
-    m = _TAG_VERSION_RE.match(tag.rpartition(":")[2])
+    m = VARIANT_TAG_RE.match(tag.rpartition(":")[2])
     assert m is not None
     patch = tuple(int(x) for x in m.group(3).split(".") if x)
     return (int(m.group(1)), int(m.group(2)), *patch, -1, int(m.group(5)), int(m.group(6)))

@@ -28,15 +28,10 @@ import docker.errors
 import requests
 
 from ..errors import EngineError, RegistryError, UserInputError
+from .references import RegistryTarget, split_tag
 
 log = logging.getLogger(__name__)
 
-# Docker's reference grammar (distribution/reference/regexp.go).
-_DOMAIN_COMPONENT = r"(?:[a-zA-Z0-9]|[a-zA-Z0-9][a-zA-Z0-9-]*[a-zA-Z0-9])"
-_DOMAIN_RE = re.compile(rf"^{_DOMAIN_COMPONENT}(?:\.{_DOMAIN_COMPONENT})*$")
-_PATH_COMPONENT_RE = re.compile(r"^[a-z0-9]+(?:(?:[._]|__|[-]*)[a-z0-9]+)*$")
-_TAG_RE = re.compile(r"^[\w][\w.-]{0,127}$")
-_MAX_NAME = 255
 
 MANIFEST_TYPES = (
     "application/vnd.docker.distribution.manifest.v2+json",
@@ -64,103 +59,6 @@ _TRANSIENT_MARKERS = (
     "server closed idle connection",
     "use of closed network connection",
 )
-
-
-def _bad_target(text: str, why: str) -> UserInputError:
-    return UserInputError(f"--registry {text!r}: {why} (expected HOST[:PORT][/PREFIX], e.g. localhost:5000 or "
-                          "registry.example.com/team/ml)")
-
-
-def _check_name(name: str, what: str) -> None:
-    """Raise UserInputError unless `name` is a docker repository path (lowercase components split by '/')."""
-    for component in name.split("/"):
-        if not _PATH_COMPONENT_RE.match(component):
-            raise UserInputError(f"{what} {name!r}: path component {component!r} must be lowercase letters and "
-                                 "digits, optionally joined by '.', '_', '__' or '-'")
-
-
-def _is_loopback(host: str) -> bool:
-    hostname = host.rsplit(":", 1)[0] if host.count(":") == 1 else host
-    if hostname == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(hostname).is_loopback
-    except ValueError:
-        return False
-
-
-@dataclass(frozen=True)
-class RegistryTarget:
-    """Where images go: a registry host (with port) and an optional path prefix inside it.
-
-    `insecure` means plain http, which the engine allows for loopback registries by default and for those named in
-    its `insecure-registries`; `push` fills it in from the engine's settings.
-    """
-
-    host: str
-    prefix: str = ""
-    insecure: bool = False
-
-    @classmethod
-    def parse(cls, text: str) -> RegistryTarget:
-        """Parse `HOST[:PORT][/PREFIX]`; bad input is the user's to fix, so it raises UserInputError."""
-        text = text.strip()
-        if not text:
-            raise _bad_target(text, "empty")
-        if "://" in text:
-            raise _bad_target(text, "drop the scheme, the engine picks https or http itself")
-        host, _, prefix = text.partition("/")
-        hostname, colon, port = host.partition(":")
-        if not _DOMAIN_RE.match(hostname):
-            raise _bad_target(text, f"{hostname!r} is not a valid host name")
-        if colon:
-            if not port.isdigit() or not 1 <= int(port) <= 65535:
-                raise _bad_target(text, f"port {port!r} must be a number from 1 to 65535")
-            host = f"{hostname}:{int(port)}"
-        if not colon and "." not in hostname and hostname != "localhost":
-            raise _bad_target(text, f"{hostname!r} has no dot and no port, so docker would read it as a Docker Hub "
-                                    "user name; add the domain or the port")
-        if prefix:
-            for component in prefix.split("/"):
-                if not _PATH_COMPONENT_RE.match(component):
-                    raise _bad_target(text, f"path component {component!r} must be lowercase letters and digits, "
-                                            "optionally joined by '.', '_', '__' or '-'")
-        return cls(host=host, prefix=prefix, insecure=_is_loopback(host))
-
-    @property
-    def scheme(self) -> str:
-        """http for insecure registries, https otherwise, as the engine does."""
-        return "http" if self.insecure else "https"
-
-    def repository(self, name: str) -> str:
-        """The repository path inside the registry: prefix + local name (no host)."""
-        _check_name(name, "image name")
-        full = f"{self.prefix}/{name}" if self.prefix else name
-        if len(self.host) + 1 + len(full) > _MAX_NAME:
-            raise UserInputError(f"image name {self.host}/{full} is longer than {_MAX_NAME} characters")
-        return full
-
-    def ref(self, tag: str) -> str:
-        """`<host[:port]>/<prefix/>name:tag` for a local `name:tag` such as `trainimg/pytorch:2.13.0-cpu-py3.11`."""
-        name, tag_part = split_tag(tag)
-        return f"{self.host}/{self.repository(name)}:{tag_part}"
-
-    def __str__(self) -> str:
-        return f"{self.host}/{self.prefix}" if self.prefix else self.host
-
-
-def split_tag(tag: str) -> tuple[str, str]:
-    """Split a local `name[:tag]` (no registry host) into name and tag; a missing tag means `latest`."""
-    name, colon, tag_part = tag.rpartition(":")
-    if not colon or "/" in tag_part:
-        name, tag_part = tag, "latest"
-    if not name:
-        raise UserInputError(f"image tag {tag!r} has no name")
-    _check_name(name, "image name")
-    if not _TAG_RE.match(tag_part):
-        raise UserInputError(f"image tag {tag!r}: tag {tag_part!r} must be letters, digits, '_', '.' or '-' "
-                             "(at most 128, not starting with '.' or '-')")
-    return name, tag_part
 
 
 @dataclass(frozen=True)

@@ -22,6 +22,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from .compat import Compat, load_compat
+from .grammar import REFERENCE_RE, REPOSITORY_RE
 from ..errors import RecipeError
 
 FRAMEWORKS = ("pytorch", "tensorflow", "jax", "none")
@@ -36,14 +37,6 @@ _LABEL_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
 _LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9 ._:/@+=,()-]{0,256}\Z")
 _SOURCE_RE = re.compile(r"^[A-Za-z0-9 ._/@+=,()~-]{1,1024}\Z")  # a recipe file's path as shown
 _REQ_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?==[0-9][0-9A-Za-z.+!-]*\Z")
-# The distribution reference grammar (github.com/distribution/reference), anchored.
-_PATH_COMPONENT = r"[a-z0-9]+(?:(?:[._]|__|[-]+)[a-z0-9]+)*"  # [-]+, not [-]*: no ReDoS
-_DOMAIN = r"(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?(?:\.[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?)*(?::[0-9]{1,5})?)"
-_REFERENCE_RE = re.compile(
-    rf"^(?:{_DOMAIN}/)?{_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*(?::[\w][\w.-]{{0,127}})?(?:@sha256:[a-f0-9]{{64}})?\Z",
-    re.ASCII,
-)
-_REPOSITORY_RE = re.compile(rf"^(?=.{{1,255}}\Z){_PATH_COMPONENT}(?:/{_PATH_COMPONENT})*\Z")
 
 FIELDS: dict[str, str] = {
     "name": "variant name (default: derived from repository and tag)",
@@ -340,8 +333,8 @@ def _resolve(f: _Fields, compat: Compat) -> Variant:
     hypertune = f.version("hypertune", DEFAULT_HYPERTUNE) if values.get("hypertune", "") is not None else None
     extras = _extras(f)
     labels = _labels(f)
-    base_image = f.string("base_image", _REFERENCE_RE, "an image reference (registry/repo:tag)")
-    repository = f.string("repository", _REPOSITORY_RE, "a lowercase repository path such as trainimg/pytorch")
+    base_image = f.string("base_image", REFERENCE_RE, "an image reference (registry/repo:tag)")
+    repository = f.string("repository", REPOSITORY_RE, "a lowercase repository path such as trainimg/pytorch")
     repository = repository or f"trainimg/{framework if framework != 'none' else 'base'}"
 
     draft = Variant(
@@ -408,7 +401,7 @@ def _resolve_children(variants: list[Variant], children: list[_Fields]) -> None:
             parent = known.get(parent_name or "")
             if parent is None:
                 continue
-            repository = f.string("repository", _REPOSITORY_RE, "a lowercase repository path") or f"trainimg/{name}"
+            repository = f.string("repository", REPOSITORY_RE, "a lowercase repository path") or f"trainimg/{name}"
             variants.append(_replace(parent, name=name, repository=repository, extends=parent.name,
                                      extras=_extras(f), labels=_labels(f), source=f.shown, origin=dict(f.origin)))
             pending.remove(f)
