@@ -17,12 +17,16 @@ from . import gate, images, jobs, registry
 from .context import Ctx
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
+@click.version_option(package_name="trainimg", prog_name="trainimg", message="%(prog)s %(version)s")
 @click.option("--recipes", "recipes", type=click.Path(path_type=Path), default=None,
               help="Recipes folder (default: $TRAINIMG_RECIPES or ./recipes). images/ lies beside it.")
 @click.pass_context
 def cli(ctx: click.Context, recipes: Path | None) -> None:
     """trainimg: recipes -> Dockerfiles -> images -> conformance -> push."""
+    if ctx.invoked_subcommand is None:  # bare `trainimg` asked for nothing wrong: show what there is, exit 0
+        click.echo(ctx.get_help())
+        ctx.exit(0)
     env = dict(os.environ)
     ctx.obj = Ctx(recipes or Path(env.get("TRAINIMG_RECIPES", "recipes")), env)
 
@@ -55,8 +59,13 @@ def main(argv: list[str] | None = None) -> int:
         return err.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
+    except click.UsageError as exc:
+        # Point at the help of the verb that was misused: `trainimg spec --help` lists spec's options.
+        path = exc.ctx.command_path if exc.ctx is not None else "trainimg"
+        click.echo(f"{path}: {exc.format_message()} (see `{path} --help`)", err=True)
+        return 2
     except click.ClickException as exc:
-        click.echo(f"trainimg: {exc.format_message()} (see trainimg --help)", err=True)
+        click.echo(f"trainimg: {exc.format_message()}", err=True)
         return 2
     except docker_errors().APIError as exc:
         if debug:

@@ -10,6 +10,7 @@ from ..errors import UserInputError
 from .context import Ctx, emit_json, pass_ctx
 from .gate import _log_printer, _resolve_image
 from .images import _engine
+from .program import ProgramCommand
 
 
 @click.command()
@@ -29,7 +30,7 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None) -> None:
     click.echo(json.dumps(info.to_json(), sort_keys=True) if as_json else summary(info))
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command(cls=ProgramCommand, program_required=False)
 @click.option("--platform", type=click.Choice(["vertex", "aiplatform"]), required=True)
 @click.option("--image", required=True, help="Image reference, or a variant name (its tag, and its recipe's facts).")
 @click.option("--replicas", type=int, required=True, help="Primary plus workers.")
@@ -42,12 +43,12 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None) -> None:
 @click.option("--display-name", default=None)
 @click.option("--conformance", is_flag=True, help="Run trainimg's in-image all-reduce check instead of a program.")
 @click.option("--args", "args_", multiple=True, help="Arguments for the training program (repeatable).")
-@click.argument("command", nargs=-1, type=click.UNPROCESSED)
 @pass_ctx
 def spec(c: Ctx, platform: str, image: str, replicas: int, ps: int, reduction_servers: str | None, evaluators: int,
          machine_type: str, accelerator: str | None, region: str | None, display_name: str | None,
          conformance: bool, args_: tuple[str, ...], command: tuple[str, ...]) -> None:
-    """Print the cloud job body (Vertex CustomJob or AI Platform trainingInput) as JSON."""
+    """Print the cloud job body (Vertex CustomJob or AI Platform trainingInput) as JSON; the container's command,
+    if any, goes after `--`."""
     from ..jobs.spec import job_spec
 
     ref, name = _resolve_image(c, image)
@@ -76,12 +77,11 @@ def job_flags(fn):
     return fn
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command(cls=ProgramCommand)
 @click.argument("image")
 @click.option("--platform", type=click.Choice(["vertex", "aiplatform", "uai"]), required=True)
 @job_flags
 @click.option("--trial", default=None, help="Hyperparameter trial id the platform would set.")
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @pass_ctx
 def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evaluators: int, nproc_per_node: int,
         envs: tuple[str, ...], volumes: tuple[str, ...], timeout: float | None, json_path: str | None, progress: str,
@@ -100,7 +100,7 @@ def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evalua
         raise click.exceptions.Exit(result.exit_code)
 
 
-@click.command(context_settings={"ignore_unknown_options": True})
+@click.command(cls=ProgramCommand)
 @click.argument("image")
 @click.option("--param", "params", multiple=True, required=True, metavar="NAME=V1,V2,...")
 @click.option("--metric", default=None, metavar="TAG", help="The hypertune metric tag (default: the only one).")
@@ -109,7 +109,6 @@ def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evalua
 @click.option("--platform", type=click.Choice(["vertex", "aiplatform", "uai"]), default=None,
               help="Run each trial distributed as this platform would (default: one container per trial).")
 @job_flags
-@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 @pass_ctx
 def tune(c: Ctx, image: str, params: tuple[str, ...], metric: str | None, goal: str, parallel: int,
          platform: str | None, replicas: int, ps: int | None, evaluators: int, nproc_per_node: int,

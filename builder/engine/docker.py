@@ -89,8 +89,8 @@ class DockerEngine:
             client = docker.from_env(timeout=600)
             client.ping()
         except docker.errors.DockerException as exc:
-            raise EngineError("cannot reach the Docker engine: start dockerd (or run `make setup`), or set "
-                              f"DOCKER_HOST ({_short(exc)})") from None
+            raise EngineError("cannot reach the Docker engine: start it (`sudo systemctl start docker`, or "
+                              f"`dockerd`), or set DOCKER_HOST ({_short(exc)})") from None
         return client
 
     @cached_property
