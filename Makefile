@@ -8,7 +8,7 @@ VARIANT ?= pytorch-2.13.0-cpu-py3.11
 REGISTRY ?= localhost:5000
 PYTEST_ARGS ?=
 
-.PHONY: demo test setup install render check registry-start registry-stop clean bench
+.PHONY: demo test lint setup install render check registry-start registry-stop clean bench
 
 demo: setup install
 	trainimg validate
@@ -20,6 +20,17 @@ demo: setup install
 
 test: setup install
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+
+# The gates (issue 13): types, pyflakes, import layers, sizes. Every check runs; each violation is one
+# `file:line: message` line; the exit status is non-zero if any check found one.
+lint: install
+	@rc=0; \
+	$(PYTHON) -m mypy builder || rc=1; \
+	$(PYTHON) -m ruff check --quiet --output-format concise builder tests benchmarks .ci || rc=1; \
+	$(PYTHON) .ci/lint_layers.py || rc=1; \
+	$(PYTHON) .ci/lint_sizes.py || rc=1; \
+	if [ $$rc -eq 0 ]; then echo "lint: clean"; else echo "lint: violations above"; fi; \
+	exit $$rc
 
 bench: setup install
 	$(PYTHON) benchmarks/bench.py

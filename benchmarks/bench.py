@@ -352,8 +352,8 @@ class Bench:
     @contextmanager
     def pip_secrets(self) -> Iterator[list[str]]:
         """The pip.conf (and CA bundle) secrets exactly as `trainimg build` makes them, wheelhouses served alike."""
-        from trainimg.build.wheelhouse import (CA_SECRET, PIP_CONF_SECRET, check_dirs, default_ca_bundle, pip_conf, serve,
-                                        write_secret)
+        from trainimg.build.wheelhouse import check_dirs, default_ca_bundle, pip_conf, serve, write_secret
+        from trainimg.plan.stages import CA_SECRET, PIP_CONF_SECRET
 
         ca = default_ca_bundle(self.env)
         with serve(check_dirs(tuple(Path(w) for w in WHEELHOUSES))) as lines:

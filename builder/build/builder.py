@@ -26,11 +26,11 @@ from .. import runtime as runtime_pkg
 from ..recipe.compat import Compat, load_compat
 from ..engine.docker import MANAGED_LABEL, BuildRequest, DockerEngine
 from ..errors import UserInputError
-from ..plan.stages import BASE_ARG, FINAL_STAGE, PARENT_ARG, Plan, make_plan
+from ..plan.stages import BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET, Plan, make_plan
 from ..progress import Progress
 from ..recipe.loading import RecipeSet, Variant
 from ..render.dockerfile import dockerfile
-from .wheelhouse import CA_SECRET, PIP_CONF_SECRET, check_dirs, pip_conf, serve, write_secret
+from .wheelhouse import check_dirs, pip_conf, serve, write_secret
 
 MANIFEST_PATH = "/etc/trainimg/manifest.json"
 ABSENT_LABEL = "trainimg.absent"

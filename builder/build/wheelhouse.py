@@ -19,9 +19,8 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from ..errors import UserInputError
+from ..plan.stages import CA_SECRET
 
-CA_SECRET = "ca_bundle"
-PIP_CONF_SECRET = "pip_conf"
 
 
 @dataclass(frozen=True)

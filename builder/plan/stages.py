@@ -17,6 +17,9 @@ from ..recipe.loading import Variant
 BASE_ARG = "BASE_IMAGE"
 PARENT_ARG = "PARENT_IMAGE"
 FINAL_STAGE = "image"
+# BuildKit secret ids: the generated pip.conf and the proxy CA bundle reach RUN steps only as secret mounts.
+CA_SECRET = "ca_bundle"
+PIP_CONF_SECRET = "pip_conf"
 
 
 @dataclass(frozen=True)

@@ -10,9 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from ..recipe.compat import load_compat
-from ..plan.stages import BASE_ARG, FINAL_STAGE, PARENT_ARG, make_plan
+from ..plan.stages import BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET, make_plan
 from ..recipe.loading import RecipeSet
-from ..build.wheelhouse import CA_SECRET, PIP_CONF_SECRET
 
 
 def bake_file(recipes: RecipeSet, root: Path) -> dict[str, Any]:
