@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from venvs import venv
-from trainimg.runtime import allreduce
+from trainimg.runtime import allreduce_bench, allreduce_result
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME = REPO / "builder" / "runtime"
@@ -85,7 +85,7 @@ def assert_all_ok(results, framework: str, world: int = 3) -> None:
         assert set(line) >= {"framework", "backend", "rank", "world_size", "expected", "got", "ok", "seconds",
                              "device"}
         assert line["framework"] == framework and line["ok"] is True
-        assert line["expected"] == allreduce.expected_sum(world) == line["got"]
+        assert line["expected"] == allreduce_result.expected_sum(world) == line["got"]
         assert line["world_size"] == world
         ranks.add(line["rank"])
     assert ranks == set(range(world))
@@ -95,51 +95,39 @@ def assert_all_ok(results, framework: str, world: int = 3) -> None:
 
 
 def test_expected_sum_and_busbw():
-    assert [allreduce.expected_sum(n) for n in (0, 1, 2, 3, 8)] == [0, 1, 3, 6, 36]
-    assert allreduce.busbw(100.0, 1) == 0.0
-    assert allreduce.busbw(100.0, 2) == 100.0
-    assert allreduce.busbw(100.0, 8) == pytest.approx(175.0)
+    assert [allreduce_result.expected_sum(n) for n in (0, 1, 2, 3, 8)] == [0, 1, 3, 6, 36]
+    assert allreduce_bench.busbw(100.0, 1) == 0.0
+    assert allreduce_bench.busbw(100.0, 2) == 100.0
+    assert allreduce_bench.busbw(100.0, 8) == pytest.approx(175.0)
     with pytest.raises(ValueError):
-        allreduce.busbw(1.0, 0)
+        allreduce_bench.busbw(1.0, 0)
 
 
 def test_benchmark_result_command_and_parsing():
-    result = allreduce.benchmark_result(size_bytes=1_000_000_000, iters=10, nranks=8, elapsed=0.1, ok=True)
+    result = allreduce_bench.benchmark_result(size_bytes=1_000_000_000, iters=10, nranks=8, elapsed=0.1, ok=True)
     assert result["time_us"] == 10000.0
     assert result["algbw_gbps"] == 100.0 and result["busbw_gbps"] == 175.0
-    assert allreduce.benchmark_command(1 << 28, 20) == [
+    assert allreduce_bench.benchmark_command(1 << 28, 20) == [
         "python3", "-m", "trainimg_runtime", "allreduce", "--framework", "pytorch", "--backend", "nccl",
         "--benchmark-bytes", str(1 << 28), "--iters", "20"]
     text = "NCCL INFO something\n" + json.dumps(result) + "\n"
-    assert allreduce.parse_benchmark_output(text) == result
+    assert allreduce_bench.parse_benchmark_output(text) == result
     with pytest.raises(ValueError):
-        allreduce.parse_benchmark_output('{"ok": true}\n')
-    nccl_tests = """\
-#                                                              out-of-place                       in-place
-#       size         count      type   redop    root     time   algbw   busbw #wrong     time   algbw   busbw #wrong
-#        (B)    (elements)                               (us)  (GB/s)  (GB/s)            (us)  (GB/s)  (GB/s)
-   134217728      33554432     float     sum      -1   1234.5  108.72  190.26      0   1230.1  109.11  190.94      0
-  1073741824     268435456     float     sum      -1   9000.0  119.30  208.78    N/A   8990.0  119.44  209.02    N/A
-# Avg bus bandwidth    : 199.5
-"""
-    rows = allreduce.parse_nccl_tests(nccl_tests)
-    assert rows[0] == {"size_bytes": 134217728, "count": 33554432, "time_us": 1234.5, "algbw_gbps": 108.72,
-                       "busbw_gbps": 190.26, "wrong": 0}
-    assert rows[1]["wrong"] is None and len(rows) == 2
+        allreduce_bench.parse_benchmark_output('{"ok": true}\n')
 
 
 def test_tf_task_and_rank():
     cluster = {"chief": ["a:1"], "worker": ["b:1", "c:1"], "ps": ["d:1"]}
     env = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}})}
-    assert allreduce.tf_task(env) == (cluster, "worker", 1)
-    assert allreduce.tf_rank(cluster, "worker", 1) == (2, 3)
-    assert allreduce.tf_rank(cluster, "chief", 0) == (0, 3)
-    assert allreduce.tf_rank(cluster, "ps", 0) == (None, 3)
-    assert allreduce.tf_rank({"worker": ["b:1", "c:1"]}, "worker", 1) == (1, 2)
+    assert allreduce_result.tf_task(env) == (cluster, "worker", 1)
+    assert allreduce_result.tf_rank(cluster, "worker", 1) == (2, 3)
+    assert allreduce_result.tf_rank(cluster, "chief", 0) == (0, 3)
+    assert allreduce_result.tf_rank(cluster, "ps", 0) == (None, 3)
+    assert allreduce_result.tf_rank({"worker": ["b:1", "c:1"]}, "worker", 1) == (1, 2)
     legacy = {"TF_CONFIG": json.dumps({"cluster": {"master": ["a:1"]}, "task": {"type": "master", "index": 0}})}
-    assert allreduce.tf_task(legacy) == ({"chief": ["a:1"]}, "chief", 0)
-    with pytest.raises(allreduce.SetupError):
-        allreduce.tf_task({})
+    assert allreduce_result.tf_task(legacy) == ({"chief": ["a:1"]}, "chief", 0)
+    with pytest.raises(allreduce_result.SetupError):
+        allreduce_result.tf_task({})
 
 
 def test_setup_error_exits_2(runtime_path):

@@ -197,7 +197,7 @@ class Conformance:
         return [across, Check(names[1], bench[0], bench[1], time.monotonic() - start, bench[2])]
 
     def _single_container_bench(self, image_id: str, n: int) -> tuple[str, str, dict]:
-        from ..runtime.allreduce import benchmark_command, parse_benchmark_output
+        from ..runtime.allreduce_bench import benchmark_command, parse_benchmark_output
 
         cmd = inimage.command(*benchmark_command(64 * 1024 * 1024, 20)[3:])
         try:

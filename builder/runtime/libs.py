@@ -195,23 +195,6 @@ def _call_version(path: str, function: str, by_pointer: bool) -> int:
         raise OSError(f"{function} answered {out[-1]!r}") from None
 
 
-def call_version_in_process(path: str, function: str, by_pointer: bool) -> int:
-    """`_call_version` without the child interpreter (for callers that accept the abort risk)."""
-    lib = ctypes.CDLL(path)
-    fn = getattr(lib, function)
-    if by_pointer:
-        value = ctypes.c_int(0)
-        fn.argtypes = [ctypes.POINTER(ctypes.c_int)]
-        fn.restype = ctypes.c_int
-        status = fn(ctypes.byref(value))
-        if status != 0:
-            raise OSError(f"{function} returned error {status}")
-        return int(value.value)
-    fn.argtypes = []
-    fn.restype = ctypes.c_size_t
-    return int(fn())
-
-
 def library_version(kind: str, path: str | None = None) -> dict:
     """Find and ask NCCL (`kind` "nccl") or cuDNN ("cudnn") its version; never raises.
 
