@@ -292,8 +292,9 @@ def scan_duplicates(roots: Iterable[str] | None = None) -> dict:
         copies = by_soname[soname]
         if len({os.path.dirname(p) for p in copies}) < 2:
             continue
-        listed = sorted(({"path": p, "size": s} for p, s in copies.items()), key=lambda c: (-c["size"], c["path"]))
-        wasted = sum(c["size"] for c in listed[1:])
+        ordered = sorted(copies.items(), key=lambda c: (-c[1], c[0]))  # largest first, then by path
+        listed = [{"path": p, "size": s} for p, s in ordered]
+        wasted = sum(s for _, s in ordered[1:])
         duplicates[soname] = {"copies": listed, "wasted": wasted}
         total += wasted
     return {"roots": roots, "duplicates": duplicates, "wasted_bytes": total, "scanned_files": scanned}

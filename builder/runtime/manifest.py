@@ -128,7 +128,7 @@ def frameworks() -> dict:
     out: dict = {}
     dist, version = _dist_version("torch")
     if version:
-        info = {"distribution": dist, "version": version}
+        info: dict[str, object] = {"distribution": dist, "version": version}
         pkg = _package_dir("torch")
         if pkg:
             info.update({k: v for k, v in torch_build(_read(os.path.join(pkg, "version.py"))).items()
@@ -151,10 +151,8 @@ def frameworks() -> dict:
             _, v = _dist_version(name)
             if v:
                 plugins[name] = v
-        cuda = None
-        for name in plugins:
-            cuda = re.search(r"cuda([0-9]+)", name).group(1)
-            break
+        first = re.search(r"cuda([0-9]+)", next(iter(plugins), ""))  # every plugin name spells its CUDA major
+        cuda = first.group(1) if first else None
         out["jax"] = {"distribution": dist, "version": version, "jaxlib": _dist_version("jaxlib")[1],
                       "cuda_plugins": plugins, "cuda": cuda}
     return out
