@@ -7,6 +7,7 @@ BASE ?= local/debian:bookworm
 VARIANT ?= pytorch-2.13.0-cpu-py3.11
 REGISTRY ?= localhost:5000
 PYTEST_ARGS ?=
+BENCH_ARGS ?=
 
 .PHONY: demo test lint setup install render check registry-start registry-stop clean bench
 
@@ -33,7 +34,7 @@ lint: install
 	exit $$rc
 
 bench: setup install
-	$(PYTHON) benchmarks/bench.py
+	$(PYTHON) benchmarks/bench.py $(BENCH_ARGS)
 
 setup:
 	bash .ci/setup-host

@@ -429,12 +429,20 @@ wc -l < /tmp/added
         return min(times[1]), min(times[4])
 
     def repush(self, tag: str) -> int:
+        first, second = self.push_to_fresh_registry(tag, 2)
+        self.details["push_bytes"] = {"first": first, "second": second}
+        log(f"  push 1: {first} bytes uploaded; push 2: {second} bytes uploaded")
+        return second
+
+    def push_to_fresh_registry(self, tag: str, times: int) -> list[int]:
+        """`trainimg push` `times` times to a fresh LocalRegistry on 127.0.0.1: the layer bytes each uploaded
+        (the first push of a fresh registry uploads every layer, compressed as the registry stores it)."""
         from trainimg.publish.localregistry import LocalRegistry
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        reg = LocalRegistry(self.tmp / "registry", port=port)
+        reg = LocalRegistry(self.tmp / f"registry-{port}", port=port)
         info = reg.start()
         pushed_ref = f"{info.host}/{tag}"
         try:
@@ -442,7 +450,7 @@ wc -l < /tmp/added
             self.env["TRAINIMG_REGISTRY_PASSWORD"] = info.password
             try:
                 outs = []
-                for _ in range(2):
+                for _ in range(times):
                     res = self.trainimg("push", tag, "--registry", info.host, "--username", info.username)
                     outs.append(res.stdout + res.stderr)
             finally:
@@ -450,13 +458,42 @@ wc -l < /tmp/added
                     self.env.pop("TRAINIMG_REGISTRY_PASSWORD", None)
                 else:
                     self.env["TRAINIMG_REGISTRY_PASSWORD"] = env_backup
-            first, second = parse_pushed_bytes(outs[0]), parse_pushed_bytes(outs[1])
-            self.details["push_bytes"] = {"first": first, "second": second}
-            log(f"  push 1: {first} bytes uploaded; push 2: {second} bytes uploaded")
-            return second
+            return [parse_pushed_bytes(out) for out in outs]
         finally:
             reg.stop()
             self.docker("rmi", pushed_ref, check=False)  # untag the registry-prefixed tag the push made
+
+    def gpu_figures(self) -> dict[str, dict[str, Any]]:
+        """--gpu: build, gate, size and push each GPU variant (benchmarks/gpu.py says what and why); a failure is
+        recorded on that image and the others go on."""
+        from gpu import ALLOW_MISSING, GPU_VARIANTS
+        from trainimg.build.builder import installed_versions
+
+        report = self.tmp / "gpu-build.json"
+        self.trainimg("build", *GPU_VARIANTS, *self.build_args(), "--allow-missing", ALLOW_MISSING,
+                      "--json", str(report))
+        builds = {r["name"]: r for r in json.loads(report.read_text())}
+        base = self.image_size(BASE_IMAGE)
+        rows: dict[str, dict[str, Any]] = {}
+        for name in GPU_VARIANTS:
+            build = builds[name]
+            try:
+                payload = self.payload_size(build["tag"])
+                self.trainimg("test", build["tag"], "--replicas", "2", "--progress", "quiet")
+                (pushed,) = self.push_to_fresh_registry(build["tag"], 1)
+            except (StepFailed, ValueError) as exc:
+                rows[name] = {"error": str(exc)[:300]}
+                log(f"bench: gpu {name} failed: {exc}")
+                continue
+            rows[name] = {
+                "size_bytes": build["size"], "pushed_bytes": pushed, "build_seconds": build["seconds"],
+                "size_overhead": ratio(build["size"], base + payload["venv"] + payload["apt"]),
+                "base_bytes": base, **{f"payload_{k}": v for k, v in payload.items()},
+                "versions": installed_versions(build["manifest"]),
+            }
+            log(f"  gpu: {name} {build['size'] / 1e6:.0f} MB, pushed {pushed / 1e6:.0f} MB, "
+                f"size / (base + payload) {rows[name]['size_overhead']:.3f}")
+        return rows
 
     def pin_change(self) -> float:
         copy = self.tmp / "pin" / "recipes"
@@ -592,6 +629,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="prune nothing; skip the alone-cold and naive builds (their figures print `skipped`); "
                              "write reports/bench-quick.json and leave README.md alone")
     parser.add_argument("--keep-images", action="store_true", help="keep the trainimg-bench/* images at the end")
+    parser.add_argument("--gpu", action="store_true",
+                        help="also build, gate and push the GPU image of each framework and report its size, "
+                             "compressed size as pushed and size / (base + payload) (downloads gigabytes cold)")
     args = parser.parse_args(argv)
 
     os.chdir(ROOT)
@@ -614,12 +654,24 @@ def main(argv: list[str] | None = None) -> int:
         log("bench: interrupted")
         bench.cleanup()
         return 130
+    gpu_rows: dict[str, dict[str, Any]] = {}
+    if args.gpu:
+        from gpu import figure_lines, render_gpu_table
+
+        try:
+            gpu_rows = bench.gpu_figures()
+        except (StepFailed, OSError, ValueError, KeyError) as exc:
+            log(f"bench: --gpu figures failed: {exc}")
+            gpu_rows = {"error": {"error": str(exc)[:300]}}
     bench.cleanup()
     total = time.monotonic() - started
 
     for fig in FIGURES:  # stdout: the contract
         row = bench.figures[fig.name]
         print(f"{fig.name}: {format_value(row['value'], fig.unit, row['status'])}", flush=True)
+    if args.gpu:
+        for line in figure_lines(gpu_rows):
+            print(line, flush=True)
     for fig in FIGURES:  # stderr: how each was measured
         log(f"how {fig.name}: {bench.figures[fig.name]['how'] or 'not measured'}")
     missed = [f.name for f in FIGURES if bench.figures[f.name]["met"] is False]
@@ -641,13 +693,18 @@ def main(argv: list[str] | None = None) -> int:
         "how": {name: row["how"] for name, row in bench.figures.items()},
         "missed": missed, "failed": failed, "error": setup_error, "details": bench.details,
     }
+    if args.gpu:
+        report["gpu"] = gpu_rows
+        failed += [f"gpu.{name}" for name, row in gpu_rows.items() if "error" in row]
     path = QUICK_REPORT if args.quick else REPORT
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     log(f"bench: wrote {path.relative_to(ROOT)} in {total:.0f} s total")
     if not args.quick:
-        README.write_text(update_readme(README.read_text(encoding="utf-8"),
-                                        render_table(bench.figures, date, machine)), encoding="utf-8")
+        table = render_table(bench.figures, date, machine)
+        if args.gpu:
+            table += "\n\n" + render_gpu_table(gpu_rows)
+        README.write_text(update_readme(README.read_text(encoding="utf-8"), table), encoding="utf-8")
         log("bench: README.md table updated")
     else:
         log("bench: --quick leaves README.md alone")

@@ -177,3 +177,31 @@ def test_the_bench_matrix_shares_the_shipped_parents() -> None:
     for p in mine:
         assert [s.key for s in p.parents] == [s.key for s in shipped[p.variant.name].parents]
     assert bench.PIN_VARIANT in {p.variant.name for p in mine}
+
+
+_gspec = importlib.util.spec_from_file_location("trainimg_bench_gpu", ROOT / "benchmarks" / "gpu.py")
+gpu = importlib.util.module_from_spec(_gspec)
+_gspec.loader.exec_module(gpu)
+
+
+def test_gpu_figures_one_per_framework_and_shipped() -> None:
+    """--gpu covers one GPU variant of each framework, each a variant of the shipped recipes."""
+    from trainimg.recipe.loading import load_recipes
+
+    shipped = load_recipes(ROOT / "recipes").by_name
+    assert sorted(shipped[n].framework for n in gpu.GPU_VARIANTS) == ["jax", "pytorch", "tensorflow"]
+    assert all(shipped[n].gpu and shipped[n].python == "3.11" for n in gpu.GPU_VARIANTS)
+
+
+def test_gpu_figure_lines_and_table() -> None:
+    name = gpu.GPU_VARIANTS[0]
+    rows = {name: {"size_bytes": 6_500_000_000, "pushed_bytes": 3_100_000_000, "size_overhead": 1.0123,
+                   "versions": {"nccl": "2.30.7", "cudnn": "9.24.0", "cuda": "13.0.96"}},
+            gpu.GPU_VARIANTS[1]: {"error": "build failed"}}
+    lines = gpu.figure_lines(rows)
+    assert lines[:3] == [f"gpu.{name}.size_bytes: 6500000000", f"gpu.{name}.pushed_bytes: 3100000000",
+                         f"gpu.{name}.size_overhead: 1.012"]
+    assert f"gpu.{gpu.GPU_VARIANTS[1]}.size_bytes: failed" in lines and len(lines) == 3 * len(gpu.GPU_VARIANTS)
+    table = gpu.render_gpu_table(rows)
+    assert f"| `{name}` | 6,500 MB | 3,100 MB | 1.012 | 2.30.7 | 9.24.0 | 13.0.96 |" in table
+    assert f"| `{gpu.GPU_VARIANTS[1]}` | failed: build failed |" in table

@@ -17,7 +17,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from trainimg.recipe.compat import Compat, load_compat, minor_of
+from trainimg.recipe.compat import Compat, as_constraint, floor_of, load_compat, minor_of
 
 TODAY = datetime.date(2026, 11, 23)
 DATA = Path(__file__).resolve().parents[1] / "builder" / "recipe" / "data" / "compat.yaml"
@@ -148,7 +148,10 @@ def test_every_version_parses(compat: Compat) -> None:
             versions.append(rel.version)
             SpecifierSet(rel.python)
             for variant in rel.cuda.values():
-                versions += [variant.cudnn, variant.nccl]
+                for spec in (variant.cudnn, variant.nccl, variant.cuda_lines):
+                    assert str(SpecifierSet(spec)), spec
+                if variant.tested is not None:
+                    versions += [v for v in (variant.tested.cudnn, variant.tested.nccl) if v is not None]
     for v in versions:
         Version(v)
 
@@ -167,7 +170,7 @@ def test_nccl_pins_meet_reduction_server_floor(compat: Compat) -> None:
     for fw in compat.frameworks.values():
         for rel in fw.releases:
             for variant in rel.cuda.values():
-                assert Version(variant.nccl) >= floor
+                assert floor_of(variant.nccl) >= floor
     for image in compat.cuda.values():
         if image.nccl is not None:
             assert Version(image.nccl) >= floor
@@ -201,14 +204,14 @@ def test_torch_2_14_1_is_cuda_13_0_build(compat: Compat) -> None:
     rel = compat.release("pytorch", "2.14.1")
     assert rel is not None and rel.version == "2.14.1"
     cu130 = rel.cuda["13.0"]
-    assert (cu130.cudnn, cu130.nccl, cu130.nccl_wheel) == ("9.24.0.43", "2.30.7", "nvidia-nccl-cu13")
+    assert (cu130.cudnn, cu130.nccl, cu130.nccl_wheel) == ("==9.24.0.43", "==2.30.7", "nvidia-nccl-cu13")
     assert cu130.pip_index is None  # the PyPI default build
     meta = _wheel_metadata("torch-2.14.1-*.whl", "/opt/pypi-more/files")
     if meta is None:
         pytest.skip("torch 2.14.1 wheel not on this machine")
     assert meta["Version"] == ["2.14.1"]
-    assert _pin(meta["Requires-Dist"], "nvidia-cudnn-cu13") == cu130.cudnn
-    assert _pin(meta["Requires-Dist"], "nvidia-nccl-cu13") == cu130.nccl
+    assert _pin(meta["Requires-Dist"], "nvidia-cudnn-cu13") == as_constraint(cu130.cudnn)
+    assert _pin(meta["Requires-Dist"], "nvidia-nccl-cu13") == as_constraint(cu130.nccl)
 
 
 def test_torch_2_13_cpu_wheel(compat: Compat) -> None:
@@ -232,12 +235,15 @@ def test_tensorflow_cpu_2_21_for_python_3_11(compat: Compat) -> None:
     if meta is None:
         pytest.skip("tensorflow-cpu 2.21.0 wheel not on this machine")
     assert meta["Version"] == ["2.21.0"]
-    # the and-cuda floors recorded for 2.21 are the wheel's own
+    # the and-cuda ranges recorded for 2.21 are the wheel's own, bounds and all
     variant = rel.cuda["12.5"]
     reqs = [Requirement(r) for r in meta["Requires-Dist"]]
-    floors = {r.name: r.specifier for r in reqs if r.marker and "and-cuda" in str(r.marker)}
-    assert f">={variant.cudnn}" in str(floors["nvidia-cudnn-cu12"])
-    assert f">={variant.nccl}" in str(floors["nvidia-nccl-cu12"])
+    ranges = {r.name: r.specifier for r in reqs if r.marker and "and-cuda" in str(r.marker)}
+    assert ranges["nvidia-cudnn-cu12"] == SpecifierSet(variant.cudnn)
+    assert ranges["nvidia-nccl-cu12"] == SpecifierSet(variant.nccl)
+    runtime = ranges["nvidia-cuda-runtime-cu12"]  # >=12.5.82,<13.0: the CUDA 12 lines from 12.5 up
+    assert all((Version(f"{line}.999") in runtime) == (line in SpecifierSet(variant.cuda_lines))
+               for line in ("12.4", "12.5", "12.6", "12.9", "13.0"))
 
 
 def test_jax_0_10_2_for_python_3_11(compat: Compat) -> None:

@@ -145,6 +145,17 @@ def test_block_nccl(rs, compat):
     assert "nvidia-nccl-cu12==2.29.3" in blocks.nccl(v126, compat).text
 
 
+def test_block_nccl_range(rs, compat):
+    """A framework that requires a range gets the range, not its floor: pip installs the newest wheel in it."""
+    v = rs.by_name["tensorflow-2.21.0-cu125-py3.11"]
+    text = blocks.nccl(v, compat).text
+    golden("nccl_range", text)
+    assert "'nvidia-nccl-cu12>=2.27.7,<3.0'" in text and "==2.27.7" not in text
+    assert "in the range tensorflow 2.21.0 (CUDA 12.5 build) requires (>= 2.27.7, < 3.0)" in text
+    jax = blocks.nccl(rs.by_name["jax-0.10.2-cu130-py3.12"], compat).text
+    assert "'nvidia-nccl-cu13>=2.27.7'" in jax
+
+
 def test_block_reduction_server():
     b = blocks.reduction_server()
     text = b.text
@@ -231,7 +242,7 @@ def test_whole_dockerfiles_golden(rs, compat):
 
 def test_golden_files_are_all_used():
     names = {p.stem for p in GOLDEN.glob("*.txt")}
-    expected = {"base", "python", "hypertune", "nccl", "reduction_server", "extras", "runtime", "labels",
+    expected = {"base", "python", "hypertune", "nccl", "nccl_range", "reduction_server", "extras", "runtime", "labels",
                 "framework_torch_cpu", "framework_torch_cuda", "framework_torch_cuda_pypi",
                 "framework_tensorflow_cpu", "framework_tensorflow_cuda", "framework_jax_cpu", "framework_jax_cuda",
                 "dockerfile_pytorch-2.13.0-cpu-py3.11", "dockerfile_pytorch-2.14.1-cu130-py3.12",

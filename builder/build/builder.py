@@ -34,6 +34,7 @@ from .wheelhouse import check_dirs, pip_conf, serve, write_secret
 
 MANIFEST_PATH = "/etc/trainimg/manifest.json"
 ABSENT_LABEL = "trainimg.absent"
+VERSION_LABEL = "trainimg.version."  # + python, framework, cuda, nccl, cudnn, hypertune: read back after the build
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -103,23 +104,39 @@ def labels_from_manifest(v: Variant, manifest: Mapping[str, Any], prov: Mapping[
         ABSENT_LABEL: ",".join(sorted(manifest.get("absent", []))),
     }
     for key, value in sorted(installed_versions(manifest).items()):
-        labels[f"trainimg.version.{key}"] = value or "none"
+        labels[f"{VERSION_LABEL}{key}"] = value or "none"
     return labels
 
 
+# The CUDA runtime a framework's wheels bring (cu12 wheels; CUDA 13's drop the suffix), else NVIDIA's apt package.
+CUDA_RUNTIME_DISTS = ("nvidia-cuda-runtime-cu12", "nvidia-cuda-runtime", "nvidia-cuda-runtime-cu13")
+
+
 def installed_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:
-    """python, framework, nccl, cudnn and hypertune versions as the in-image manifest reports them."""
+    """python, framework, CUDA runtime, nccl, cudnn and hypertune versions as the in-image manifest reports them.
+    The CUDA runtime is what the image HOLDS (TensorFlow 2.21, built for 12.5, installs the newest 12.x wheels),
+    which the recipe's CUDA line (the base's) need not equal."""
     # Distribution names as PEP 503 normalises them: wheels write tensorflow_cpu, pip says tensorflow-cpu.
     dists = {re.sub(r"[-_.]+", "-", k).lower(): val for k, val in manifest.get("distributions", {}).items()}
     framework = next((dists[n] for n in ("torch", "tensorflow", "tensorflow-cpu", "jax") if n in dists), None)
     libraries = manifest.get("libraries", {})
+    cudart = next((dists[n] for n in CUDA_RUNTIME_DISTS if n in dists), None)
+    dpkg = manifest.get("dpkg") or {}
+    cudart = cudart or next((v.split("-")[0] for k, v in sorted(dpkg.items()) if k.startswith("cuda-cudart-")), None)
     return {
         "python": manifest.get("python", {}).get("version"),
         "framework": framework,
+        "cuda": cudart,
         "nccl": libraries.get("nccl", {}).get("version"),
         "cudnn": libraries.get("cudnn", {}).get("version"),
         "hypertune": dists.get("cloudml-hypertune"),
     }
+
+
+def versions_from_labels(labels: Mapping[str, str]) -> dict[str, str | None]:
+    """The versions a built image holds, from the labels `labels_from_manifest` gave it ("none" is None)."""
+    return {k[len(VERSION_LABEL):]: (None if v == "none" else v) for k, v in sorted(labels.items())
+            if k.startswith(VERSION_LABEL)}
 
 
 def _waves(plans: list[Plan]) -> list[list[Plan]]:

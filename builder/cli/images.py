@@ -20,18 +20,39 @@ def list_cmd(c: Ctx, as_json: bool) -> None:
 
     recipes = c.recipes()
     rows = []
+    installed = _installed(recipes.variants) if as_json else {}
     for v in recipes.variants:
         plan = make_plan(v, load_compat(), recipes.by_name.get(v.extends or ""))
         rows.append({
             "name": v.name, "tag": v.tag, "dockerfile": plan.dockerfile_path(), "framework": v.framework,
             "base": v.base_image, "extends": v.extends, "recipe": v.source, "gpu": v.gpu,
             "reduction_server": v.reduction_server, "versions": v.versions(), "extras": list(v.extras),
+            "installed": installed.get(v.tag),
         })
     if as_json:
         emit_json(rows, None)
         return
     for r in rows:
         click.echo(f"{r['name']:<34} {r['tag']:<44} {r['base']}")
+
+
+def _installed(variants: list) -> dict[str, dict[str, str | None]]:
+    """Tag -> the versions its built image holds (read back at build time, kept in its labels); `versions` is
+    what the recipe asks for. No engine, or no image under the tag: nothing for it."""
+    from ..build.builder import versions_from_labels
+    from ..engine.docker import DockerEngine
+    from ..errors import EngineError
+
+    engine, out = DockerEngine(), {}
+    try:
+        for v in variants:
+            info = engine.image(v.tag)
+            labels = (info or {}).get("Config", {}).get("Labels") or {}
+            if labels.get("trainimg.variant") == v.name:
+                out[v.tag] = versions_from_labels(labels)
+    except EngineError:
+        return {}
+    return out
 
 
 @click.command()

@@ -23,6 +23,7 @@ from typing import Any
 import docker.types
 
 from . import inimage
+from ..build.builder import versions_from_labels
 from ..engine.docker import DockerEngine
 from ..errors import EngineError, UserInputError
 from .replicas import ReplicaJob, ReplicaResult, ReplicaRunner
@@ -64,10 +65,17 @@ def expectations(labels: Mapping[str, str]) -> dict[str, Any]:
         "cudnn": labels.get("trainimg.recipe.cudnn"),
         "nccl": labels.get("trainimg.recipe.nccl"),
         "nccl_minimum": "2.7",
+        # What the build read back from the image (labels_from_manifest): the image must still hold it.
+        "nccl_built": _built(labels, "nccl"),
+        "cudnn_built": _built(labels, "cudnn"),
         "reduction_server": "none" if rs == "none" else ("absent" if "google-reduction-server" in absent
                                                          else "present"),
         "hypertune": labels.get("trainimg.recipe.hypertune"),
     }
+
+
+def _built(labels: Mapping[str, str], kind: str) -> str | None:
+    return versions_from_labels(labels).get(kind) or None
 
 
 def host_gpus() -> int:

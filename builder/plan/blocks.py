@@ -6,13 +6,14 @@ into stages. Each block has a golden test (tests/golden/), the way HPCCM tests i
 
 from __future__ import annotations
 
+import json
 import shlex
 from dataclasses import dataclass
 from functools import cache
 
 import jinja2
 
-from ..recipe.compat import Compat
+from ..recipe.compat import Compat, as_constraint, is_pin, spoken
 from ..recipe.loading import Variant
 
 GOOGLE_APT_KEY = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
@@ -41,6 +42,9 @@ def environment() -> jinja2.Environment:
         trim_blocks=False,
     )
     env.filters["shquote"] = shlex.quote
+    # A Dockerfile double-quoted word: JSON string syntax without jinja's HTML escaping of < > & '
+    # (a label holding the range >=2.27.7,<3.0 must read back as written).
+    env.filters["dockerquote"] = json.dumps
     return env
 
 
@@ -67,13 +71,20 @@ def hypertune(v: Variant) -> Block:
                        comment="cloudml-hypertune: reports metrics to the platform's hyperparameter tuning (seed 002).")
 
 
+def requirement(wheel: str, constraint: str) -> str:
+    """A pip requirement for a recipe constraint: a pin is ``==``, a range is written as it stands."""
+    return f"{wheel}=={constraint}" if is_pin(constraint) else f"{wheel}{constraint}"
+
+
 def nccl(v: Variant, compat: Compat) -> Block:
-    release = compat.release(v.framework, v.version)  # type: ignore[arg-type]
-    pins = release.cuda[v.cuda]  # type: ignore[union-attr,index]
+    """NCCL before the framework, as the recipe constrains it (pin or range), so the framework's install keeps it."""
+    key, wheels = compat.build(v.framework, v.version, v.cuda)  # type: ignore[arg-type]
     lib = f"{VENV}/lib/python{v.python}/site-packages/nvidia/nccl/lib"
-    text = _render("nccl", nccl=v.nccl, wheel=pins.nccl_wheel, framework_pip=f"{release.line} CUDA {v.cuda}",
-                   requirements=[f"{pins.nccl_wheel}=={v.nccl}"], indexes=(), comment="", constraints="",
-                   after=f"echo {lib} > /etc/ld.so.conf.d/trainimg-nccl.conf && ldconfig")
+    text = _render("nccl", nccl=spoken(v.nccl), wheel=wheels.nccl_wheel, ranged=not is_pin(v.nccl),  # type: ignore[arg-type]
+                   framework_pip=f"{compat.frameworks[v.framework].pip_name} {v.version} (CUDA {key} build)",  # type: ignore[index]
+                   required=spoken(as_constraint(wheels.nccl)),
+                   requirements=[requirement(wheels.nccl_wheel, v.nccl)], indexes=(), comment="",  # type: ignore[arg-type]
+                   constraints="", after=f"echo {lib} > /etc/ld.so.conf.d/trainimg-nccl.conf && ldconfig")
     return Block("nccl", text)
 
 
@@ -93,10 +104,12 @@ def framework(v: Variant, compat: Compat) -> Block:
         reqs = [f"{name}=={v.version}{local}"]
         indexes = (release.cpu_pip_index,) if release.cpu_pip_index else ()
     else:
-        pins = release.cuda[v.cuda]
-        extra = f"[{pins.pip_extra}]" if pins.pip_extra else ""
+        _, wheels = compat.build(v.framework, v.version, v.cuda)  # type: ignore[arg-type]
+        extra = f"[{wheels.pip_extra}]" if wheels.pip_extra else ""
         reqs = [f"{fw.pip_name}{extra}=={v.version}"]
-        indexes = (pins.pip_index,) if pins.pip_index else ()
+        if v.cudnn and v.cudnn != as_constraint(wheels.cudnn):  # the tested cuDNN, narrower than the wheels' range
+            reqs.append(requirement(wheels.cudnn_wheel, v.cudnn))
+        indexes = (wheels.pip_index,) if wheels.pip_index else ()
     if v.framework == "jax":
         reqs.append(f"jaxlib=={v.version}")
     after = f"mkdir -p /etc/trainimg && python -m pip freeze > {CONSTRAINTS}"

@@ -13,7 +13,7 @@ from importlib import resources
 from typing import Literal
 
 import yaml
-from packaging.specifiers import InvalidSpecifier, SpecifierSet
+from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -55,14 +55,91 @@ class CudaImage(_Frozen):
         return _check_version(v)
 
 
-class WheelVariant(_Frozen):
-    """What a framework's CUDA build pins: cuDNN and NCCL come as pip wheels inside the framework's install."""
+def _check_specifier(value: str) -> str:
+    try:
+        SpecifierSet(value)
+    except InvalidSpecifier as exc:
+        raise ValueError(f"not a specifier set: {value!r}") from exc
+    if not value:
+        raise ValueError("an empty specifier set allows anything; write the wheels' requirement")
+    return value
 
-    cudnn: str
+
+def as_constraint(spec: str) -> str:
+    """A requirement as a recipe states it: ``==2.30.7`` is the pin ``2.30.7``; a range stays a specifier set."""
+    specs = list(SpecifierSet(spec))
+    if len(specs) == 1 and specs[0].operator in ("==", "===") and "*" not in specs[0].version:
+        return specs[0].version
+    return ",".join(part.strip() for part in spec.split(","))
+
+
+def spoken(constraint: str) -> str:
+    """A constraint as messages say it: ``>=2.27.7,<3.0`` -> ``>= 2.27.7, < 3.0``; a pin stays ``2.30.7``."""
+    if is_pin(constraint):
+        return constraint
+    return ", ".join(f"{s.operator} {s.version}" for s in map(Specifier, constraint.split(",")))
+
+
+def floor_of(constraint: str) -> Version | None:
+    """The lowest version a constraint can give (its pin or its >= / > / ~= bound), or None if unbounded below."""
+    lows = [Version(s.version.rstrip(".*")) for s in constraint_spec(constraint)
+            if s.operator in ("==", "===", ">=", ">", "~=")]
+    return max(lows) if lows else None
+
+
+def constraint_spec(constraint: str) -> SpecifierSet:
+    """The specifier set a recipe constraint stands for: a bare version is a pin (``==``)."""
+    return SpecifierSet(f"=={constraint}" if constraint[:1].isdigit() else constraint)
+
+
+def is_pin(constraint: str) -> bool:
+    return constraint[:1].isdigit()
+
+
+class Tested(_Frozen):
+    """Versions the framework's makers built and tested this CUDA build with (release notes, CI), with the source.
+    A missing value means no source says it: the default is then the newest wheel in the required range."""
+
+    cudnn: str | None = None
+    nccl: str | None = None
+    source: str
+
+    @field_validator("cudnn", "nccl")
+    @classmethod
+    def _version(cls, v: str | None) -> str | None:
+        return None if v is None else _check_version(v)
+
+
+class WheelVariant(_Frozen):
+    """One CUDA build of a framework: what its wheels REQUIRE (their Requires-Dist, as PEP 440 specifier sets)
+    and what was TESTED together. cuDNN and NCCL come as pip wheels inside the framework's install."""
+
+    cudnn: str  # e.g. "==9.24.0.43" (torch pins) or ">=9.3.0.75,<10.0" (TensorFlow, JAX: ranges)
     nccl: str
+    cuda_lines: str  # CUDA major.minor lines a base may carry, from the wheels' CUDA runtime requirement
+    cudnn_wheel: str  # nvidia-cudnn-cu12 / nvidia-cudnn-cu13
     nccl_wheel: str  # nvidia-nccl-cu12 / nvidia-nccl-cu13
+    tested: Tested | None = None
     pip_index: str | None = None  # extra index the CUDA build comes from; None: PyPI
     pip_extra: str | None = None  # e.g. and-cuda (tensorflow), cuda13 (jax)
+
+    @field_validator("cudnn", "nccl", "cuda_lines")
+    @classmethod
+    def _specifier(cls, v: str) -> str:
+        return _check_specifier(v)
+
+    def default(self, kind: Literal["cudnn", "nccl"]) -> str:
+        """The constraint a recipe gets when it sets none: the tested version where a source gives one, else
+        the required range itself (pip then installs the newest wheel in it), never the floor by accident."""
+        tested = getattr(self.tested, kind, None) if self.tested else None
+        return tested or as_constraint(getattr(self, kind))
+
+    def allows(self, kind: Literal["cudnn", "nccl"], version: str) -> bool:
+        return Version(version) in SpecifierSet(getattr(self, kind))
+
+    def runs_on(self, line: str) -> bool:
+        """Whether a base of CUDA `line` (major.minor) fits what these wheels require."""
+        return Version(line) in SpecifierSet(self.cuda_lines)
 
 
 class FrameworkRelease(_Frozen):
@@ -96,6 +173,15 @@ class FrameworkRelease(_Frozen):
         return f"{v.major}.{v.minor}"
 
 
+    def build_for(self, line: str) -> tuple[str, WheelVariant] | None:
+        """The CUDA build to install on a base of CUDA `line`: the build made for that line, else the newest
+        build whose wheels run on it (TensorFlow 2.21, built for 12.5, brings CUDA 12.x wheels: 12.6 fits)."""
+        if line in self.cuda:
+            return line, self.cuda[line]
+        fits = [(key, w) for key, w in self.cuda.items() if w.runs_on(line)]
+        return max(fits, key=lambda kw: Version(kw[0])) if fits else None
+
+
 class Framework(_Frozen):
     pip_name: str
     releases: tuple[FrameworkRelease, ...]
@@ -121,6 +207,14 @@ class Compat(_Frozen):
             if (rv.major, rv.minor) == (v.major, v.minor):
                 return rel
         return None
+
+    def build(self, framework: FrameworkName, version: str, cuda: str) -> tuple[str, WheelVariant]:
+        """The (CUDA build line, wheels) a validated GPU variant installs."""
+        found = self.release(framework, version)
+        build = found.build_for(cuda) if found else None
+        if build is None:
+            raise ValueError(f"no CUDA build of {framework} {version} runs on CUDA {cuda}: validate the recipe first")
+        return build
 
     def known_versions(self, framework: FrameworkName) -> list[str]:
         return sorted((r.version for r in self.frameworks[framework].releases), key=Version)

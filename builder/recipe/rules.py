@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from .compat import Compat, minor_of
+from .compat import Compat, WheelVariant, as_constraint, floor_of, is_pin, minor_of, spoken
 
 if TYPE_CHECKING:
     from .loading import Variant, _Fields
@@ -86,10 +86,21 @@ def _check_cpu(v: Variant, f: _Fields, compat: Compat, pip_name: str, release) -
     return replace(v, base_image=v.base_image or os_info.cpu_image)
 
 
+def _nccl_rule(pip_name: str, line: str, key: str, wheels: WheelVariant) -> str:
+    """The real rule, as the wheels state it: a pin names the build line, a range the wheels' CUDA major."""
+    required = as_constraint(wheels.nccl)
+    if is_pin(required):
+        return f"{pip_name} {line} with CUDA {key} pins NCCL {required} ({wheels.nccl_wheel})"
+    return f"{pip_name} {line} with CUDA {Version(key).major} needs {wheels.nccl_wheel} {spoken(required)}"
+
+
 def _check_gpu(v: Variant, f: _Fields, compat: Compat, pip_name: str, release) -> Variant:
     cuda = compat.cuda.get(v.cuda)
-    if release is not None and v.cuda not in release.cuda:
-        raise f.fail("cuda", f"{pip_name} {release.line} is built for CUDA {_fmt(list(release.cuda))}; got {v.cuda}")
+    build = release.build_for(v.cuda) if release is not None and v.cuda else None
+    if release is not None and build is None:
+        runs_on = "; ".join(f"{w.cuda_lines} ({key} build)" for key, w in release.cuda.items())
+        raise f.fail("cuda", f"{pip_name} {release.line} is built for CUDA {_fmt(list(release.cuda))}; got {v.cuda} "
+                             f"(its wheels run on CUDA {runs_on})")
     if cuda is None:
         raise f.fail("cuda", f"trainimg has no nvidia/cuda data for CUDA {v.cuda}; known: {_fmt(list(compat.cuda))}")
     if v.os not in cuda.os:
@@ -98,14 +109,13 @@ def _check_gpu(v: Variant, f: _Fields, compat: Compat, pip_name: str, release) -
         raise f.fail("cudnn", "NVIDIA publishes cuDNN images only for the runtime and devel flavours; "
                               "set flavour: runtime or devel")
     if release is not None:
-        pins = release.cuda[v.cuda]
+        key, wheels = build  # type: ignore[misc]
         if v.cudnn_image:
-            raise f.fail("cudnn", f"{pip_name} {release.line} brings cuDNN {pins.cudnn} as a pip wheel; the -cudnn- "
-                                  f"image would put a second cuDNN in the image; remove cudnn")
-        if v.nccl is not None and v.nccl != pins.nccl:
-            raise f.fail("nccl", f"{pip_name} {release.line} with CUDA {v.cuda} pins NCCL {pins.nccl} "
-                                 f"({pins.nccl_wheel}); got {v.nccl}")
-        nccl, cudnn = pins.nccl, pins.cudnn
+            raise f.fail("cudnn", f"{pip_name} {release.line} brings cuDNN {spoken(wheels.default('cudnn'))} as a pip "
+                                  f"wheel; the -cudnn- image would put a second cuDNN in the image; remove cudnn")
+        if v.nccl is not None and not wheels.allows("nccl", v.nccl):
+            raise f.fail("nccl", _nccl_rule(pip_name, release.line, key, wheels) + f"; got {v.nccl}")
+        nccl, cudnn = v.nccl or wheels.default("nccl"), wheels.default("cudnn")
     else:
         if v.flavour == "base":
             raise f.fail("flavour", "without a framework, NCCL comes from NVIDIA's runtime or devel image; "
@@ -114,9 +124,11 @@ def _check_gpu(v: Variant, f: _Fields, compat: Compat, pip_name: str, release) -
             raise f.fail("nccl", f"nvidia/cuda {cuda.image_version} carries NCCL {cuda.nccl}; got {v.nccl}")
         nccl = cuda.nccl
         cudnn = cuda.cudnn if v.cudnn_image else None
-    if nccl is None or Version(nccl) < Version(compat.nccl.minimum):
-        raise f.fail("nccl", f"this combination gives NCCL {nccl}, below {compat.nccl.minimum} "
-                             f"(the Reduction Server's minimum, seed 003)")
+    low = floor_of(nccl) if nccl is not None else None
+    if low is None or low < Version(compat.nccl.minimum):
+        raise f.fail("nccl", f"this combination gives NCCL {spoken(nccl) if nccl else None}, which may be below "
+                             f"{compat.nccl.minimum} (the Reduction Server's minimum, seed 003); pin NCCL "
+                             f"{compat.nccl.minimum} or newer")
     flavour = f"cudnn-{v.flavour}" if v.cudnn_image else v.flavour
     image = v.base_image or f"nvidia/cuda:{cuda.image_version}-{flavour}-{v.os}"
     return replace(v, nccl=nccl, cudnn=cudnn, base_image=image)

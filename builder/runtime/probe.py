@@ -56,6 +56,8 @@ DEFAULT_EXPECT: dict = {
     "cudnn": None,
     "nccl": None,
     "nccl_minimum": None,
+    "nccl_built": None,
+    "cudnn_built": None,
     "reduction_server": "none",
     "hypertune": None,
 }
@@ -109,6 +111,42 @@ def version_at_least(actual: str, minimum: str) -> bool:
     a, b = parse_version(actual)[0], parse_version(minimum)[0]
     width = max(len(a), len(b))
     return a + (0,) * (width - len(a)) >= b + (0,) * (width - len(b))
+
+
+_CLAUSE = re.compile(r"^\s*(==|!=|>=|<=|>|<|~=)?\s*([0-9][0-9a-zA-Z.+!-]*?)(\.\*)?\s*$")
+
+
+def satisfies(actual: str, constraint: str, width: int | None = None) -> bool:
+    """Does `actual` meet a recipe constraint? A bare version is a pin; otherwise comma-separated PEP 440 clauses
+    (``>=2.27.7,<3.0``, ``==13.0.*``). Release tuples are compared (trailing zeros and local labels ignored);
+    `width` keeps only that many components on both sides: cuDNN's runtime answers major.minor.patch of a
+    four-part wheel version."""
+    for clause in str(constraint).split(","):
+        match = _CLAUSE.match(clause)
+        if not match:
+            raise ValueError(f"not a version constraint: {constraint!r}")
+        op, version, star = match.group(1) or "==", match.group(2), match.group(3)
+        have, want = parse_version(actual)[0][:width], parse_version(version)[0][:width]
+        if star:
+            n = len(version.split("."))
+            equal = (have + (0,) * n)[:n] == (want + (0,) * n)[:n]
+            ok = equal if op == "==" else not equal
+        else:
+            size = max(len(have), len(want))
+            a, b = have + (0,) * (size - len(have)), want + (0,) * (size - len(want))
+            ok = {"==": a == b, "!=": a != b, ">=": a >= b, "<=": a <= b, ">": a > b, "<": a < b,
+                  "~=": a >= b and a[:max(1, len(want) - 1)] == b[:max(1, len(want) - 1)]}[op]
+        if not ok:
+            return False
+    return True
+
+
+def spoken(constraint: str) -> str:
+    """``>=2.27.7,<3.0`` -> ``>= 2.27.7, < 3.0``; a pin stays as it is (the host says ranges the same way)."""
+    parts = [c.strip() for c in str(constraint).split(",")]
+    if len(parts) == 1 and parts[0][:1].isdigit():
+        return parts[0]
+    return ", ".join(re.sub(r"^(==|!=|>=|<=|>|<|~=)\s*", r"\1 ", p) for p in parts)
 
 
 def major_minor(version: str | None) -> str | None:
@@ -190,20 +228,44 @@ def check_framework(expect: dict) -> tuple[str, str, dict]:
         want_cuda = major_minor(str(cuda))
         if not build_cuda:
             problems.append(f"{name} {version} is a CPU-only build; the recipe asks for CUDA {cuda}")
-        elif cuda_known and major_minor(build_cuda) != want_cuda:
-            problems.append(f"{name} {version} is built for CUDA {build_cuda}; the recipe asks for CUDA {cuda}")
+        elif cuda_known and not _runs_on(str(major_minor(build_cuda)), want_cuda):
+            problems.append(f"{name} {version} is built for CUDA {build_cuda}; the recipe's base is CUDA {cuda} "
+                            f"(a build runs on its own CUDA major, from its own minor up)")
         elif not cuda_known and str(build_cuda) != want_cuda.split(".")[0]:
             problems.append(f"{name} {version} has a CUDA {build_cuda} plugin; the recipe asks for CUDA {cuda}")
     if problems:
         return FAILED, "; ".join(problems), details
     build = f"CUDA {build_cuda}" if build_cuda else "CPU"
+    if cuda and build_cuda and cuda_known and major_minor(build_cuda) != major_minor(str(cuda)):
+        build += f", on a CUDA {cuda} base"
     if not want:
         return PASSED, f"{name} {version} imports ({build} build); no version expected", details
     return PASSED, f"{name} {version} ({build} build)", details
 
 
+def _runs_on(build: str, line: str) -> bool:
+    """CUDA minor-version compatibility: a framework built for 12.5 runs on a 12.6 base, not on 13.0 or 12.4."""
+    b, l_ = parse_version(build)[0] + (0,), parse_version(line)[0] + (0,)
+    return b[0] == l_[0] and b[:2] <= l_[:2]
+
+
 def _gpu_variant(expect: dict) -> bool:
     return bool(expect.get("cuda"))
+
+
+def _against(kind: str, version: str, path: str, want: str | None, built: str | None,
+             width: int | None = None) -> tuple[str, str]:
+    """Compare a loaded library with the recipe's constraint (pin or range) and the version the build read back
+    (the image's labels); the message names the loaded version, the constraint and the recorded one."""
+    problems = []
+    if want and not satisfies(version, want, width):
+        problems.append(f"{kind} {version} loaded from {path}; the recipe asks for {spoken(want)}")
+    if built and not satisfies(version, built, width):
+        problems.append(f"{kind} {version} loaded from {path}; the build recorded {built}")
+    if problems:
+        return FAILED, "; ".join(problems)
+    asked = f"; the recipe asks for {spoken(want)}" if want else ""
+    return PASSED, f"{kind} {version} ({path}){asked}"
 
 
 def check_nccl(expect: dict) -> tuple[str, str, dict]:
@@ -212,19 +274,15 @@ def check_nccl(expect: dict) -> tuple[str, str, dict]:
     if not want and not _gpu_variant(expect):
         return SKIPPED, "CPU variant: no NCCL", {"expected": None}
     found = libs.nccl_version()
-    details = {"expected": want, "minimum": minimum, **found}
+    details = {"expected": want, "built": expect.get("nccl_built"), "minimum": minimum, **found}
     if not found["found"]:
         why = found["error"] or "libnccl.so.2 not found on the loader path, LD_LIBRARY_PATH or nvidia/nccl/lib"
         return FAILED, f"NCCL: {why}", details
     version = found["version"]
-    problems = []
     if minimum and not version_at_least(version, minimum):
-        problems.append(f"NCCL {version} is older than the minimum {minimum}")
-    if want and not versions_equal(version, want):
-        problems.append(f"NCCL {version} loaded from {found['path']}; the recipe asks for {want}")
-    if problems:
-        return FAILED, "; ".join(problems), details
-    return PASSED, f"NCCL {version} ({found['path']})", details
+        return FAILED, f"NCCL {version} is older than the minimum {minimum}", details
+    status, reason = _against("NCCL", version, found["path"], want, expect.get("nccl_built"))
+    return status, reason + (f" (>= {minimum} for the Reduction Server)" if minimum and status == PASSED else ""), details
 
 
 def check_cudnn(expect: dict) -> tuple[str, str, dict]:
@@ -232,16 +290,13 @@ def check_cudnn(expect: dict) -> tuple[str, str, dict]:
     if not want:
         return SKIPPED, "no cuDNN expected" + (" (CPU variant)" if not _gpu_variant(expect) else ""), {}
     found = libs.cudnn_version()
-    details = {"expected": want, **found}
+    details = {"expected": want, "built": expect.get("cudnn_built"), **found}
     if not found["found"]:
         why = found["error"] or "libcudnn.so.* not found on the loader path, LD_LIBRARY_PATH or nvidia/cudnn/lib"
         return FAILED, f"cuDNN: {why}", details
-    version = found["version"]
     # cudnnGetVersion answers major.minor.patch; a recipe's 9.24.0.43 adds a build number it cannot see.
-    wanted = ".".join(str(want).split(".")[:3])
-    if not versions_equal(version, wanted):
-        return FAILED, f"cuDNN {version} loaded from {found['path']}; the recipe asks for {want}", details
-    return PASSED, f"cuDNN {version} ({found['path']})", details
+    status, reason = _against("cuDNN", found["version"], found["path"], want, expect.get("cudnn_built"), width=3)
+    return status, reason, details
 
 
 def _dpkg(*args: str) -> subprocess.CompletedProcess | None:

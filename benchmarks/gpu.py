@@ -1,0 +1,46 @@
+"""`make bench BENCH_ARGS=--gpu`: the size figures of the GPU images this machine can build (one per framework).
+
+Cold GPU builds download gigabytes, so these figures run only with ``--gpu``. For each image: its size (the
+engine's uncompressed size), its compressed size as pushed (the layer bytes `trainimg push` uploads to a fresh
+local registry: every layer, gzip-compressed as a registry stores it) and size / (base + installed payload), the
+payload measured as for ``size_overhead`` (/opt/venv plus the files of the apt packages the image added). Each is
+built by `trainimg build` from the shipped recipes on the local Debian base (nothing is pruned: sizes do not depend
+on the cache) and must pass `trainimg test --replicas 2` before `push` takes it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+GPU_VARIANTS = ("pytorch-2.14.1-cu130-py3.11", "tensorflow-2.21.0-cu125-py3.11", "jax-0.10.2-cu126-py3.11")
+ALLOW_MISSING = "google-reduction-server"  # Google's apt repository is out of reach here
+GPU_UNITS = {"size_bytes": "bytes", "pushed_bytes": "bytes", "size_overhead": "ratio"}
+
+
+def figure_lines(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
+    """``gpu.<variant>.<figure>: value`` lines, the stdout contract of the --gpu figures."""
+    lines = []
+    for name in GPU_VARIANTS:
+        row = rows.get(name, {})
+        for fig, unit in GPU_UNITS.items():
+            value = row.get(fig)
+            text = "failed" if value is None else (str(int(value)) if unit == "bytes" else f"{value:.3f}")
+            lines.append(f"gpu.{name}.{fig}: {text}")
+    return lines
+
+
+def render_gpu_table(rows: Mapping[str, Mapping[str, Any]]) -> str:
+    """The Markdown table of the --gpu figures, appended under the bench table in README.md."""
+    lines = ["GPU images (`--gpu`), built on the local Debian base with `--allow-missing google-reduction-server`:",
+             "", "| image | size | pushed (compressed) | size ÷ (base + payload) | NCCL | cuDNN | CUDA runtime |",
+             "|---|---|---|---|---|---|---|"]
+    for name in GPU_VARIANTS:
+        row = rows.get(name, {})
+        if row.get("size_bytes") is None:
+            lines.append(f"| `{name}` | failed: {row.get('error', 'not measured')} | | | | | |")
+            continue
+        v = row.get("versions", {})
+        lines.append(f"| `{name}` | {row['size_bytes'] / 1e6:,.0f} MB | {row['pushed_bytes'] / 1e6:,.0f} MB | "
+                     f"{row['size_overhead']:.3f} | {v.get('nccl')} | {v.get('cudnn')} | {v.get('cuda')} |")
+    return "\n".join(lines)
