@@ -17,8 +17,8 @@ from packaging.version import Version
 from trainimg.cli.app import main
 from trainimg.recipe.compat import as_constraint, constraint_spec, is_pin, load_compat, spoken
 from trainimg.recipe.loading import load_recipes
-from trainimg.runtime.probe import satisfies
-from trainimg.runtime.probe import spoken as probe_spoken
+from trainimg.runtime.versions import satisfies
+from trainimg.runtime.versions import spoken as probe_spoken
 
 COMPAT = load_compat()
 BUILDS = [(fw, rel.version, key) for fw, f in COMPAT.frameworks.items() for rel in f.releases for key in rel.cuda]

@@ -3,11 +3,15 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from ..errors import CheckFailed, UserInputError
 from .context import Ctx, emit_json, pass_ctx
+
+if TYPE_CHECKING:
+    from ..recipe.loading import Variant
 
 
 @click.command("list")
@@ -36,14 +40,14 @@ def list_cmd(c: Ctx, as_json: bool) -> None:
         click.echo(f"{r['name']:<34} {r['tag']:<44} {r['base']}")
 
 
-def _installed(variants: list) -> dict[str, dict[str, str | None]]:
+def _installed(variants: list[Variant]) -> dict[str, dict[str, str | None]]:
     """Tag -> the versions its built image holds (read back at build time, kept in its labels); `versions` is
     what the recipe asks for. No engine, or no image under the tag: nothing for it."""
     from ..build.builder import versions_from_labels
     from ..engine.docker import DockerEngine
     from ..errors import EngineError
 
-    engine, out = DockerEngine(), {}
+    engine, out = DockerEngine(), {}  # type: tuple[DockerEngine, dict[str, dict[str, str | None]]]
     try:
         for v in variants:
             info = engine.image(v.tag)

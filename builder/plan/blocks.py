@@ -97,6 +97,8 @@ def framework(v: Variant, compat: Compat) -> Block:
     """The framework, then a pip freeze into the constraints file that holds every version in place."""
     fw = compat.frameworks[v.framework]  # type: ignore[index]
     release = compat.release(v.framework, v.version)  # type: ignore[arg-type]
+    if release is None:
+        raise ValueError(f"no compatibility data for {v.framework} {v.version}: validate the recipe first")
     indexes: tuple[str, ...] = ()
     if v.cuda is None:
         name = release.cpu_pip_name or fw.pip_name

@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING
 from packaging.requirements import Requirement
 from packaging.version import Version
 
-from .compat import Compat, WheelVariant, as_constraint, floor_of, is_pin, minor_of, spoken
+from .compat import Compat, FrameworkRelease, WheelVariant, as_constraint, floor_of, is_pin, minor_of, spoken
 
 if TYPE_CHECKING:
     from .loading import Variant, _Fields
@@ -65,7 +65,7 @@ def check_variant(v: Variant, f: _Fields, compat: Compat) -> Variant:
     return _check_gpu(v, f, compat, pip_name, release)
 
 
-def _check_cpu(v: Variant, f: _Fields, compat: Compat, pip_name: str, release) -> Variant:
+def _check_cpu(v: Variant, f: _Fields, compat: Compat, pip_name: str, release: FrameworkRelease | None) -> Variant:
     os_info = compat.operating_systems[v.os]
     if release is not None and not release.cpu:
         raise f.fail("cuda", f"{pip_name} {release.line} has no CPU build; set cuda to one of "
@@ -83,7 +83,7 @@ def _check_cpu(v: Variant, f: _Fields, compat: Compat, pip_name: str, release) -
     if os_info.cpu_image is None and not v.base_image:
         raise f.fail("os", f"trainimg has no CPU base image for {v.os}; use one of "
                            f"{', '.join(k for k, o in compat.operating_systems.items() if o.cpu_image)}")
-    return replace(v, base_image=v.base_image or os_info.cpu_image)
+    return replace(v, base_image=v.base_image or os_info.cpu_image or "")
 
 
 def _nccl_rule(pip_name: str, line: str, key: str, wheels: WheelVariant) -> str:
@@ -94,8 +94,8 @@ def _nccl_rule(pip_name: str, line: str, key: str, wheels: WheelVariant) -> str:
     return f"{pip_name} {line} with CUDA {Version(key).major} needs {wheels.nccl_wheel} {spoken(required)}"
 
 
-def _check_gpu(v: Variant, f: _Fields, compat: Compat, pip_name: str, release) -> Variant:
-    cuda = compat.cuda.get(v.cuda)
+def _check_gpu(v: Variant, f: _Fields, compat: Compat, pip_name: str, release: FrameworkRelease | None) -> Variant:
+    cuda = compat.cuda.get(v.cuda or "")
     build = release.build_for(v.cuda) if release is not None and v.cuda else None
     if release is not None and build is None:
         runs_on = "; ".join(f"{w.cuda_lines} ({key} build)" for key, w in release.cuda.items())
