@@ -89,8 +89,26 @@ def check(path: Path, package_dir: Path, problems: list[str], used: set[str]) ->
                             f"over the limit of {FUNCTION_LIMIT}: split it")
 
 
+def stats(package_dir: Path) -> str:
+    """The figures a before/after table needs: modules, lines per module, the longest function."""
+    sizes: list[tuple[int, str]] = []
+    longest = (0, "")
+    for path in sorted(package_dir.rglob("*.py")):
+        rel = path.relative_to(package_dir.parent).as_posix()
+        text = path.read_text()
+        sizes.append((len(text.splitlines()), rel))
+        for name, node in functions(ast.parse(text, rel)):
+            longest = max(longest, ((node.end_lineno or node.lineno) - node.lineno + 1, f"{rel}:{name}"))
+    lines = sorted(n for n, _ in sizes)
+    return (f"modules: {len(sizes)}; lines: {sum(lines)} (median {lines[len(lines) // 2]}, largest "
+            f"{max(sizes)[0]} in {max(sizes)[1]}); longest function: {longest[0]} lines ({longest[1]})")
+
+
 def main(argv: list[str]) -> int:
-    """Check the package folder given as the one argument (default: builder/ beside .ci/)."""
+    """Check the package folder given as the argument (default: builder/ beside .ci/); `--stats` prints figures."""
+    if argv[:1] == ["--stats"]:
+        print(stats(Path(argv[1]).resolve() if argv[1:] else PACKAGE_DIR))
+        return 0
     package_dir = Path(argv[0]).resolve() if argv else PACKAGE_DIR
     problems: list[str] = []
     used: set[str] = set()

@@ -102,3 +102,12 @@ def test_sizes_count_code_not_data_tables(tmp_path: Path) -> None:
         "builder/recipe/long.py:2: function K.method has 61 lines, over the limit of 60: split it",
         "builder/recipe/script.py:1: module has 403 lines, over the limit of 400: split it",
     ]
+
+
+def test_stats_give_the_before_after_figures(tmp_path: Path) -> None:
+    package = make_package(tmp_path, {"__init__.py": "", "a.py": "def f() -> None:\n    pass\n",
+                                      "b.py": "x = 1\n" * 7})
+    done = subprocess.run([sys.executable, str(CI / "lint_sizes.py"), "--stats", str(package)], capture_output=True,
+                          text=True, timeout=60, check=True)
+    assert done.stdout == ("modules: 3; lines: 9 (median 2, largest 7 in builder/b.py); "
+                           "longest function: 2 lines (builder/a.py:f)\n")
