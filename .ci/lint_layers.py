@@ -112,7 +112,11 @@ def resolve(node: ast.ImportFrom, module: str, package: bool, known: set[str]) -
 def edges_of(path: Path, package_dir: Path, known: set[str], problems: list[str]) -> list[Edge]:
     module = module_name(path, package_dir)
     rel = shown(path, package_dir)
-    tree = ast.parse(path.read_text(), str(path))
+    try:
+        tree = ast.parse(path.read_text(), str(path))
+    except SyntaxError as err:
+        problems.append(f"{rel}:{err.lineno}: syntax error: {err.msg}")
+        return []
     edges: list[Edge] = []
     for node, in_function in walk_imports(tree):
         if isinstance(node, ast.ImportFrom) and node.level:

@@ -68,7 +68,11 @@ def functions(tree: ast.AST, prefix: str = "") -> list[tuple[str, ast.FunctionDe
 def check(path: Path, package_dir: Path, problems: list[str], used: set[str]) -> None:
     rel = path.relative_to(package_dir.parent).as_posix()
     text = path.read_text()
-    tree = ast.parse(text, rel)
+    try:
+        tree = ast.parse(text, rel)
+    except SyntaxError as err:
+        problems.append(f"{rel}:{err.lineno}: syntax error: {err.msg}")
+        return
     physical = len(text.splitlines())
     counted = physical - table_lines(tree)
     if counted > MODULE_LIMIT:

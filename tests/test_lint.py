@@ -86,6 +86,13 @@ def test_a_cycle_is_found_even_when_an_import_is_hidden(tmp_path: Path, hidden: 
                      f"trainimg.recipe.a {cycle}"]
 
 
+@pytest.mark.parametrize("script", ["lint_layers.py", "lint_sizes.py"])
+def test_a_file_that_does_not_parse_is_one_line_not_a_traceback(tmp_path: Path, script: str) -> None:
+    package = make_package(tmp_path, CLEAN | {"recipe/conflict.py": "x = 1\n<<<<<<< HEAD\n"})
+    rc, lines = lint(script, package)
+    assert (rc, lines) == (1, ["builder/recipe/conflict.py:2: syntax error: invalid syntax"])
+
+
 def test_sizes_count_code_not_data_tables(tmp_path: Path) -> None:
     body = "".join(f"    x{i} = {i}\n" for i in range(60))
     table = "TABLE = {\n" + "".join(f"    'k{i}': ({i}, 'v'),\n" for i in range(500)) + "}\n"
