@@ -18,10 +18,11 @@ SEPARATOR = "--"
 class ProgramCommand(click.Command):
     """A command whose words after `--` are the program, passed to the callback as the `command` tuple."""
 
-    def __init__(self, *args: Any, program_required: bool = True, **kwargs: Any) -> None:
-        settings = dict(kwargs.pop("context_settings", None) or {})
+    def __init__(self, name: str | None, *, program_required: bool = True,
+                 context_settings: dict[str, Any] | None = None, **kwargs: Any) -> None:
+        settings = dict(context_settings or {})
         settings["allow_extra_args"] = True  # stray words are reported below, with the fix
-        super().__init__(*args, context_settings=settings, **kwargs)
+        super().__init__(name, context_settings=settings, **kwargs)
         self.program_required = program_required
 
     def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
