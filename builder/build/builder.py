@@ -26,15 +26,13 @@ from .. import runtime as runtime_pkg
 from ..recipe.compat import Compat, load_compat
 from ..engine.docker import MANAGED_LABEL, BuildRequest, DockerEngine
 from ..errors import UserInputError
-from ..plan.stages import BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET, Plan, make_plan
+from ..plan.stages import (ABSENT_LABEL, BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET,
+                           VERSION_LABEL_PREFIX, Plan, make_plan)
 from ..progress import Progress
 from ..recipe.loading import RecipeSet, Variant
 from ..render.dockerfile import dockerfile
+from ..runtime.manifest import MANIFEST_PATH
 from .wheelhouse import check_dirs, pip_conf, serve, write_secret
-
-MANIFEST_PATH = "/etc/trainimg/manifest.json"
-ABSENT_LABEL = "trainimg.absent"
-VERSION_LABEL = "trainimg.version."  # + python, framework, cuda, nccl, cudnn, hypertune: read back after the build
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -104,7 +102,7 @@ def labels_from_manifest(v: Variant, manifest: Mapping[str, Any], prov: Mapping[
         ABSENT_LABEL: ",".join(sorted(manifest.get("absent", []))),
     }
     for key, value in sorted(installed_versions(manifest).items()):
-        labels[f"{VERSION_LABEL}{key}"] = value or "none"
+        labels[f"{VERSION_LABEL_PREFIX}{key}"] = value or "none"
     return labels
 
 
@@ -135,8 +133,8 @@ def installed_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:
 
 def versions_from_labels(labels: Mapping[str, str]) -> dict[str, str | None]:
     """The versions a built image holds, from the labels `labels_from_manifest` gave it ("none" is None)."""
-    return {k[len(VERSION_LABEL):]: (None if v == "none" else v) for k, v in sorted(labels.items())
-            if k.startswith(VERSION_LABEL)}
+    return {k[len(VERSION_LABEL_PREFIX):]: (None if v == "none" else v) for k, v in sorted(labels.items())
+            if k.startswith(VERSION_LABEL_PREFIX)}
 
 
 def _waves(plans: list[Plan]) -> list[list[Plan]]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 
 import click
+import yaml
 
 from ..errors import UserInputError
 from .context import Ctx, emit_json, pass_ctx
@@ -16,15 +17,16 @@ from .program import ProgramCommand
 @click.command()
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--nproc-per-node", type=int, default=None, help="Add the process-level view.")
+@click.option("--reduction-server", is_flag=True, help="workerpool2 holds Reduction Server replicas (not in TF_CONFIG).")
 @pass_ctx
-def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None) -> None:
+def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server: bool) -> None:
     """Parse CLUSTER_SPEC / TF_CONFIG from the environment into role, rank and world size."""
     from ..runtime.cluster import ClusterError, parse_cluster, summary
 
     if nproc_per_node is not None and nproc_per_node < 1:
         raise UserInputError("must be 1 or more", where="--nproc-per-node")
     try:
-        info = parse_cluster(c.env, nproc_per_node)
+        info = parse_cluster(c.env, nproc_per_node, reduction_server=reduction_server)
     except ClusterError as err:
         raise UserInputError(str(err)) from None
     click.echo(json.dumps(info.to_json(), sort_keys=True) if as_json else summary(info))
@@ -32,7 +34,13 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None) -> None:
 
 @click.command(cls=ProgramCommand, program_required=False)
 @click.option("--platform", type=click.Choice(["vertex", "aiplatform"]), required=True)
-@click.option("--image", required=True, help="Image reference, or a variant name (its tag, and its recipe's facts).")
+@click.option("--image", required=True, metavar="VARIANT|REF",
+              help="A variant (with --registry, or its images.lock entry) or a pullable image reference.")
+@click.option("--registry", default=None, metavar="HOST[:PORT][/PREFIX]", help="Where the variant was pushed.")
+@click.option("--lock", "lock_path", default=None, metavar="FILE",
+              help="The release lockfile a variant's pushed reference is read from (default: images.lock).")
+@click.option("--framework", type=click.Choice(["pytorch", "tensorflow", "jax", "none"]), default=None,
+              help="The image's framework, for a reference that is not local (a local one's labels say).")
 @click.option("--replicas", type=int, required=True, help="Primary plus workers.")
 @click.option("--ps", type=int, default=0, show_default=True, help="Parameter servers.")
 @click.option("--reduction-servers", default=None, metavar="R|auto", help="Vertex Reduction Server pool size.")
@@ -40,24 +48,51 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None) -> None:
 @click.option("--machine-type", required=True)
 @click.option("--accelerator", default=None, metavar="TYPE:COUNT")
 @click.option("--region", default=None)
-@click.option("--display-name", default=None)
+@click.option("--display-name", default=None, help="Vertex displayName; AI Platform jobId.")
+@click.option("--use-chief-in-tf-config/--no-use-chief-in-tf-config", default=False, show_default=True,
+              help="AI Platform: name the primary 'chief' (not 'master') in TF_CONFIG.")
+@click.option("--format", "form", type=click.Choice(["rest", "gcloud"]), default="rest", show_default=True,
+              help="rest: the API request (JSON); gcloud: the YAML file gcloud's --config reads.")
 @click.option("--conformance", is_flag=True, help="Run trainimg's in-image all-reduce check instead of a program.")
 @click.option("--args", "args_", multiple=True, help="Arguments for the training program (repeatable).")
 @pass_ctx
-def spec(c: Ctx, platform: str, image: str, replicas: int, ps: int, reduction_servers: str | None, evaluators: int,
-         machine_type: str, accelerator: str | None, region: str | None, display_name: str | None,
-         conformance: bool, args_: tuple[str, ...], command: tuple[str, ...]) -> None:
-    """Print the cloud job body (Vertex CustomJob or AI Platform trainingInput) as JSON; the container's command,
-    if any, goes after `--`."""
+def spec(c: Ctx, platform: str, image: str, registry: str | None, lock_path: str | None, framework: str | None,
+         replicas: int, ps: int, reduction_servers: str | None, evaluators: int, machine_type: str,
+         accelerator: str | None, region: str | None, display_name: str | None, use_chief_in_tf_config: bool,
+         form: str, conformance: bool, args_: tuple[str, ...], command: tuple[str, ...]) -> None:
+    """Print the cloud job body (Vertex CustomJob, AI Platform Job) or gcloud's --config file; the container's
+    command, if any, goes after `--`."""
+    from ..jobs.aiplatform import SHUTDOWN_NOTE
+    from ..jobs.shape import SpecOptions
     from ..jobs.spec import job_spec
 
-    ref, name = _resolve_image(c, image)
-    variant = c.recipes().by_name[name] if name else None
-    body = job_spec(platform, image=ref, replicas=replicas, machine_type=machine_type, ps=ps,
-                    reduction_servers=reduction_servers, evaluators=evaluators, accelerator=accelerator,
-                    region=region, args=list(args_), command=list(command) or None, variant=variant,
-                    conformance=conformance, display_name=display_name)
-    emit_json(body, None)
+    ref, facts = _spec_image(c, image, registry, lock_path, framework)
+    opts = SpecOptions(platform=platform, image=ref, replicas=replicas, machine_type=machine_type, ps=ps,
+                       reduction_servers=reduction_servers, evaluators=evaluators, accelerator=accelerator,
+                       region=region, args=args_, command=command or None, facts=facts, conformance=conformance,
+                       display_name=display_name, use_chief_in_tf_config=use_chief_in_tf_config)
+    body = job_spec(opts, form)
+    if platform == "aiplatform":
+        click.echo(f"trainimg: {SHUTDOWN_NOTE}", err=True)
+    if form == "gcloud":
+        click.echo(yaml.safe_dump(body, sort_keys=False, default_flow_style=False), nl=False)
+    else:
+        emit_json(body, None)
+
+
+def _spec_image(c: Ctx, image: str, registry: str | None, lock_path: str | None, framework: str | None):
+    """--image resolved to a pullable reference and the image's facts (jobs/images.py)."""
+    from ..jobs.images import resolve_image
+    from ..publish.lock import DEFAULT_LOCK, read_lock
+    from ..recipe.loading import RecipeError
+
+    try:
+        variants = dict(c.recipes().by_name)
+    except RecipeError:
+        variants = {}  # outside a checkout: variants come from the lockfile only
+    lock = read_lock(lock_path or DEFAULT_LOCK)
+    return resolve_image(image, variants=variants, lock=lock, registry=registry, framework=framework,
+                         inspect=lambda ref: _engine().image(ref))
 
 
 def job_flags(fn):

@@ -54,15 +54,23 @@ class Plan:
         return f"images/{self.variant.name}/Dockerfile"
 
 
+# Label keys the build writes and `trainimg spec` reads back from a local image (jobs/images.py).
+VARIANT_LABEL = "trainimg.variant"
+FRAMEWORK_LABEL = "trainimg.framework"
+REDUCTION_SERVER_LABEL = "trainimg.reduction-server"  # "wanted" or "none"
+ABSENT_LABEL = "trainimg.absent"  # components the build was allowed to leave out, comma-separated
+VERSION_LABEL_PREFIX = "trainimg.version."  # + python, framework, cuda, nccl, cudnn, hypertune, as installed
+
+
 def static_labels(v: Variant) -> list[tuple[str, str]]:
     """Labels known before the build; versions read back from the image are added by the builder after it."""
     pairs = [
         ("org.opencontainers.image.title", v.tag),
         ("org.opencontainers.image.base.name", v.base_image),
-        ("trainimg.variant", v.name),
+        (VARIANT_LABEL, v.name),
         ("trainimg.recipe", v.source),
-        ("trainimg.framework", v.framework),
-        ("trainimg.reduction-server", "wanted" if v.reduction_server else "none"),
+        (FRAMEWORK_LABEL, v.framework),
+        (REDUCTION_SERVER_LABEL, "wanted" if v.reduction_server else "none"),
     ]
     pairs += [(f"trainimg.recipe.{k}", val) for k, val in v.versions().items() if val is not None]
     return pairs + list(v.labels)

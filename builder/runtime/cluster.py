@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import ipaddress
 import json
 import os
 import re
@@ -41,6 +42,9 @@ VERTEX_POOLS = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": 
 # The TensorFlow-style names AI Platform's CLUSTER_SPEC and every TF_CONFIG use; `master` is the deprecated chief.
 _TF_TYPES = {"chief": "chief", "master": "chief", "worker": "worker", "ps": "ps", "evaluator": "evaluator"}
 _PORT = re.compile(r"[0-9]{1,5}")
+# RFC 1123 host names: dot-separated labels of letters, digits and inner hyphens, 253 characters at most.
+_HOSTNAME = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
+_DOTTED_DIGITS = re.compile(r"[0-9.]+")
 
 
 class ClusterError(ValueError):
@@ -95,11 +99,16 @@ class ClusterInfo:
         }
 
 
-def parse_cluster(env: Mapping[str, str], nproc_per_node: int | None = None) -> ClusterInfo:
+def parse_cluster(env: Mapping[str, str], nproc_per_node: int | None = None, *,
+                  reduction_server: bool = False) -> ClusterInfo:
     """Describe this replica from `env` (``CLUSTER_SPEC`` first, then ``TF_CONFIG``, else one local process).
 
     An empty variable counts as unset: ``docker run -e CLUSTER_SPEC=`` means "no cluster", not a broken one.
     `nproc_per_node` (processes this replica will start) adds the per-process figures; it must be an int >= 1.
+    `reduction_server`: the job's pool 2 (``workerpool2``, in TF terms ``ps``) holds Vertex Reduction Server
+    replicas, which run Google's image rather than TensorFlow, so they are kept out of ``TF_CONFIG`` (otherwise
+    TensorFlow waits for ``/job:ps/task:0`` as its coordination leader forever). ``trainimg spec`` passes it to
+    the launcher as ``--reduction-server`` whenever it adds a reducer pool.
     Raises `ClusterError` for anything a platform would not send.
     """
     if nproc_per_node is not None and (
@@ -109,7 +118,7 @@ def parse_cluster(env: Mapping[str, str], nproc_per_node: int | None = None) -> 
     for variable in ("CLUSTER_SPEC", "TF_CONFIG"):
         text = env.get(variable, "")
         if text.strip():
-            info = _parse_variable(variable, text)
+            info = _parse_variable(variable, text, reduction_server)
             break
     else:
         info = ClusterInfo(
@@ -153,6 +162,7 @@ def split_address(variable: str, address: object) -> tuple[str, int]:
             raise ClusterError(variable, f"cluster address {address!r}: write an IPv6 host in brackets, [host]:port")
     if not host:
         raise ClusterError(variable, f"cluster address {address!r} has no host")
+    _check_host(variable, address, host, bracketed=address.startswith("["))
     if not _PORT.fullmatch(port_text):
         raise ClusterError(variable, f"cluster address {address!r}: port {port_text!r} is not an integer")
     port = int(port_text)
@@ -161,12 +171,38 @@ def split_address(variable: str, address: object) -> tuple[str, int]:
     return host, port
 
 
-def _parse_variable(variable: str, text: str) -> ClusterInfo:
+def _check_host(variable: str, address: str, host: str, *, bracketed: bool) -> None:
+    """A host is a DNS name, an IPv4 address, or (in brackets) an IPv6 address; nothing else reaches a framework.
+
+    The host becomes ``MASTER_ADDR`` and part of ``TF_CONFIG``, which scripts and shells read: a newline or ``$(``
+    in it must stop the replica here, not later in someone's command line.
+    """
+    if bracketed:
+        try:
+            ipaddress.IPv6Address(host)
+        except ValueError:
+            raise ClusterError(variable, f"cluster address {address!r}: {host!r} in brackets is not an IPv6 address"
+                               ) from None
+        return
+    if _DOTTED_DIGITS.fullmatch(host):
+        try:
+            ipaddress.IPv4Address(host)
+        except ValueError:
+            raise ClusterError(variable, f"cluster address {address!r}: {host!r} is not an IPv4 address") from None
+        return
+    if not _HOSTNAME.fullmatch(host):
+        raise ClusterError(variable, f"cluster address {address!r}: {host!r} is not a host name, IPv4 address "
+                                     "or [IPv6] address")
+
+
+def _parse_variable(variable: str, text: str, reduction_server: bool) -> ClusterInfo:
     """Validate one variable's JSON and map its pools and task onto canonical roles."""
     try:
         spec = json.loads(text)
     except ValueError as err:
         raise ClusterError(variable, f"is not valid JSON ({err})") from None
+    except RecursionError:
+        raise ClusterError(variable, "nests its JSON too deeply for any platform to have sent it") from None
     if not isinstance(spec, dict):
         raise ClusterError(variable, f"must be a JSON object, got {type(spec).__name__}")
     cluster = spec.get("cluster")
@@ -184,16 +220,14 @@ def _parse_variable(variable: str, text: str) -> ClusterInfo:
     role, index = _read_task(variable, task, names, pools, evaluator_outside=not vertex)
     trial = _trial(variable, task.get("trial"))
 
+    if reduction_server and role == "ps":
+        raise ClusterError(variable, "this replica is in the Reduction Server pool, which runs Google's reducer "
+                                     "image, not trainimg's launcher")
     rank = {"chief": 0, "worker": index + 1 if pools.get("chief") else index}.get(role)
     master_addr, master_port = split_address(variable, group[0])
-    tf_cluster = {name: list(pools[name]) for name in ("chief", "worker", "ps") if pools.get(name)}
-    tf_task = {k: v for k, v in task.items() if k not in ("type", "index", "trial")}
-    tf_task.update(type=role, index=index)
-    if trial is not None:
-        tf_task["trial"] = trial
-    tf_config: dict[str, Any] = {"cluster": tf_cluster, "task": tf_task}
-    if "environment" in spec:
-        tf_config["environment"] = spec["environment"]
+    roles = ("chief", "worker") if reduction_server else ("chief", "worker", "ps")
+    tf_config = _tf_config(variable, spec, {name: list(pools[name]) for name in roles if pools.get(name)},
+                           task, role, index, trial)
     return ClusterInfo(
         platform=platform,
         role=role,
@@ -205,6 +239,31 @@ def _parse_variable(variable: str, text: str) -> ClusterInfo:
         trial=trial,
         tf_config=tf_config,
     )
+
+
+def _tf_config(variable: str, spec: dict[str, Any], tf_cluster: dict[str, list[str]], task: dict[str, Any],
+               role: str, index: int, trial: str | None) -> dict[str, Any]:
+    """The TF2-ready TF_CONFIG: canonical task type and index, other task fields and ``environment`` kept.
+
+    Kept fields must be JSON scalars: they are copied into every process's environment, and a nested value is
+    nothing a platform sends (and could nest deeper than the JSON encoder goes).
+    """
+    tf_task: dict[str, Any] = {}
+    for key, value in task.items():
+        if key in ("type", "index", "trial"):
+            continue
+        if isinstance(value, (dict, list)):
+            raise ClusterError(variable, f"task field {key!r} must be a string, number or boolean")
+        tf_task[key] = value
+    tf_task.update(type=role, index=index)
+    if trial is not None:
+        tf_task["trial"] = trial
+    tf_config: dict[str, Any] = {"cluster": tf_cluster, "task": tf_task}
+    if "environment" in spec:
+        if not isinstance(spec["environment"], str):
+            raise ClusterError(variable, f"'environment' must be a string, got {type(spec['environment']).__name__}")
+        tf_config["environment"] = spec["environment"]
+    return tf_config
 
 
 def _read_pools(variable: str, cluster: dict[str, Any], names: Mapping[str, str]) -> dict[str, list[str]]:
@@ -314,12 +373,14 @@ def main(argv: list[str]) -> int:
     )
     parser.add_argument("--json", action="store_true", help="print the machine-readable form")
     parser.add_argument("--nproc-per-node", type=positive_int, default=None, metavar="N")
+    parser.add_argument("--reduction-server", action="store_true",
+                        help="workerpool2 holds Reduction Server replicas: keep them out of TF_CONFIG")
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # argparse exits on --help and on usage errors; callers want a return code.
         return stop.code if isinstance(stop.code, int) else 2
     try:
-        info = parse_cluster(os.environ, args.nproc_per_node)
+        info = parse_cluster(os.environ, args.nproc_per_node, reduction_server=args.reduction_server)
     except ClusterError as err:
         print(f"trainimg: {err}", file=sys.stderr)
         return 2

@@ -36,6 +36,15 @@ mislead a script into joining it.
   terminated and the launcher exits with the failing process's code. SIGINT/SIGTERM are forwarded to the children.
 * tensorflow: one process per replica, since ``MultiWorkerMirroredStrategy`` drives every local GPU itself.
 
+``--framework`` defaults to ``auto``: the framework the image's manifest (``/etc/trainimg/manifest.json``, written at
+build time) lists, or, without a manifest, the one whose package is importable. So a TensorFlow image keeps one
+process per replica even when a spec or a user asks for ``--nproc-per-node 8`` and says nothing else. With several
+frameworks installed and N > 1 the launcher cannot know which one CMD uses and asks for ``--framework`` (exit 2).
+
+``--reduction-server``: the job's workerpool2 holds Vertex Reduction Server replicas (Google's reducer image, not
+a TensorFlow task); they are left out of ``TF_CONFIG`` (see `cluster.parse_cluster`). ``trainimg spec`` adds the
+flag to the primary's and workers' command whenever it adds a reducer pool.
+
 Exit codes: 2 for a bad cluster variable or usage, 127 when CMD is not found, else CMD's own.
 """
 
@@ -55,9 +64,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import FrameType
 
-from .cluster import ClusterError, ClusterInfo, format_address, parse_cluster, positive_int
+from .cluster import ClusterInfo, format_address, parse_cluster, positive_int
+from .manifest import MANIFEST_PATH
 
 FRAMEWORKS = ("auto", "pytorch", "tensorflow", "jax")
+# The import name each framework's package installs, for images without a manifest.
+_FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "jax": "jax"}
 
 # Everything launch_env may set for a process in the all-reduce group; removed for ps/evaluator (see module doc).
 _GROUP_VARIABLES = (
@@ -137,6 +149,35 @@ def visible_gpus(env: Mapping[str, str]) -> int:
     except (OSError, subprocess.SubprocessError):
         return 1
     return max(sum(1 for line in listing.splitlines() if line.startswith("GPU ")), 1)
+
+
+def installed_frameworks(manifest_path: str) -> list[str]:
+    """The frameworks this image holds: the manifest's ``frameworks`` keys, else those importable here.
+
+    The manifest is what the build really installed; reading it costs nothing, while importing a framework takes
+    seconds, so only the import *specs* are looked up when there is no manifest (a venv, a laptop).
+    """
+    try:
+        with open(manifest_path, encoding="utf-8") as fh:
+            listed = json.load(fh).get("frameworks", {})
+        return sorted(name for name in listed if name in _FRAMEWORK_MODULES)
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return sorted(name for name, module in _FRAMEWORK_MODULES.items()
+                      if importlib.util.find_spec(module) is not None)
+
+
+def resolve_framework(requested: str, installed: list[str], nproc: int) -> str:
+    """The framework to launch for: the one asked for, else the only one installed, else ``auto`` (no framework).
+
+    Raises ValueError (a usage error) when several are installed, none was asked for and the choice matters.
+    """
+    if requested != "auto" or not installed:
+        return requested
+    if len(installed) == 1:
+        return installed[0]
+    if nproc == 1:
+        return "auto"
+    raise ValueError(f"this image holds {', '.join(installed)}; pass --framework to say which one CMD uses")
 
 
 def choose_mode(framework: str, nproc: int, has_torch: bool) -> str:
@@ -225,11 +266,15 @@ def _nproc(text: str) -> int | str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m trainimg_runtime launch",
-        usage="%(prog)s [--nproc-per-node N|auto] [--framework {auto,pytorch,tensorflow,jax}] -- CMD...",
+        usage="%(prog)s [--nproc-per-node N|auto] [--framework {auto,pytorch,tensorflow,jax}] [--reduction-server] "
+              "-- CMD...",
         description="Map the platform's cluster variables to framework variables and run CMD.",
     )
     parser.add_argument("--nproc-per-node", type=_nproc, default=1, metavar="N|auto")
     parser.add_argument("--framework", choices=FRAMEWORKS, default="auto")
+    parser.add_argument("--reduction-server", action="store_true",
+                        help="workerpool2 holds Reduction Server replicas: keep them out of TF_CONFIG")
+    parser.add_argument("--manifest", default=MANIFEST_PATH, help=argparse.SUPPRESS)
     parser.add_argument("cmd", nargs=argparse.REMAINDER, help=argparse.SUPPRESS)
     return parser
 
@@ -256,8 +301,9 @@ def main(argv: list[str]) -> int:
 
     nproc = visible_gpus(os.environ) if args.nproc_per_node == "auto" else args.nproc_per_node
     try:
-        info = parse_cluster(os.environ, nproc)
-    except ClusterError as err:
+        framework = resolve_framework(args.framework, installed_frameworks(args.manifest), nproc)
+        info = parse_cluster(os.environ, nproc, reduction_server=args.reduction_server)
+    except ValueError as err:  # a ClusterError, or a framework the launcher cannot choose
         print(f"trainimg-launch: {err}", file=sys.stderr)
         return 2
     if shutil.which(cmd[0], path=os.environ.get("PATH")) is None:
@@ -265,7 +311,7 @@ def main(argv: list[str]) -> int:
         return 127
 
     # Parameter servers and evaluators are single processes whatever N says: they hold no GPU rank.
-    mode = "exec" if info.rank is None else choose_mode(args.framework, nproc, _has_torch())
+    mode = "exec" if info.rank is None else choose_mode(framework, nproc, _has_torch())
     print(
         f"trainimg-launch: {info.platform} {info.role} {info.index}: "
         f"{1 if mode == 'exec' else nproc} process(es) via {mode} (nproc-per-node {nproc})",

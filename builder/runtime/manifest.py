@@ -27,6 +27,8 @@ import sys
 from . import libs
 
 ABSENT_DIR = "/etc/trainimg/absent"
+#: Where the build writes this image's manifest (the runtime block runs ``manifest --write`` to this path).
+MANIFEST_PATH = "/etc/trainimg/manifest.json"
 DPKG_PATTERN = re.compile(r"google-reduction-server|libnccl|cuda-cudart|libcudnn")
 SCHEMA_VERSION = 1
 

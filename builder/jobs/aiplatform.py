@@ -1,0 +1,68 @@
+"""AI Platform Training's Job (``jobId`` + ``trainingInput``), and the ``trainingInput`` config that
+``gcloud ai-platform jobs submit training JOB --config FILE`` reads.
+
+The service was shut down on 2025-01-31; trainimg still writes its format because old images and code read its
+environment (``CLUSTER_SPEC`` with ``master``, ``TF_CONFIG`` with ``master`` or ``chief``). The body follows
+``ml.v1.json`` (``GoogleCloudMlV1__Job``/``TrainingInput``/``ReplicaConfig``), which tests/test_clients.py checks
+every body against:
+
+* Roles are named fields: ``master*``, ``worker*``, ``parameterServer*``, ``evaluator*`` (type, count, config).
+* A command goes into each ``*Config.containerCommand`` and the args into each ``*Config.containerArgs``; never into
+  ``trainingInput.args``, which the schema says is mutually exclusive with both.
+* int64 fields (counts) are JSON strings, as the discovery document types them.
+* ``useChiefInTfConfig`` is always written: the service defaults to ``false`` (``master`` in ``TF_CONFIG``, which
+  TensorFlow 2 rejects); trainimg's launcher renames ``master`` to ``chief`` either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .shape import JobShape
+
+SHUTDOWN_NOTE = ("AI Platform Training was shut down on 2025-01-31; this spec is for old tooling that still reads "
+                 "its format (new jobs: --platform vertex)")
+DEFAULT_REGION = "us-central1"
+
+
+def training_input(job: JobShape) -> dict[str, Any]:
+    """``TrainingInput`` for a custom-container job on Compute Engine machine types (scale tier CUSTOM)."""
+    training: dict[str, Any] = {
+        "scaleTier": "CUSTOM",
+        "masterType": job.machine_type,
+        "masterConfig": _config(job, gpu=True, nproc=job.nproc),
+    }
+    if job.replicas > 1:
+        training.update(workerType=job.machine_type, workerCount=str(job.replicas - 1),
+                        workerConfig=_config(job, gpu=True, nproc=job.nproc))
+    if job.ps:
+        training.update(parameterServerType=job.machine_type, parameterServerCount=str(job.ps),
+                        parameterServerConfig=_config(job, gpu=False, nproc=1))
+    if job.evaluators:
+        training.update(evaluatorType=job.machine_type, evaluatorCount=str(job.evaluators),
+                        evaluatorConfig=_config(job, gpu=True, nproc=job.nproc))
+    training["region"] = job.region or DEFAULT_REGION
+    training["useChiefInTfConfig"] = job.use_chief_in_tf_config
+    return training
+
+
+def ml_job(job: JobShape) -> dict[str, Any]:
+    """The REST body for ``projects.jobs.create``: ``jobId`` is required there."""
+    return {"jobId": job.name, "trainingInput": training_input(job)}
+
+
+def gcloud_config(job: JobShape) -> dict[str, Any]:
+    """What ``gcloud ai-platform jobs submit training JOB --config`` reads; the job id is its positional JOB."""
+    return {"trainingInput": training_input(job)}
+
+
+def _config(job: JobShape, *, gpu: bool, nproc: int) -> dict[str, Any]:
+    cfg: dict[str, Any] = {"imageUri": job.image}
+    if gpu and job.accelerator:
+        cfg["acceleratorConfig"] = {"count": str(job.accelerator[1]), "type": job.accelerator[0]}
+    command = job.container_command(nproc)
+    if command is not None:
+        cfg["containerCommand"] = command
+    if job.args:
+        cfg["containerArgs"] = list(job.args)
+    return cfg

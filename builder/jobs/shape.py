@@ -1,0 +1,94 @@
+"""The typed inputs of a cloud job spec: what the image is (`ImageFacts`), what the user asked for (`SpecOptions`),
+and the validated job (`JobShape`) that the platform modules (`vertex`, `aiplatform`) lay out as request bodies.
+
+Why three types: options arrive loose from flags; `spec.job_spec` checks them once and hands the platform modules a
+`JobShape` whose every field is already valid, so the layout code only lays out.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+LAUNCHER = "trainimg-launch"
+# The launcher flag that keeps a Reduction Server pool out of TF_CONFIG (runtime/launch.py, runtime/cluster.py).
+REDUCTION_SERVER_FLAG = "--reduction-server"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ImageFacts:
+    """What trainimg knows about the image a job runs, and where it learnt it.
+
+    `source` is ``recipe`` (the variant's recipe, for ``--image VARIANT``), ``labels`` (a local image's labels) or
+    ``--framework`` (a remote reference, where only the framework is known). `nccl` and `reduction_server` are
+    None when unknown; a CPU image known from its recipe or labels has ``nccl == "none"``.
+    """
+
+    source: str
+    name: str | None
+    framework: str
+    nccl: str | None = None
+    reduction_server: bool | None = None
+
+    @property
+    def knows_libraries(self) -> bool:
+        return self.nccl is not None and self.reduction_server is not None
+
+
+@dataclass(frozen=True, kw_only=True)
+class SpecOptions:
+    """`trainimg spec`'s flags. `replicas` counts the primary; `reduction_servers` is a count, ``"auto"`` or None."""
+
+    platform: str
+    image: str
+    replicas: int
+    machine_type: str
+    ps: int = 0
+    reduction_servers: int | str | None = None
+    evaluators: int = 0
+    accelerator: str | None = None
+    region: str | None = None
+    args: tuple[str, ...] = ()
+    command: tuple[str, ...] | None = None
+    facts: ImageFacts | None = None
+    conformance: bool = False
+    display_name: str | None = None
+    use_chief_in_tf_config: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobShape:
+    """A validated job: every count, name and command checked; `reducers` resolved to a number (0: none)."""
+
+    image: str
+    replicas: int
+    machine_type: str
+    ps: int
+    reducers: int
+    evaluators: int
+    accelerator: tuple[str, int] | None
+    region: str | None
+    args: tuple[str, ...]
+    command: tuple[str, ...] | None
+    facts: ImageFacts | None
+    name: str
+    use_chief_in_tf_config: bool
+
+    @property
+    def nproc(self) -> int:
+        """Processes per GPU replica: one per accelerator, 1 on a CPU machine."""
+        return self.accelerator[1] if self.accelerator else 1
+
+    def container_command(self, nproc: int) -> list[str] | None:
+        """The replica's command: CMD behind the in-image launcher, or None to run the image's ENTRYPOINT.
+
+        ``--framework`` is added when the image's framework is known (the launcher also finds it itself, from the
+        image's manifest), and ``--reduction-server`` when the job has a reducer pool.
+        """
+        if self.command is None:
+            return None
+        head = [LAUNCHER, "--nproc-per-node", str(nproc)]
+        if self.facts is not None and self.facts.framework != "none":
+            head += ["--framework", self.facts.framework]
+        if self.reducers:
+            head.append(REDUCTION_SERVER_FLAG)
+        return [*head, "--", *self.command]

@@ -1,0 +1,60 @@
+"""Vertex AI's CustomJob: the REST body (``displayName`` + ``jobSpec``) and the ``CustomJobSpec`` that
+``gcloud ai custom-jobs create --config FILE`` reads (top-level ``workerPoolSpecs``; the name is a flag there).
+
+Vertex reads a job's cluster from the *position* of each entry in ``workerPoolSpecs`` (seed 003): [0] the primary,
+[1] workers, [2] parameter servers or the Reduction Server, [3] evaluators; an unused pool that sits before a used
+one must be ``{}``, and pools after the last used one are left out. Both forms parse strictly as
+``google.cloud.aiplatform_v1`` messages (tests/test_clients.py).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .reducers import DEFAULT_REDUCER_MACHINE, reduction_server_image
+from .shape import JobShape
+
+BOOT_DISK = {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100}
+
+
+def custom_job_spec(job: JobShape) -> dict[str, Any]:
+    """The ``CustomJobSpec``: the four pools in Vertex's order."""
+    pools: list[dict[str, Any]] = [_pool(job, _machine(job, gpu=True), 1, job.nproc), {}, {}, {}]
+    if job.replicas > 1:
+        pools[1] = _pool(job, _machine(job, gpu=True), job.replicas - 1, job.nproc)
+    if job.ps:
+        pools[2] = _pool(job, _machine(job, gpu=False), job.ps, 1)
+    elif job.reducers:
+        # Reducers run Google's image with its own entrypoint, on CPU machines: no command, args or accelerator.
+        pools[2] = {
+            "machineSpec": {"machineType": DEFAULT_REDUCER_MACHINE},
+            "replicaCount": job.reducers,
+            "containerSpec": {"imageUri": reduction_server_image(job.region)},
+        }
+    if job.evaluators:
+        pools[3] = _pool(job, _machine(job, gpu=True), job.evaluators, job.nproc)
+    while not pools[-1]:
+        pools.pop()
+    return {"workerPoolSpecs": pools}
+
+
+def custom_job(job: JobShape) -> dict[str, Any]:
+    """The REST body for ``projects.locations.customJobs.create``."""
+    return {"displayName": job.name, "jobSpec": custom_job_spec(job)}
+
+
+def _pool(job: JobShape, machine: dict[str, Any], count: int, nproc: int) -> dict[str, Any]:
+    container: dict[str, Any] = {"imageUri": job.image}
+    command = job.container_command(nproc)
+    if command is not None:
+        container["command"] = command
+    container["args"] = list(job.args)
+    return {"machineSpec": machine, "replicaCount": count, "diskSpec": dict(BOOT_DISK), "containerSpec": container}
+
+
+def _machine(job: JobShape, *, gpu: bool) -> dict[str, Any]:
+    spec: dict[str, Any] = {"machineType": job.machine_type}
+    if gpu and job.accelerator:
+        spec["acceleratorType"] = job.accelerator[0]
+        spec["acceleratorCount"] = job.accelerator[1]
+    return spec
