@@ -7,6 +7,10 @@ concrete, so a regression in any platform's dialect shows up as the platform's o
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -372,3 +376,64 @@ def test_main_bad_value_exits_2(monkeypatch: pytest.MonkeyPatch, capsys: pytest.
 def test_main_rejects_bad_nproc(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["--nproc-per-node", "0"]) == 2
     assert "nproc-per-node" in capsys.readouterr().err
+
+
+# --- hosts, depth, the Reduction Server pool ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("address", ["a\nb:1", "$(rm -rf /):1", "host name:1", "-lead:1", "a..b:1", "x_y:1",
+                                     "999.1.1.1:1", "1.2.3:1", "[fe80::1%$(id)]:1", "[fe80::1%]:1", "[not-v6]:1", "h;ls:1",
+                                     "h`id`:1", "a" * 64 + ":1", "é.example:1"])
+def test_bad_hosts_are_refused(address: str) -> None:
+    with pytest.raises(ClusterError, match="host name, IPv4|not an IPv4|not an IPv6") as caught:
+        parse_cluster({"TF_CONFIG": spec({"chief": [address]}, {"type": "chief", "index": 0})})
+    assert "\n" not in str(caught.value)
+
+
+@pytest.mark.parametrize("address", ["cmle-training-workerpool0-ab-0:2222", "10.0.0.10:2222", "[::1]:80",
+                                     "[2001:db8::7]:2222", "localhost:1", "a.b.c.example.:2222", "x0:65535"])
+def test_good_hosts(address: str) -> None:
+    assert parse_cluster({"TF_CONFIG": spec({"chief": [address]}, {"type": "chief", "index": 0})}).world_size == 1
+
+
+@pytest.mark.parametrize("depth", [50_000, 2_000])
+def test_deep_json_is_one_line(depth: int) -> None:
+    for text in ("[" * depth + "]" * depth, '{"cluster": ' + "[" * depth + "]" * depth + "}"):
+        with pytest.raises(ClusterError) as caught:
+            parse_cluster({"CLUSTER_SPEC": text})
+        assert "\n" not in str(caught.value)
+
+
+def test_nested_task_fields_are_refused() -> None:
+    deep = {"type": "chief", "index": 0, "note": json.loads("[" * 500 + "]" * 500)}
+    with pytest.raises(ClusterError, match="task field 'note'"):
+        parse_cluster({"TF_CONFIG": spec({"chief": ["c:1"]}, deep)})
+    with pytest.raises(ClusterError, match="'environment' must be a string"):
+        parse_cluster({"TF_CONFIG": spec({"chief": ["c:1"]}, {"type": "chief", "index": 0}, environment=[1])})
+
+
+def test_reduction_server_pool_stays_out_of_tf_config() -> None:
+    env = {"CLUSTER_SPEC": spec(VERTEX_CLUSTER, {"type": "workerpool1", "index": 1})}
+    assert parse_cluster(env).tf_config["cluster"]["ps"] == VERTEX_CLUSTER["workerpool2"]
+    info = parse_cluster(env, reduction_server=True)
+    assert set(info.tf_config["cluster"]) == {"chief", "worker"}
+    assert (info.role, info.rank, info.world_size) == ("worker", 2, 3)
+    with pytest.raises(ClusterError, match="Reduction Server pool"):
+        parse_cluster({"CLUSTER_SPEC": spec(VERTEX_CLUSTER, {"type": "workerpool2", "index": 0})},
+                      reduction_server=True)
+
+
+@pytest.mark.parametrize("runner", [
+    ["trainimg", "cluster", "--json"],
+    [sys.executable, "-m", "trainimg.runtime", "cluster", "--json"],
+], ids=["host", "in-image"])
+@pytest.mark.parametrize("value", ["[" * 50_000 + "]" * 50_000, spec({"chief": ["$(rm -rf /):1"]},
+                                                                     {"type": "chief", "index": 0})],
+                         ids=["deep", "shell-host"])
+def test_cli_bad_values_exit_2_with_one_line(runner: list[str], value: str) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("CLUSTER_SPEC", "TF_CONFIG")}
+    result = subprocess.run(runner, env={**env, "CLUSTER_SPEC": value}, capture_output=True, text=True, timeout=60,
+                            cwd=Path(__file__).resolve().parents[1])
+    assert result.returncode == 2, result.stderr
+    assert result.stdout == "" and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
+    assert result.stderr.startswith("trainimg: CLUSTER_SPEC: ")

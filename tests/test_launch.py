@@ -312,3 +312,61 @@ def test_cmd_not_found_exits_127() -> None:
 
 def test_bad_nproc_exits_2() -> None:
     assert launch(["--nproc-per-node", "0", "--", "true"]).returncode == 2
+
+
+# --- the framework without --framework; the Reduction Server pool -------------------------------------------------
+
+
+def manifest(tmp_path: Path, *frameworks: str) -> str:
+    """A manifest as `python -m trainimg_runtime manifest` writes it, listing `frameworks`."""
+    path = tmp_path / "manifest.json"
+    path.write_text(json.dumps({"frameworks": {name: {"version": "1.0"} for name in frameworks}}))
+    return str(path)
+
+
+def test_tensorflow_image_keeps_one_process_without_framework_flag(tmp_path: Path) -> None:
+    # What `trainimg spec --image <TF image> --accelerator T:8` used to produce: N processes sharing one TF task.
+    result = launch(["--nproc-per-node", "2", "--manifest", manifest(tmp_path, "tensorflow"), "--",
+                     sys.executable, "-c", PRINT_ENV], CLUSTER_SPEC=vertex_spec("workerpool1", 0))
+    assert result.returncode == 0, result.stderr
+    (env,) = printed_envs(result.stdout)
+    assert json.loads(env["TF_CONFIG"] or "{}")["task"] == {"type": "worker", "index": 0}
+    assert "1 process(es) via exec" in result.stderr
+
+
+def test_jax_image_from_manifest_spawns_per_gpu(tmp_path: Path) -> None:
+    result = launch(["--nproc-per-node", "2", "--manifest", manifest(tmp_path, "jax"), "--",
+                     sys.executable, "-c", PRINT_ENV], CLUSTER_SPEC=vertex_spec("workerpool1", 0))
+    assert result.returncode == 0, result.stderr
+    assert sorted(env["RANK"] or "" for env in printed_envs(result.stdout)) == ["2", "3"]
+
+
+def test_several_frameworks_need_the_flag_only_when_it_matters(tmp_path: Path) -> None:
+    both = manifest(tmp_path, "pytorch", "tensorflow")
+    result = launch(["--nproc-per-node", "2", "--manifest", both, "--", "true"])
+    assert result.returncode == 2
+    assert result.stderr == "trainimg-launch: this image holds pytorch, tensorflow; pass --framework to say which " \
+                            "one CMD uses\n"
+    assert launch(["--manifest", both, "--", "true"]).returncode == 0
+    assert launch(["--nproc-per-node", "2", "--framework", "tensorflow", "--manifest", both, "--", "true"]
+                  ).returncode == 0
+
+
+def test_without_manifest_the_importable_framework_counts(tmp_path: Path) -> None:
+    (tmp_path / "tensorflow").mkdir()
+    (tmp_path / "tensorflow" / "__init__.py").write_text("")
+    result = launch(["--nproc-per-node", "3", "--manifest", str(tmp_path / "absent.json"), "--",
+                     sys.executable, "-c", PRINT_ENV], CLUSTER_SPEC=vertex_spec("workerpool0", 0),
+                    PYTHONPATH=f"{tmp_path}{os.pathsep}{REPO}")
+    assert result.returncode == 0, result.stderr
+    assert len(printed_envs(result.stdout)) == 1
+
+
+def test_reduction_server_flag_keeps_pool_2_out_of_tf_config(tmp_path: Path) -> None:
+    args = ["--framework", "tensorflow", "--", sys.executable, "-c", PRINT_ENV]
+    plain = launch(args, CLUSTER_SPEC=vertex_spec("workerpool1", 0))
+    reduced = launch(["--reduction-server", *args], CLUSTER_SPEC=vertex_spec("workerpool1", 0))
+    assert plain.returncode == reduced.returncode == 0, plain.stderr + reduced.stderr
+    assert "ps" in json.loads(printed_envs(plain.stdout)[0]["TF_CONFIG"] or "{}")["cluster"]
+    assert json.loads(printed_envs(reduced.stdout)[0]["TF_CONFIG"] or "{}")["cluster"] == {
+        "chief": ["chief-host:2222"], "worker": ["worker-host:2222"]}

@@ -1,4 +1,4 @@
-"""Cloud job bodies (builder/spec.py), checked field by field against the platform documents.
+"""Cloud job bodies (builder/jobs/spec.py, vertex.py, aiplatform.py), checked field by field against the platform documents.
 
 Seed 003 is Vertex AI's distributed-training page: pool order ([0] primary, [1] workers, [2] parameter servers or
 Reduction Server, [3] evaluators), ``{}`` for an unused pool before a used one, the Reduction Server images, and the
@@ -17,15 +17,13 @@ import pytest
 import yaml
 
 from trainimg.errors import UserInputError
+from trainimg.jobs.fields import parse_accelerator
+from trainimg.jobs.fields import nproc_per_node as _nproc_per_node
+from trainimg.jobs.images import facts_from_variant
+from trainimg.jobs.reducers import load_bandwidth, reducers_for, reduction_server_image
+from trainimg.jobs.shape import ImageFacts, SpecOptions
+from trainimg.jobs.spec import job_spec as build_spec
 from trainimg.recipe.loading import Variant
-from trainimg.jobs.spec import (
-    job_spec,
-    load_bandwidth,
-    nproc_per_node,
-    parse_accelerator,
-    reducers_for,
-    reduction_server_image,
-)
 
 IMAGE = "us-docker.pkg.dev/proj/train/pytorch:2.9.1-cu128-py3.12"
 RS_US = "us-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
@@ -59,8 +57,22 @@ def make_variant(**overrides: object) -> Variant:
     return Variant(**fields)  # type: ignore[arg-type]
 
 
+def job_spec(platform: str, variant: Variant | None = None, form: str = "rest", **kw: object) -> dict:
+    """The spec for `platform` from keyword flags, `variant` standing for `--image VARIANT`'s recipe facts."""
+    facts = facts_from_variant(variant) if variant is not None else None
+    return build_spec(SpecOptions(platform=platform, facts=facts, **kw), form)  # type: ignore[arg-type]
+
+
+def nproc_per_node(accelerator: str | None) -> int:
+    return _nproc_per_node(accelerator, "vertex")
+
+
+PT = make_variant()
+
+
 def seed_example(**kw: object) -> dict:
     """Seed 003's gcloud example: primary n1-highmem-96 + 4 workers, 8 V100 each, reducers on n1-highcpu-16."""
+    kw.setdefault("variant", make_variant())
     return job_spec("vertex", image=IMAGE, replicas=5, machine_type="n1-highmem-96", accelerator=V100x8,
                     region="us-central1", **kw)
 
@@ -107,13 +119,13 @@ def test_reducers_for_seed_examples() -> None:
 
 def test_auto_a2_megagpu_job() -> None:
     body = job_spec("vertex", image=IMAGE, replicas=8, machine_type="a2-megagpu-16g",
-                    accelerator="NVIDIA_A100_80GB:16", reduction_servers="auto")
+                    accelerator="NVIDIA_A100_80GB:16", variant=PT, reduction_servers="auto")
     assert body["jobSpec"]["workerPoolSpecs"][2]["replicaCount"] == 25
 
 
 def test_auto_unknown_machine_lists_known_types() -> None:
     err = raises("--reduction-servers", "known: ", job_spec, "vertex", image=IMAGE, replicas=2,
-                 machine_type="n1-standard-8", accelerator="NVIDIA_TESLA_T4:1", reduction_servers="auto")
+                 machine_type="n1-standard-8", accelerator="NVIDIA_TESLA_T4:1", variant=PT, reduction_servers="auto")
     assert "a2-megagpu-16g" in str(err) and "n1-highmem-96 with 8xNVIDIA_TESLA_V100" in str(err)
     # the N1 figure holds only for the sourced GPU count
     raises("--reduction-servers", "no sourced bandwidth", reducers_for, "n1-highmem-96", 2, "NVIDIA_TESLA_V100:2")
@@ -122,10 +134,10 @@ def test_auto_unknown_machine_lists_known_types() -> None:
 
 def test_explicit_count_needs_no_bandwidth_data() -> None:
     body = job_spec("vertex", image=IMAGE, replicas=2, machine_type="g2-standard-24",
-                    accelerator="NVIDIA_L4:2", reduction_servers=3)
+                    accelerator="NVIDIA_L4:2", variant=PT, reduction_servers=3)
     assert body["jobSpec"]["workerPoolSpecs"][2]["replicaCount"] == 3
     assert job_spec("vertex", image=IMAGE, replicas=2, machine_type="g2-standard-24", accelerator="NVIDIA_L4:2",
-                    reduction_servers="3")["jobSpec"]["workerPoolSpecs"][2]["replicaCount"] == 3
+                    variant=PT, reduction_servers="3")["jobSpec"]["workerPoolSpecs"][2]["replicaCount"] == 3
     # 0 means none: the pool list ends after the workers
     assert len(seed_example(reduction_servers=0)["jobSpec"]["workerPoolSpecs"]) == 2
 
@@ -138,13 +150,13 @@ def test_reduction_server_image_by_region(region: str | None, prefix: str) -> No
     image = f"{prefix}-docker.pkg.dev/vertex-ai-restricted/training/reductionserver:latest"
     assert reduction_server_image(region) == image
     body = job_spec("vertex", image=IMAGE, replicas=2, machine_type="n1-highmem-96", accelerator=V100x8,
-                    region=region, reduction_servers=2)
+                    region=region, variant=PT, reduction_servers=2)
     assert body["jobSpec"]["workerPoolSpecs"][2]["containerSpec"]["imageUri"] == image
 
 
 def test_region_without_reduction_server_image() -> None:
     raises("--region", "us, europe, asia", job_spec, "vertex", image=IMAGE, replicas=2,
-           machine_type="n1-highmem-96", accelerator=V100x8, region="southamerica-east1", reduction_servers=2)
+           machine_type="n1-highmem-96", accelerator=V100x8, region="southamerica-east1", variant=PT, reduction_servers=2)
     # without reducers the region does not pick anything on Vertex: accepted
     job_spec("vertex", image=IMAGE, replicas=2, machine_type="n1-highmem-96", region="southamerica-east1")
     raises("--region", "such as us-central1", job_spec, "vertex", image=IMAGE, replicas=1,
@@ -198,7 +210,7 @@ def test_nproc_per_node_is_the_accelerator_count() -> None:
     assert nproc_per_node(None) == 1
     assert nproc_per_node("NVIDIA_TESLA_V100:8") == 8
     assert nproc_per_node("NVIDIA_A100_80GB:16") == 16
-    assert parse_accelerator("NVIDIA_L4:1") == ("NVIDIA_L4", 1)
+    assert parse_accelerator("NVIDIA_L4:1", "vertex") == ("NVIDIA_L4", 1)
 
 
 @pytest.mark.parametrize("bad", ["V100", "NVIDIA_TESLA_V100:0", "NVIDIA_TESLA_V100:17", "nvidia_tesla_v100:8",
@@ -261,15 +273,32 @@ def test_refuses_variant_without_nccl() -> None:
     cpu = make_variant(cuda=None, nccl=None, reduction_server=False)
     err = raises("--reduction-servers", "no NCCL; the Reduction Server needs NCCL >= 2.7", seed_example,
                  reduction_servers=16, variant=cpu)
-    assert "trainimg/pytorch:2.9.1-cpu-py3.12" in str(err)
+    assert IMAGE in str(err)
     raises("--reduction-servers", "NCCL 2.6.4", seed_example, reduction_servers=16, variant=make_variant(nccl="2.6.4"))
     seed_example(reduction_servers=16, variant=make_variant(nccl="2.7.8"))  # the floor itself is fine
 
 
 def test_refuses_variant_built_without_reduction_server() -> None:
-    raises("--reduction-servers", r"image trainimg/pytorch:2\.9\.1-cu128-py3\.12: built without "
-           "google-reduction-server", seed_example, reduction_servers="auto",
+    raises("--reduction-servers", "built without google-reduction-server", seed_example, reduction_servers="auto",
            variant=make_variant(reduction_server=False))
+
+
+def test_refuses_reduction_server_when_the_image_libraries_are_unknown() -> None:
+    # a remote reference known only by --framework: nothing says it holds NCCL (it may be a CPU image)
+    facts = ImageFacts(source="--framework", name=None, framework="pytorch")
+    raises("--reduction-servers", "cannot tell whether", build_spec,
+           SpecOptions(platform="vertex", image=IMAGE, replicas=2, machine_type="n1-highmem-96",
+                       accelerator=V100x8, reduction_servers=2, facts=facts))
+    raises("--reduction-servers", "cannot tell whether", seed_example, reduction_servers=2, variant=None)
+
+
+def test_reducer_pool_keeps_out_of_tf_config_through_the_launcher() -> None:
+    pools = seed_example(reduction_servers=2, command=["python", "t.py"])["jobSpec"]["workerPoolSpecs"]
+    for p in pools[:2]:
+        assert p["containerSpec"]["command"] == [
+            "trainimg-launch", "--nproc-per-node", "8", "--framework", "pytorch", "--reduction-server",
+            "--", "python", "t.py"]
+    assert "command" not in pools[2]["containerSpec"]
 
 
 def test_refuses_ps_with_reduction_server() -> None:
@@ -283,11 +312,9 @@ def test_refuses_cpu_job_and_single_replica() -> None:
            machine_type="n1-highmem-96", accelerator=V100x8, reduction_servers="auto")
 
 
-def test_refuses_aiplatform_reduction_server_and_evaluators() -> None:
+def test_refuses_aiplatform_reduction_server() -> None:
     raises("--reduction-servers", "Vertex AI feature", job_spec, "aiplatform", image=IMAGE, replicas=5,
            machine_type="n1-highmem-96", accelerator=V100x8, reduction_servers=16)
-    raises("--evaluators", "no evaluator pool", job_spec, "aiplatform", image=IMAGE, replicas=2,
-           machine_type="n1-highmem-96", evaluators=1)
 
 
 @pytest.mark.parametrize("bad", [-1, "many", True, 1.5])
@@ -301,47 +328,83 @@ def test_bad_reduction_server_count(bad: object) -> None:
 def test_aiplatform_master_workers_ps() -> None:
     body = job_spec("aiplatform", image=IMAGE, replicas=3, machine_type="n1-highmem-16", ps=2,
                     accelerator="NVIDIA_TESLA_V100:2", args=["--epochs", "5"], display_name="train_1")
-    gpu = {"count": 2, "type": "NVIDIA_TESLA_V100"}
+    gpu = {"count": "2", "type": "NVIDIA_TESLA_V100"}  # int64 fields are JSON strings in ml.v1.json
+    args = ["--epochs", "5"]
     assert body == {
         "jobId": "train_1",
         "trainingInput": {
             "scaleTier": "CUSTOM",
             "masterType": "n1-highmem-16",
-            "masterConfig": {"imageUri": IMAGE, "acceleratorConfig": gpu},
+            "masterConfig": {"imageUri": IMAGE, "acceleratorConfig": gpu, "containerArgs": args},
             "workerType": "n1-highmem-16",
-            "workerCount": 2,
-            "workerConfig": {"imageUri": IMAGE, "acceleratorConfig": gpu},
+            "workerCount": "2",
+            "workerConfig": {"imageUri": IMAGE, "acceleratorConfig": gpu, "containerArgs": args},
             "parameterServerType": "n1-highmem-16",
-            "parameterServerCount": 2,
-            "parameterServerConfig": {"imageUri": IMAGE},  # no accelerator on parameter servers
+            "parameterServerCount": "2",
+            # no accelerator on parameter servers
+            "parameterServerConfig": {"imageUri": IMAGE, "containerArgs": args},
             "region": "us-central1",
-            "args": ["--epochs", "5"],
+            "useChiefInTfConfig": False,  # the service's default: `master` in TF_CONFIG
         },
     }
 
 
 def test_aiplatform_single_master_and_command() -> None:
     body = job_spec("aiplatform", image=IMAGE, replicas=1, machine_type="n1-standard-8", region="europe-west4",
-                    accelerator="NVIDIA_TESLA_T4:4", command=["python", "train.py"])
+                    accelerator="NVIDIA_TESLA_T4:4", command=["python", "train.py"], use_chief_in_tf_config=True)
     ti = body["trainingInput"]
-    assert "jobId" not in body
+    assert body["jobId"] == "trainimg_job"  # required by projects.jobs.create
     assert "workerConfig" not in ti and "parameterServerConfig" not in ti and "workerCount" not in ti
-    assert ti["region"] == "europe-west4" and ti["args"] == []
+    assert ti["region"] == "europe-west4" and "args" not in ti and ti["useChiefInTfConfig"] is True
     assert ti["masterConfig"]["containerCommand"] == [
         "trainimg-launch", "--nproc-per-node", "4", "--", "python", "train.py"]
+    assert "containerArgs" not in ti["masterConfig"]
+
+
+def test_aiplatform_evaluators() -> None:
+    ti = job_spec("aiplatform", image=IMAGE, replicas=2, machine_type="n1-highmem-16", evaluators=1,
+                  accelerator="NVIDIA_TESLA_T4:1", command=["python", "t.py"], variant=PT)["trainingInput"]
+    assert ti["evaluatorType"] == "n1-highmem-16" and ti["evaluatorCount"] == "1"
+    assert ti["evaluatorConfig"]["acceleratorConfig"] == {"count": "1", "type": "NVIDIA_TESLA_T4"}
+    assert ti["evaluatorConfig"]["containerCommand"][:5] == [
+        "trainimg-launch", "--nproc-per-node", "1", "--framework", "pytorch"]
+
+
+def test_aiplatform_gcloud_form_is_training_input_only() -> None:
+    rest = job_spec("aiplatform", image=IMAGE, replicas=2, machine_type="n1-standard-8", display_name="j1")
+    assert job_spec("aiplatform", form="gcloud", image=IMAGE, replicas=2, machine_type="n1-standard-8",
+                    display_name="j1") == {"trainingInput": rest["trainingInput"]}
 
 
 def test_aiplatform_conformance() -> None:
-    ti = job_spec("aiplatform", image=IMAGE, replicas=2, machine_type="n1-standard-8",
-                  accelerator="NVIDIA_TESLA_T4:1", conformance=True)["trainingInput"]
-    assert ti["workerConfig"]["containerCommand"] == [
-        "trainimg-launch", "--nproc-per-node", "1", "--",
+    body = job_spec("aiplatform", image=IMAGE, replicas=2, machine_type="n1-standard-8",
+                    accelerator="NVIDIA_TESLA_T4:1", conformance=True, variant=PT)
+    assert body["jobId"] == "trainimg_pytorch_2_9_cu128_py3_12_conformance"
+    assert body["trainingInput"]["workerConfig"]["containerCommand"] == [
+        "trainimg-launch", "--nproc-per-node", "1", "--framework", "pytorch", "--",
         "python", "-m", "trainimg_runtime", "allreduce", "--framework", "pytorch"]
 
 
 def test_aiplatform_job_id_grammar() -> None:
     raises("--display-name", "letters, digits and underscores", job_spec, "aiplatform", image=IMAGE, replicas=1,
            machine_type="n1-standard-8", display_name="my-job")
+    raises("--display-name", "letters, digits and underscores", job_spec, "aiplatform", image=IMAGE, replicas=1,
+           machine_type="n1-standard-8", display_name="1job")
+
+
+@pytest.mark.parametrize(("platform", "accelerator"), [
+    ("vertex", "NVIDIA_TESLA_A1000:8"), ("vertex", "TPU_V2_POD:1"), ("aiplatform", "NVIDIA_H100_80GB:8"),
+    ("aiplatform", "NVIDIA_L4:1")])
+def test_accelerator_outside_the_platform_enum(platform: str, accelerator: str) -> None:
+    err = raises("--accelerator", f"{platform} has no accelerator type", job_spec, platform, image=IMAGE, replicas=1,
+                 machine_type="n1-standard-8", accelerator=accelerator)
+    assert "NVIDIA_TESLA_V100" in str(err)  # the accepted names are listed
+
+
+def test_gcloud_form_is_the_custom_job_spec() -> None:
+    rest = seed_example(display_name="x")
+    assert seed_example(display_name="x", form="gcloud") == rest["jobSpec"]
+    raises("--format", "rest, gcloud", seed_example, form="yaml")
 
 
 # --- input checks --------------------------------------------------------------------------------------------------

@@ -45,6 +45,7 @@ _PORT = re.compile(r"[0-9]{1,5}")
 # RFC 1123 host names: dot-separated labels of letters, digits and inner hyphens, 253 characters at most.
 _HOSTNAME = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?(?:\.[A-Za-z0-9](?:[A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
 _DOTTED_DIGITS = re.compile(r"[0-9.]+")
+_ZONE = re.compile(r"[A-Za-z0-9_.-]{1,15}")
 
 
 class ClusterError(ValueError):
@@ -179,7 +180,10 @@ def _check_host(variable: str, address: str, host: str, *, bracketed: bool) -> N
     """
     if bracketed:
         try:
-            ipaddress.IPv6Address(host)
+            address_part, _, zone = host.partition("%")
+            if "%" in host and not _ZONE.fullmatch(zone):  # a link-local zone names an interface: eth0, 2
+                raise ValueError(host)
+            ipaddress.IPv6Address(address_part)
         except ValueError:
             raise ClusterError(variable, f"cluster address {address!r}: {host!r} in brackets is not an IPv6 address"
                                ) from None
