@@ -166,9 +166,9 @@ def _prose_rules(schema: str, value: dict, path: str, ancestors: list[tuple[str,
         elif rule.kind == "only-when" and value.get(rule.args[0]) != rule.args[1]:
             errors.append(f"{path}.{rule.field}: only when {rule.args[0]} is {rule.args[1]}")
     for rule in rules():
-        if rule.schema == schema and rule.kind == "required-when":
-            if value.get(rule.args[0]) == rule.args[1] and rule.field not in value:
-                errors.append(f"{path}.{rule.field}: required when {rule.args[0]} is {rule.args[1]}")
+        if (rule.schema == schema and rule.kind == "required-when" and value.get(rule.args[0]) == rule.args[1]
+                and rule.field not in value):
+            errors.append(f"{path}.{rule.field}: required when {rule.args[0]} is {rule.args[1]}")
         if rule.schema == schema and rule.kind == "present-when":
             tier, tier_value, count_field = rule.args
             count = str(value.get(count_field, "0"))

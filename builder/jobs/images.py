@@ -18,8 +18,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import UserInputError
-from ..plan.stages import (ABSENT_LABEL, FRAMEWORK_LABEL, REDUCTION_SERVER_LABEL, VARIANT_LABEL,
-                           VERSION_LABEL_PREFIX)
+from ..plan.stages import (
+    ABSENT_LABEL,
+    FRAMEWORK_LABEL,
+    REDUCTION_SERVER_LABEL,
+    VARIANT_LABEL,
+    VERSION_LABEL_PREFIX,
+)
 from ..publish.lock import LockEntry
 from ..publish.references import RegistryTarget
 from ..recipe.loading import Variant
