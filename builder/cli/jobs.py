@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import TYPE_CHECKING
 
 import click
 import yaml
@@ -12,6 +13,9 @@ from .context import Ctx, emit_json, pass_ctx
 from .gate import _log_printer, _resolve_image
 from .images import _engine
 from .program import ProgramCommand
+
+if TYPE_CHECKING:
+    from ..jobs.shape import ImageFacts
 
 
 @click.command()
@@ -80,7 +84,8 @@ def spec(c: Ctx, platform: str, image: str, registry: str | None, lock_path: str
         emit_json(body, None)
 
 
-def _spec_image(c: Ctx, image: str, registry: str | None, lock_path: str | None, framework: str | None):
+def _spec_image(c: Ctx, image: str, registry: str | None, lock_path: str | None,
+                framework: str | None) -> tuple[str, ImageFacts | None]:
     """--image resolved to a pullable reference and the image's facts (jobs/images.py)."""
     from ..jobs.images import resolve_image
     from ..publish.lock import DEFAULT_LOCK, read_lock
