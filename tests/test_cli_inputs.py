@@ -15,8 +15,9 @@ from conftest import trainimg
 
 from trainimg.cli.app import main
 
-SPEC = ("spec", "--platform", "vertex", "--image", "example.com/team/train:1", "--replicas", "2",
-        "--machine-type", "n1-standard-8")
+# A remote reference: its framework comes from --framework (its labels cannot be read).
+SPEC = ("spec", "--platform", "vertex", "--image", "example.com/team/train:1", "--framework", "pytorch",
+        "--replicas", "2", "--machine-type", "n1-standard-8")
 
 
 def run_cli(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, list[str]]:
