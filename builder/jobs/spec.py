@@ -21,10 +21,11 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from packaging.specifiers import InvalidSpecifier
 from packaging.version import InvalidVersion, Version
 
 from ..errors import UserInputError
-from ..recipe.compat import load_compat
+from ..recipe.compat import floor_of, load_compat
 from ..recipe.grammar import is_reference
 from . import aiplatform, vertex
 from .fields import check_machine_type, check_platform, check_region, count, parse_accelerator, strings
@@ -152,15 +153,19 @@ def _check_reduction_server_image(image: str, facts: ImageFacts | None) -> None:
         raise UserInputError(f"cannot tell whether {image} holds NCCL and google-reduction-server; use "
                              "--image VARIANT --registry R, or a local image whose labels say", where=where)
     minimum = load_compat().nccl.minimum
-    if facts.nccl in (None, "none") or _version(facts.nccl) < Version(minimum):
-        found = f"NCCL {facts.nccl}" if facts.nccl not in (None, "none") else "no NCCL"
+    low = _nccl_floor(facts.nccl)
+    if low is None or low < Version(minimum):
+        found = "no NCCL" if facts.nccl in (None, "none") else f"NCCL {facts.nccl}"
         raise UserInputError(f"image {image}: {found}; the Reduction Server needs NCCL >= {minimum}", where=where)
     if not facts.reduction_server:
         raise UserInputError(f"image {image}: built without google-reduction-server", where=where)
 
 
-def _version(text: str) -> Version:
+def _nccl_floor(nccl: str | None) -> Version | None:
+    """The lowest NCCL the image can hold: a recipe gives a constraint (``>=2.27.7,<3``), labels a version."""
+    if nccl in (None, "none"):
+        return None
     try:
-        return Version(text)
-    except InvalidVersion:
-        return Version("0")
+        return floor_of(nccl)
+    except (InvalidSpecifier, InvalidVersion):
+        return None
