@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import json
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
 
 import click
 import yaml
@@ -100,7 +101,7 @@ def _spec_image(c: Ctx, image: str, registry: str | None, lock_path: str | None,
                          inspect=lambda ref: _engine().image(ref))
 
 
-def job_flags(fn):
+def job_flags(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Flags `run` and `tune` share: the job's shape and what goes into its containers."""
     for deco in reversed([
         click.option("--replicas", type=int, default=1, show_default=True, help="Chief plus workers (UAI: nodes)."),

@@ -15,6 +15,7 @@ import jinja2
 
 from ..recipe.compat import Compat, as_constraint, is_pin, spoken
 from ..recipe.loading import Variant
+from ..runtime.manifest import MANIFEST_PATH
 
 GOOGLE_APT_KEY = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
 GOOGLE_APT_REPO = "https://packages.cloud.google.com/apt"
@@ -134,7 +135,7 @@ def secrets_cleanup() -> Block:
 
 
 def runtime(v: Variant) -> Block:
-    return Block("runtime", _render("runtime", python=v.python))
+    return Block("runtime", _render("runtime", python=v.python, manifest_path=MANIFEST_PATH))
 
 
 def labels(pairs: list[tuple[str, str]]) -> Block:
