@@ -28,7 +28,7 @@ class UserInputError(TrainimgError):
 
 
 class RecipeError(UserInputError):
-    """A recipe that cannot be built; `where` is ``file:key``."""
+    """A recipe that cannot be built; `where` is ``file:line:key`` (``file:key`` where YAML gives no line)."""
 
 
 class CheckFailed(TrainimgError):

@@ -1,6 +1,6 @@
 """The `trainimg` command. Verbs and flags here are contracts that CI and outside checks call.
 
-Exit codes: 0 fine, 1 a check failed, 2 bad input. Every error is one line on stderr (``file:key: reason`` for
+Exit codes: 0 fine, 1 a check failed, 2 bad input. Every error is one line on stderr (``file:line:key: reason`` for
 recipes); tracebacks only with TRAINIMG_DEBUG=1. All errors are mapped to exit codes in `main`, nowhere else.
 """
 

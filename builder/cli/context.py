@@ -5,9 +5,14 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
+
+from ..errors import UserInputError
+
+if TYPE_CHECKING:
+    from ..recipe.variant import RecipeSet
 
 
 class Ctx:
@@ -18,7 +23,7 @@ class Ctx:
         self.root = recipes.resolve().parent
         self.env = env
 
-    def recipes(self, paths: tuple[Path, ...] = ()):
+    def recipes(self, paths: tuple[Path, ...] = ()) -> RecipeSet:
         from ..recipe.loading import load_recipes
 
         return load_recipes(self.recipes_dir, paths or None)
@@ -32,8 +37,11 @@ def emit_json(data: Any, path: str | None) -> None:
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
     if path in (None, "-"):
         click.echo(text, nl=False)
-    else:
+        return
+    try:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
         Path(path).write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserInputError(f"cannot write {path}: {exc.strerror or exc}; choose a file you can write") from None
 
 

@@ -82,8 +82,12 @@ def render(c: Ctx, out: Path | None, check: bool) -> None:
 
     files = r.render_all(c.recipes())
     root = out or c.root
+    found = r.check(files, root)
+    kept = [d for d in found if d.kind == r.HAND_WRITTEN and d.path not in files]
+    for d in kept:
+        click.echo(f"{d.path}: kept (hand-written: no trainimg header, no recipe renders it)")
     if check:
-        drift = r.check(files, root)
+        drift = [d for d in found if d not in kept]
         for d in drift:
             click.echo(f"{d.path}: {d.kind}")
         if drift:

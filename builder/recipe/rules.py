@@ -16,7 +16,8 @@ from packaging.version import Version
 from .compat import Compat, FrameworkRelease, WheelVariant, as_constraint, floor_of, is_pin, minor_of, spoken
 
 if TYPE_CHECKING:
-    from .loading import Variant, _Fields
+    from .fields import _Fields
+    from .variant import Variant
 
 
 def _fmt(items: list[str]) -> str:

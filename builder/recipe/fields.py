@@ -1,0 +1,141 @@
+"""Typed, strict access to the fields of one expanded recipe entry, and the grammars of values that reach a
+Dockerfile.
+
+The grammars are deliberately narrower than what Docker or pip would accept: a value that matches can never open a
+new instruction, a shell word or a template expression. A bad value raises one `RecipeError` at the place it was
+written, ``file:line:key`` (the key path, e.g. ``matrix[1].cuda``), saying what would fit.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from typing import Any
+
+from packaging.requirements import InvalidRequirement, Requirement
+from packaging.version import InvalidVersion, Version
+
+from ..errors import RecipeError
+from .yamlfile import WrittenFloat, written
+
+_VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]{0,63}\Z")
+# A framework version is a full release: no pre-release, dev, post or local part, no leading zeros.
+_RELEASE_RE = re.compile(r"\A(?:0|[1-9][0-9]{0,3})\.(?:0|[1-9][0-9]{0,3})\.(?:0|[1-9][0-9]{0,3})\Z")
+_NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}\Z")
+_LABEL_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
+_LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9 ._:/@+=,()-]{0,256}\Z")
+_REQ_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?==[0-9][0-9A-Za-z.+!-]*\Z")
+
+
+class _Fields:
+    """Typed access to one merged variant mapping, raising `file:line:key` errors where the key was written."""
+
+    def __init__(self, values: dict[str, Any], origin: dict[str, str], shown: str,
+                 lines: dict[str, int] | None = None) -> None:
+        self.values, self.origin, self.shown = values, origin, shown
+        self.lines = lines or {}
+
+    def where(self, key: str) -> str:
+        line = self.lines.get(key)
+        path = self.origin.get(key, key)
+        return f"{self.shown}:{line}:{path}" if line else f"{self.shown}:{path}"
+
+    def fail(self, key: str, reason: str) -> RecipeError:
+        return RecipeError(reason, where=self.where(key))
+
+    def string(self, key: str, regex: re.Pattern[str], what: str, default: str | None = None) -> str | None:
+        value = self.values.get(key, default)
+        if value is None:
+            return None
+        if isinstance(value, bool) or not isinstance(value, (str, int, float)):
+            kind = next(t.__name__ for t in type(value).__mro__ if t.__module__ == "builtins")  # list, not LineList
+            raise self.fail(key, f"expected {what}, got {kind}")
+        text = value if isinstance(value, str) else self._number(key, value)
+        if not regex.match(text):
+            raise self.fail(key, f"{text!r} is not {what}")
+        return text
+
+    def _number(self, key: str, value: int | float) -> str:
+        """YAML reads ``cuda: 13.0`` as a float: give back the text the author wrote, when the number keeps it."""
+        if not isinstance(value, float):
+            return str(value)
+        text = value.text if isinstance(value, WrittenFloat) else repr(value)
+        if text != repr(value):
+            quoted = f'["{text}"]' if self.origin.get(key, key).startswith("matrix") else f'"{text}"'
+            raise self.fail(key, f"YAML reads the unquoted {text} as the number {value!r}; quote it: "
+                                 f"{key}: {quoted}")
+        return text
+
+    def version(self, key: str, default: str | None = None) -> str | None:
+        text = self.string(key, _VERSION_RE, "a version (digits, dots, letters)", default)
+        if text is None:
+            return None
+        try:
+            Version(text)
+        except InvalidVersion:
+            raise self.fail(key, f"{text!r} is not a PEP 440 version") from None
+        return text
+
+    def release(self, key: str) -> str | None:
+        """A framework version: a full release X.Y.Z, the only kind trainimg's compatibility data describes and
+        the only kind that makes a valid, unambiguous image tag."""
+        text = self.version(key)
+        if text is not None and not _RELEASE_RE.match(text):
+            raise self.fail(key, f"{text!r} is not a full release: a framework version is X.Y.Z such as 2.13.0 "
+                                 f"(no rc, a, b, dev, post or +local part)")
+        return text
+
+    def boolean(self, key: str, default: bool | None) -> bool | None:
+        value = self.values.get(key, default)
+        if value is None or isinstance(value, bool):
+            return value
+        raise self.fail(key, f"expected true or false, got {value!r}")
+
+    def choice(self, key: str, options: Iterable[str], default: str | None = None) -> str | None:
+        value = self.values.get(key, default)
+        options = list(options)
+        if value is None:
+            return None
+        if not isinstance(value, str) or value not in options:
+            raise self.fail(key, f"{value!r} is not one of {', '.join(options)}")
+        return value
+
+
+def extras_of(f: _Fields) -> tuple[str, ...]:
+    """The `extras` field: pinned PEP 508 requirements, each package once, sorted."""
+    raw = f.values.get("extras", [])
+    if not isinstance(raw, list):
+        raise f.fail("extras", "expected a list of requirements such as numpy==2.1.3")
+    out = []
+    for item in raw:
+        if not isinstance(item, str) or not _REQ_RE.match(item):
+            raise f.fail("extras", f"{item!r} is not a pinned requirement NAME==VERSION (PEP 508, no URLs or markers)")
+        try:
+            req = Requirement(item)
+            Version(str(next(iter(req.specifier)).version))
+        except (InvalidRequirement, InvalidVersion) as exc:
+            raise f.fail("extras", f"{item!r} is not a valid requirement: {exc}") from None
+        out.append(str(req))
+    if len({Requirement(r).name.lower() for r in out}) != len(out):
+        raise f.fail("extras", "a package is listed twice")
+    return tuple(sorted(out, key=str.lower))
+
+
+def labels_of(f: _Fields) -> tuple[tuple[str, str], ...]:
+    """The `labels` field: extra image labels; trainimg's own and OCI keys are reserved."""
+    raw = f.values.get("labels", {})
+    if not isinstance(raw, dict):
+        raise f.fail("labels", "expected a mapping of label keys to values")
+    out = []
+    for key, value in raw.items():
+        if not isinstance(key, str) or not _LABEL_KEY_RE.match(key):
+            raise f.fail("labels", f"{key!r} is not a label key ([a-z0-9._-], lowercase)")
+        if key.startswith(("org.opencontainers.", "trainimg.")):
+            raise f.fail("labels", f"{key!r} is set by trainimg itself; choose another key")
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise f.fail("labels", f"value of {key!r} must be a string")
+        text = str(written(value))
+        if not _LABEL_VALUE_RE.match(text):
+            raise f.fail("labels", f"value of {key!r} has characters outside [A-Za-z0-9 ._:/@+=,()-]")
+        out.append((key, text))
+    return tuple(sorted(out))
