@@ -52,7 +52,7 @@ class _DuplicateKey(Exception):
         self.key, self.line, self.first = key, line, first
 
 
-class _Loader(_BaseLoader):  # type: ignore[misc, valid-type]
+class _Loader(_BaseLoader):
     """The safe loader, with the three constructors below."""
 
 
