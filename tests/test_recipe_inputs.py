@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -17,6 +18,7 @@ from trainimg.cli.app import main
 CPU = 'framework: pytorch\nversion: "2.13.0"\nos: debian12\npython: "3.11"\n'
 GPU_HEAD = "framework: pytorch\nversion: '2.14.1'\nos: ubuntu24.04\n"
 PARENT = "pytorch-2.13.0-cpu-py3.11"
+REPO = Path(__file__).resolve().parents[1]
 
 
 def write_recipes(root: Path, files: dict[str, str | bytes]) -> Path:
@@ -150,6 +152,21 @@ def test_extending_variant_extras_pass_the_managed_package_guard(tmp_path, capsy
     d = write_recipes(tmp_path, {"a.yaml": CPU, "b.yaml": f"extends: {PARENT}\nname: mine\nextras: [{extra}]\n"})
     line = refused(capsys, d)
     assert line.startswith(f"recipes/b.yaml:3:extras: {name} is managed by trainimg"), line
+
+
+def test_children_of_every_shipped_variant_resolve(tmp_path, capsys):
+    """Children inherit resolved values (an NCCL range for TensorFlow and JAX) and still resolve."""
+    d = tmp_path / "recipes"
+    shutil.copytree(REPO / "recipes", d)
+    parents = names(capsys, d)
+    assert any(p.startswith("tensorflow-") and "-cu" in p for p in parents)
+    for i, parent in enumerate(parents):
+        (d / f"child{i}.yaml").write_text(f"extends: {parent}\nname: child{i}\nextras: [numpy==2.1.3]\n")
+    rc, out, err = cli(capsys, "--recipes", str(d), "list", "--json")
+    assert rc == 0, err
+    rows = {r["name"]: r for r in json.loads(out)}
+    for i, parent in enumerate(parents):
+        assert rows[f"child{i}"]["versions"] == rows[parent]["versions"]
 
 
 def test_grandchild_passes_the_guard_too(tmp_path, capsys):

@@ -24,7 +24,7 @@ from ..errors import RecipeError
 from .compat import Compat, load_compat
 from .fields import _NAME_RE, _Fields, extras_of, labels_of
 from .grammar import REFERENCE_RE, REPOSITORY_RE
-from .rules import check_variant
+from .rules import check_extras, check_variant
 from .variant import RecipeSet, Variant
 from .yamlfile import printable_key, read_recipe_file, written
 
@@ -289,8 +289,8 @@ def _resolve(f: _Fields, compat: Compat) -> Variant:
 
 
 def _resolve_children(variants: list[Variant], children: list[_Fields], compat: Compat) -> None:
-    """Resolve variants that extend another: they inherit everything and add only extras and labels, and pass
-    the same rules as a root (the managed-package guard on extras included).
+    """Resolve variants that extend another: they inherit everything and add only extras and labels, which pass
+    the same rules as a root's (the grammar, the reserved labels, the managed-package guard on extras).
 
     Children may extend children; each round resolves those whose parent is known, so order in files
     does not matter. What is left after no round makes progress names a missing parent or a cycle.
@@ -305,9 +305,10 @@ def _resolve_children(variants: list[Variant], children: list[_Fields], compat: 
                 continue
             name = f.string("name", _NAME_RE, "a lowercase name ([a-z0-9._-])") or ""
             repository = f.string("repository", REPOSITORY_RE, "a lowercase repository path") or f"trainimg/{name}"
-            child = replace(parent, name=name, repository=repository, extends=parent.name, extras=extras_of(f),
-                            labels=labels_of(f), source=f.shown, origin=dict(f.origin))
-            variants.append(check_variant(child, f, compat))
+            extras = extras_of(f)
+            check_extras(extras, f, compat)  # what the child adds; what it inherits passed on its parent
+            variants.append(replace(parent, name=name, repository=repository, extends=parent.name, extras=extras,
+                                    labels=labels_of(f), source=f.shown, origin=dict(f.origin)))
             pending.remove(f)
             progressed = True
         if not progressed:

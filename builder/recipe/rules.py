@@ -53,17 +53,23 @@ def check_variant(v: Variant, f: _Fields, compat: Compat) -> Variant:
     if v.nccl is not None and Version(v.nccl) < Version(compat.nccl.minimum):
         raise f.fail("nccl", f"NCCL {v.nccl} is below {compat.nccl.minimum}, the minimum the Vertex AI "
                              f"Reduction Server needs (seed 003); use {compat.nccl.minimum} or newer")
-    for req in v.extras:
-        name = Requirement(req).name.lower().replace("_", "-")
-        owned = {compat.frameworks[fw].pip_name for fw in compat.frameworks} | {"cloudml-hypertune", "tensorflow-cpu",
-                                                                                 "jaxlib"}
-        if name in owned or name.startswith("nvidia-nccl"):
-            raise f.fail("extras", f"{name} is managed by trainimg (framework, hypertune or NCCL fields); "
-                                   f"set that field instead of listing it in extras")
+    check_extras(v.extras, f, compat)
 
     if v.cuda is None:
         return _check_cpu(v, f, compat, pip_name, release)
     return _check_gpu(v, f, compat, pip_name, release)
+
+
+def check_extras(extras: tuple[str, ...], f: _Fields, compat: Compat) -> None:
+    """The managed-package guard, for roots and extending variants alike: the framework, hypertune and NCCL are
+    set by their fields (and held by the constraints file), never by `extras`."""
+    owned = {compat.frameworks[fw].pip_name for fw in compat.frameworks} | {"cloudml-hypertune", "tensorflow-cpu",
+                                                                             "jaxlib"}
+    for req in extras:
+        name = Requirement(req).name.lower().replace("_", "-")
+        if name in owned or name.startswith("nvidia-nccl"):
+            raise f.fail("extras", f"{name} is managed by trainimg (framework, hypertune or NCCL fields); "
+                                   f"set that field instead of listing it in extras")
 
 
 def _check_cpu(v: Variant, f: _Fields, compat: Compat, pip_name: str, release: FrameworkRelease | None) -> Variant:
