@@ -94,7 +94,7 @@ def test_pin_outside_the_range_quotes_the_rule(tmp_path: Path, capsys: pytest.Ca
         rule = f"{pip} {rel.line} with CUDA {key} pins NCCL {required} ({wheels.nccl_wheel})"  # type: ignore[union-attr]
     else:
         rule = f"{pip} {rel.line} with CUDA {Version(key).major} needs {wheels.nccl_wheel} {spoken(required)}"  # type: ignore[union-attr]
-    assert line.endswith(f"x.yaml:nccl: {rule}; got {_below(floor)}"), line
+    assert line.endswith(f"x.yaml:6:nccl: {rule}; got {_below(floor)}"), line  # file:line:key
 
 
 def test_the_issue_s_example_rule(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:

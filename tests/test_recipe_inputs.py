@@ -128,13 +128,13 @@ def test_exclude_of_every_variant_is_refused(tmp_path, capsys):
 @pytest.mark.parametrize("value, shown", [
     ('"2.14.0rc1"', "2.14.0rc1"), ('"2.13.0a0"', "2.13.0a0"), ('"2.13"', "2.13"), ("2.13", "2.13"),
     ('"2.13.0.post1"', "2.13.0.post1"), ('"2.13.0.dev1"', "2.13.0.dev1"), ('"2.13.0+cpu"', "2.13.0+cpu"),
-    ('"2.13.00"', "2.13.00"), ('"1!2.13.0"', "1!2.13.0"),
+    ('"2.13.00"', "2.13.00"), ('"1!2.13.0"', "1!2.13.0"), ('"2.13.0.1.2"', "2.13.0.1.2"),
 ])
 def test_framework_version_is_a_full_release(tmp_path, capsys, value, shown):
     d = write_recipes(tmp_path, {"x.yaml": CPU.replace('"2.13.0"', value)})
     line = refused(capsys, d)
     assert line == (f"recipes/x.yaml:2:version: '{shown}' is not a full release: a framework version is X.Y.Z "
-                    f"such as 2.13.0 (no rc, a, b, dev, post or +local part)")
+                    f"such as 2.13.0 (or X.Y.Z.N; no rc, a, b, dev, post or +local part)")
 
 
 def test_local_version_with_name_never_reaches_a_tag(tmp_path, capsys):

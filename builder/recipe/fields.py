@@ -19,8 +19,9 @@ from ..errors import RecipeError
 from .yamlfile import WrittenFloat, written
 
 _VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]{0,63}\Z")
-# A framework version is a full release: no pre-release, dev, post or local part, no leading zeros.
-_RELEASE_RE = re.compile(r"\A(?:0|[1-9][0-9]{0,3})\.(?:0|[1-9][0-9]{0,3})\.(?:0|[1-9][0-9]{0,3})\Z")
+# A framework version is a full release: X.Y.Z (jax also ships X.Y.Z.N), no pre-release, dev, post, local or epoch
+# part, no leading zeros.
+_RELEASE_RE = re.compile(r"\A(?:0|[1-9][0-9]{0,3})(?:\.(?:0|[1-9][0-9]{0,3})){2,3}\Z")
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}\Z")
 _LABEL_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
 _LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9 ._:/@+=,()-]{0,256}\Z")
@@ -82,7 +83,7 @@ class _Fields:
         text = self.version(key)
         if text is not None and not _RELEASE_RE.match(text):
             raise self.fail(key, f"{text!r} is not a full release: a framework version is X.Y.Z such as 2.13.0 "
-                                 f"(no rc, a, b, dev, post or +local part)")
+                                 f"(or X.Y.Z.N; no rc, a, b, dev, post or +local part)")
         return text
 
     def boolean(self, key: str, default: bool | None) -> bool | None:
