@@ -21,7 +21,7 @@ import pytest
 
 from trainimg.build.builder import installed_versions, versions_from_labels
 from trainimg.conformance.suite import expectations, gpu_device_requests, gpu_ready, judge_allreduce
-from trainimg.runtime.probe import satisfies
+from trainimg.runtime.versions import satisfies
 from trainimg.engine.docker import DockerEngine
 from trainimg.conformance.replicas import ReplicaResult
 from conftest import LOCAL_BASE, trainimg
