@@ -1,6 +1,8 @@
-"""Progress for long work: rich on a terminal, plain prefixed lines in CI, nothing with quiet.
+"""Progress and logs for every verb: one policy, decided here once (`--progress auto|plain|quiet`).
 
-Every line a build prints goes through here, so the choice is made once (`--progress auto|plain|quiet`).
+`auto` is rich on a terminal (outside CI), plain prefixed lines otherwise (a pipe, a file, CI); only `quiet` is
+silent. A second policy elsewhere once made `trainimg run ... > job.log` drop every line the training program
+printed, so builds, conformance and jobs all print through `Progress`.
 Several builds may report at once (variants build concurrently), so every method takes one lock.
 """
 
@@ -9,19 +11,31 @@ from __future__ import annotations
 import re
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import TextIO
 
+PROGRESS_MODES = ("auto", "plain", "quiet")
+DEFAULT_PROGRESS = "auto"
 _SHOWN_RE = re.compile(r"^#\d+ (\[(?!internal\]).*\]|CACHED|DONE|ERROR|.*ERROR:)")
+
+
+def resolve_mode(mode: str, env: Mapping[str, str], stream: TextIO) -> str:
+    """`rich`, `plain` or `quiet` for a `--progress` value: auto is rich only on a terminal outside CI."""
+    if mode == "auto":
+        return "rich" if stream.isatty() and not env.get("CI") else "plain"
+    return mode
+
+
+def log_printer(mode: str, env: Mapping[str, str]) -> Callable[[str, str], None] | None:
+    """What a verb passes as `on_log` for its containers' output: None (nothing streamed) only for quiet."""
+    progress = Progress(mode, env)
+    return None if progress.mode == "quiet" else progress.log
 
 
 class Progress:
     def __init__(self, mode: str, env: Mapping[str, str], stream: TextIO | None = None) -> None:
         self.stream = stream or sys.stderr
-        if mode == "auto":
-            interactive = self.stream.isatty() and not env.get("CI")
-            mode = "rich" if interactive else "plain"
-        self.mode = mode
+        self.mode = resolve_mode(mode, env, self.stream)
         self._lock = threading.Lock()
         self._active: list[str] = []
         self._status = None
@@ -49,6 +63,14 @@ class Progress:
         with self._lock:
             if self.mode == "rich" and self._status is not None:
                 self._status.update(f"{task}: {line[:100]}")
+            elif self.mode == "plain":
+                print(f"[{task}] {line}", file=self.stream, flush=True)
+
+    def log(self, task: str, line: str) -> None:
+        """A line a container printed (a replica, a trial): every one is shown, prefixed with its task."""
+        with self._lock:
+            if self.mode == "rich":
+                self._console.print(f"[{task}] {line}", markup=False, highlight=False)  # type: ignore[union-attr]
             elif self.mode == "plain":
                 print(f"[{task}] {line}", file=self.stream, flush=True)
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from ..errors import CheckFailed, UserInputError
+from ..progress import log_printer
 from .context import Ctx, emit_json, pass_ctx
 from .images import _build_options, _engine, build_flags
 
@@ -24,12 +25,6 @@ def _resolve_image(c: Ctx, ref: str) -> tuple[str, str | None]:
     if recipes and ref in recipes.by_name:
         return recipes.by_name[ref].tag, ref
     return ref, None
-
-
-def _log_printer(progress: str, env: Mapping[str, str]):
-    if progress == "quiet" or (progress == "auto" and env.get("CI") is None and not sys.stderr.isatty()):
-        return None
-    return lambda name, line: click.echo(f"[{name}] {line}", err=True)
 
 
 def test_flags(fn):
@@ -53,7 +48,7 @@ def _run_tests(c: Ctx, images: list[tuple[str, str | None]], platform: str, repl
     from ..conformance.suite import Conformance, TestOptions
 
     opts = TestOptions(platform=platform, replicas=replicas, timeout=timeout, nproc_per_node=nproc_per_node)
-    conf = Conformance(_engine(), _log_printer(progress, c.env))
+    conf = Conformance(_engine(), log_printer(progress, c.env))
     suites = []
     for image, name in images:
         suite = conf.run(image, opts, name)

@@ -11,7 +11,8 @@ import yaml
 
 from ..errors import UserInputError
 from .context import Ctx, emit_json, pass_ctx
-from .gate import _log_printer, _resolve_image
+from ..progress import log_printer
+from .gate import _resolve_image
 from .images import _engine
 from .program import ProgramCommand
 
@@ -133,7 +134,7 @@ def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evalua
     result = run_job(_engine(), _resolve_image(c, image)[0], platform=platform, replicas=replicas, ps=ps,
                      evaluators=evaluators, trial=trial, env=parse_env(envs), volumes=list(volumes),
                      command=list(command), nproc_per_node=nproc_per_node, timeout=timeout,
-                     on_log=_log_printer(progress, c.env))
+                     on_log=log_printer(progress, c.env))
     click.echo(result.summary(), err=True)
     if json_path:
         emit_json(result.to_json(), json_path)
@@ -162,7 +163,7 @@ def tune(c: Ctx, image: str, params: tuple[str, ...], metric: str | None, goal: 
     result = run_tune(_engine(), _resolve_image(c, image)[0], params=parse_params(params), command=list(command),
                       metric=metric, goal=goal, parallel=parallel, platform=platform, replicas=replicas, ps=ps,
                       evaluators=evaluators, env=parse_env(envs), volumes=list(volumes),
-                      nproc_per_node=nproc_per_node, timeout=timeout, on_log=_log_printer(progress, c.env))
+                      nproc_per_node=nproc_per_node, timeout=timeout, on_log=log_printer(progress, c.env))
     click.echo(result.table())
     if json_path:
         emit_json(result.to_json(), json_path)
