@@ -6,11 +6,13 @@ so the one printed line reads ``where: reason``; nothing below the CLI prints or
 
 from __future__ import annotations
 
+from .runtime.contract import EXIT_FAILED, EXIT_USAGE
+
 
 class TrainimgError(Exception):
     """Base of every error trainimg raises on purpose; `exit_code` is what the CLI exits with."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED
 
     def __init__(self, message: str, *, where: str | None = None) -> None:
         super().__init__(message)
@@ -24,7 +26,7 @@ class TrainimgError(Exception):
 class UserInputError(TrainimgError):
     """Bad input: a recipe, an env var, a CLI argument. Exit 2; nothing was built or changed."""
 
-    exit_code = 2
+    exit_code = EXIT_USAGE
 
 
 class RecipeError(UserInputError):
@@ -34,16 +36,16 @@ class RecipeError(UserInputError):
 class CheckFailed(TrainimgError):
     """A check ran and failed (drift, conformance, a digest mismatch). Exit 1."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED
 
 
 class EngineError(TrainimgError):
     """The Docker engine refused or failed an operation (build step, run, inspect). Exit 1."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED
 
 
 class RegistryError(TrainimgError):
     """A registry answered with an error or could not be reached. Exit 1."""
 
-    exit_code = 1
+    exit_code = EXIT_FAILED

@@ -220,9 +220,9 @@ def test_block_runtime(rs):
     _no_secrets_in_text(text)
 
 
-def test_block_labels(rs):
+def test_block_labels(rs, compat):
     v = rs.by_name["pytorch-2.14.1-cu130-py3.12"]
-    text = blocks.labels(static_labels(v)).text
+    text = blocks.labels(static_labels(v, compat)).text
     golden("labels", text)
     lines = text.splitlines()
     assert lines[0] == "LABEL \\"

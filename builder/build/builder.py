@@ -24,14 +24,23 @@ from typing import Any
 
 from .. import runtime as runtime_pkg
 from ..recipe.compat import Compat, load_compat
-from ..engine.docker import MANAGED_LABEL, BuildRequest, DockerEngine
+from ..engine.docker import BuildRequest, DockerEngine
 from ..errors import UserInputError
-from ..plan.stages import (ABSENT_LABEL, BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET,
-                           VERSION_LABEL_PREFIX, Plan, make_plan)
+from ..plan.stages import BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET, Plan, make_plan
 from ..progress import Progress
 from ..recipe.loading import RecipeSet, Variant
 from ..render.dockerfile import dockerfile
-from ..runtime.manifest import MANIFEST_PATH
+from ..runtime.contract import (
+    ABSENT_LABEL,
+    MANAGED_LABEL,
+    MANIFEST_PATH,
+    OCI_BASE_NAME,
+    OCI_CREATED,
+    OCI_REVISION,
+    OCI_SOURCE,
+    OCI_VERSION,
+    VERSION_PREFIX,
+)
 from .wheelhouse import check_dirs, pip_conf, serve, write_secret
 
 
@@ -93,16 +102,16 @@ def labels_from_manifest(v: Variant, manifest: Mapping[str, Any], prov: Mapping[
     """Labels that state what the build really installed (read back from the image), plus OCI provenance and
     the base the image was really built on (--base-image changes it)."""
     labels = {
-        "org.opencontainers.image.base.name": base,
-        "org.opencontainers.image.source": prov["source"],
-        "org.opencontainers.image.revision": prov["revision"],
-        "org.opencontainers.image.created": prov["created"],
-        "org.opencontainers.image.version": v.tag_version,
+        OCI_BASE_NAME: base,
+        OCI_SOURCE: prov["source"],
+        OCI_REVISION: prov["revision"],
+        OCI_CREATED: prov["created"],
+        OCI_VERSION: v.tag_version,
         MANAGED_LABEL: "image",
         ABSENT_LABEL: ",".join(sorted(manifest.get("absent", []))),
     }
     for key, value in sorted(installed_versions(manifest).items()):
-        labels[f"{VERSION_LABEL_PREFIX}{key}"] = value or "none"
+        labels[f"{VERSION_PREFIX}{key}"] = value or "none"
     return labels
 
 
@@ -133,8 +142,8 @@ def installed_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:
 
 def versions_from_labels(labels: Mapping[str, str]) -> dict[str, str | None]:
     """The versions a built image holds, from the labels `labels_from_manifest` gave it ("none" is None)."""
-    return {k[len(VERSION_LABEL_PREFIX):]: (None if v == "none" else v) for k, v in sorted(labels.items())
-            if k.startswith(VERSION_LABEL_PREFIX)}
+    return {k[len(VERSION_PREFIX):]: (None if v == "none" else v) for k, v in sorted(labels.items())
+            if k.startswith(VERSION_PREFIX)}
 
 
 def _waves(plans: list[Plan]) -> list[list[Plan]]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import click
 
 from ..errors import TrainimgError
+from ..runtime.contract import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE
 from . import gate, images, jobs, registry
 from .context import Ctx
 
@@ -66,7 +67,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     except click.ClickException as exc:
         click.echo(f"trainimg: {exc.format_message()}", err=True)
-        return 2
+        return EXIT_USAGE
     except docker_errors().APIError as exc:
         if debug:
             raise
@@ -75,16 +76,16 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     except click.exceptions.Abort:
         click.echo("trainimg: interrupted", err=True)
-        return 130
+        return EXIT_INTERRUPTED
     except KeyboardInterrupt:
         click.echo("trainimg: interrupted", err=True)
-        return 130
+        return EXIT_INTERRUPTED
     except Exception as exc:  # the last line of defence: never a traceback, one actionable line
         if debug:
             raise
         click.echo(f"trainimg: internal error: {type(exc).__name__}: {exc}; rerun with TRAINIMG_DEBUG=1 "
                    "and report it", err=True)
-        return 70
+        return EXIT_INTERNAL
 
 
 if __name__ == "__main__":

@@ -10,6 +10,7 @@ import click
 
 from ..errors import CheckFailed, UserInputError
 from ..progress import log_printer
+from ..runtime.contract import PLATFORMS, VERTEX
 from .context import Ctx, emit_json, pass_ctx
 from .images import _build_options, _engine, build_flags
 
@@ -30,7 +31,7 @@ def _resolve_image(c: Ctx, ref: str) -> tuple[str, str | None]:
 def test_flags(fn):
     """The test flags `test` and `release` share."""
     for deco in reversed([
-        click.option("--platform", type=click.Choice(["vertex", "aiplatform", "uai"]), default="vertex",
+        click.option("--platform", type=click.Choice(PLATFORMS), default=VERTEX,
                      show_default=True, help="Whose env the replicas get."),
         click.option("--replicas", type=int, default=2, show_default=True, help="Replicas in the all-reduce."),
         click.option("--nproc-per-node", type=int, default=1, show_default=True, help="Processes per replica."),

@@ -12,6 +12,7 @@ import yaml
 from ..errors import UserInputError
 from .context import Ctx, emit_json, pass_ctx
 from ..progress import log_printer
+from ..runtime.contract import CLOUD_PLATFORMS, PLATFORMS
 from .gate import _resolve_image
 from .images import _engine
 from .program import ProgramCommand
@@ -39,7 +40,7 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server:
 
 
 @click.command(cls=ProgramCommand, program_required=False)
-@click.option("--platform", type=click.Choice(["vertex", "aiplatform"]), required=True)
+@click.option("--platform", type=click.Choice(CLOUD_PLATFORMS), required=True)
 @click.option("--image", required=True, metavar="VARIANT|REF",
               help="A variant (with --registry, or its images.lock entry) or a pullable image reference.")
 @click.option("--registry", default=None, metavar="HOST[:PORT][/PREFIX]", help="Where the variant was pushed.")
@@ -121,7 +122,7 @@ def job_flags(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.command(cls=ProgramCommand)
 @click.argument("image")
-@click.option("--platform", type=click.Choice(["vertex", "aiplatform", "uai"]), required=True)
+@click.option("--platform", type=click.Choice(PLATFORMS), required=True)
 @job_flags
 @click.option("--trial", default=None, help="Hyperparameter trial id the platform would set.")
 @pass_ctx
@@ -148,7 +149,7 @@ def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evalua
 @click.option("--metric", default=None, metavar="TAG", help="The hypertune metric tag (default: the only one).")
 @click.option("--goal", type=click.Choice(["max", "min"]), default="max", show_default=True)
 @click.option("--parallel", type=int, default=1, show_default=True)
-@click.option("--platform", type=click.Choice(["vertex", "aiplatform", "uai"]), default=None,
+@click.option("--platform", type=click.Choice(PLATFORMS), default=None,
               help="Run each trial distributed as this platform would (default: one container per trial).")
 @job_flags
 @pass_ctx

@@ -9,19 +9,18 @@ from __future__ import annotations
 from pathlib import Path, PurePosixPath
 
 from .. import runtime as runtime_pkg
+from ..runtime.contract import RUNTIME_BAKED, RUNTIME_MOUNTED, RUNTIME_PACKAGE, VENV
 
-BAKED = "/opt/trainimg/trainimg_runtime"
-MOUNTED = "/opt/trainimg-host/trainimg_runtime"
 HOST_COPY = str(Path(runtime_pkg.__file__).parent)
 # The image's own PATH may lack /opt/venv when a container's env is replaced: name the usual places.
-PATH = "/opt/venv/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+PATH = f"{VENV}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 _PRELUDE = (
     'PY="$(command -v python3 || command -v python)" || '
     '{ echo "trainimg: no python3 in this image to run the runtime with" >&2; exit 127; }; '
-    f'if [ ! -f {BAKED}/__main__.py ]; then '
-    f'export PYTHONPATH={PurePosixPath(MOUNTED).parent}${{PYTHONPATH:+:$PYTHONPATH}}; fi; '
-    'exec "$PY" -m trainimg_runtime "$@"'
+    f'if [ ! -f {RUNTIME_BAKED}/__main__.py ]; then '
+    f'export PYTHONPATH={PurePosixPath(RUNTIME_MOUNTED).parent}${{PYTHONPATH:+:$PYTHONPATH}}; fi; '
+    f'exec "$PY" -m {RUNTIME_PACKAGE} "$@"'
 )
 
 
@@ -33,4 +32,4 @@ def command(*args: str) -> list[str]:
 
 def volumes() -> dict[str, str]:
     """Host path -> container path of the runtime mount (used only when the image has no copy of its own)."""
-    return {HOST_COPY: MOUNTED}
+    return {HOST_COPY: RUNTIME_MOUNTED}

@@ -23,13 +23,12 @@ import docker
 import docker.errors
 import docker.types
 
-from ..engine.docker import MANAGED_LABEL, DockerEngine
+from ..engine.docker import DockerEngine
 from ..errors import EngineError
+from ..runtime.contract import MANAGED_LABEL, OWNER_LABEL, RUN_LABEL
 from ..runtime.topology import ReplicaSpec
 
-RUN_LABEL = "trainimg.run"
 VANISHED = 255  # exit code recorded for a replica whose container was removed by someone else
-OWNER_LABEL = "trainimg.owner"  # "<hostname>:<pid>" of the trainimg process that started it
 
 
 @dataclass(frozen=True)

@@ -28,13 +28,24 @@ from ..engine.docker import DockerEngine
 from ..errors import EngineError, UserInputError
 from .replicas import ReplicaJob, ReplicaResult, ReplicaRunner
 from .report import Check, Suite
-from ..runtime.topology import PLATFORMS, ReplicaSpec, replica_specs
+from ..recipe.compat import load_compat
+from ..runtime.contract import (
+    ABSENT_LABEL,
+    FRAMEWORK_LABEL,
+    NCCL_MINIMUM_LABEL,
+    PLATFORMS,
+    VERTEX,
+    RECIPE_VERSION_PREFIX,
+    REDUCTION_SERVER_LABEL,
+    VARIANT_LABEL,
+)
+from ..runtime.topology import ReplicaSpec, replica_specs
 
 
 
 @dataclass(frozen=True, kw_only=True)
 class TestOptions:
-    platform: str = "vertex"
+    platform: str = VERTEX
     replicas: int = 2
     timeout: float = 240.0
     nproc_per_node: int = 1
@@ -53,24 +64,29 @@ class TestOptions:
 def expectations(labels: Mapping[str, str]) -> dict[str, Any]:
     """What the probe compares against, from the image's trainimg labels (a team's image built FROM a
     trainimg base inherits them). An image without them gets empty expectations: checks then skip."""
-    if "trainimg.framework" not in labels:
+    if FRAMEWORK_LABEL not in labels:
         return {}
-    absent = set(filter(None, labels.get("trainimg.absent", "").split(",")))
-    rs = labels.get("trainimg.reduction-server", "none")
+    absent = set(filter(None, labels.get(ABSENT_LABEL, "").split(",")))
+    rs = labels.get(REDUCTION_SERVER_LABEL, "none")
+
+    def asked(key: str) -> str | None:
+        return labels.get(f"{RECIPE_VERSION_PREFIX}{key}")
+
     return {
-        "python": labels.get("trainimg.recipe.python"),
-        "framework": labels["trainimg.framework"],
-        "framework_version": labels.get("trainimg.recipe.framework"),
-        "cuda": labels.get("trainimg.recipe.cuda"),
-        "cudnn": labels.get("trainimg.recipe.cudnn"),
-        "nccl": labels.get("trainimg.recipe.nccl"),
-        "nccl_minimum": "2.7",
+        "python": asked("python"),
+        "framework": labels[FRAMEWORK_LABEL],
+        "framework_version": asked("framework"),
+        "cuda": asked("cuda"),
+        "cudnn": asked("cudnn"),
+        "nccl": asked("nccl"),
+        # Rendered into GPU images; an image from before that label gets today's compatibility data.
+        "nccl_minimum": labels.get(NCCL_MINIMUM_LABEL) or load_compat().nccl.minimum,
         # What the build read back from the image (labels_from_manifest): the image must still hold it.
         "nccl_built": _built(labels, "nccl"),
         "cudnn_built": _built(labels, "cudnn"),
         "reduction_server": "none" if rs == "none" else ("absent" if "google-reduction-server" in absent
                                                          else "present"),
-        "hypertune": labels.get("trainimg.recipe.hypertune"),
+        "hypertune": asked("hypertune"),
     }
 
 
@@ -116,7 +132,7 @@ class Conformance:
                                  where="test")
         labels = info.get("Config", {}).get("Labels") or {}
         expect = expectations(labels)
-        suite = Suite(name or labels.get("trainimg.variant") or image, image, info["Id"], opts.platform,
+        suite = Suite(name or labels.get(VARIANT_LABEL) or image, image, info["Id"], opts.platform,
                       opts.replicas)
         suite.checks.extend(self._probe(info["Id"], expect))
         suite.checks.append(self._allreduce(info["Id"], expect, opts))

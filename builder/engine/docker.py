@@ -26,7 +26,6 @@ import docker.errors
 
 from ..errors import EngineError, UserInputError
 
-MANAGED_LABEL = "trainimg.managed"
 
 # A build step as BuildKit's plain log names it; FROM only resolves an image, so it is not a step here.
 _STEP_RE = re.compile(r"^#(\d+) \[(?!internal\])([^\]]*)\] (?!FROM )(.*)$")

@@ -17,8 +17,8 @@ from importlib import resources
 import yaml
 
 from ..errors import UserInputError
+from ..runtime.contract import CLOUD_PLATFORMS
 
-PLATFORMS = ("vertex", "aiplatform")
 MAX_ACCELERATORS = 16  # the most GPUs one Google Cloud VM carries (a2-megagpu-16g)
 
 _ACCELERATOR_RE = re.compile(r"^([A-Z0-9_]+):([0-9]{1,3})$")
@@ -65,8 +65,8 @@ def nproc_per_node(accelerator: str | None, platform: str = "vertex") -> int:
 
 
 def check_platform(platform: object) -> str:
-    if platform not in PLATFORMS:
-        raise UserInputError(f"expected one of {', '.join(PLATFORMS)}, got {platform!r}", where="--platform")
+    if platform not in CLOUD_PLATFORMS:
+        raise UserInputError(f"expected one of {', '.join(CLOUD_PLATFORMS)}, got {platform!r}", where="--platform")
     return str(platform)
 
 

@@ -18,12 +18,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ..errors import UserInputError
-from ..plan.stages import (
+from ..runtime.contract import (
     ABSENT_LABEL,
     FRAMEWORK_LABEL,
     REDUCTION_SERVER_LABEL,
     VARIANT_LABEL,
-    VERSION_LABEL_PREFIX,
+    VERSION_PREFIX,
 )
 from ..publish.lock import LockEntry
 from ..publish.references import RegistryTarget
@@ -47,7 +47,7 @@ def facts_from_labels(labels: Mapping[str, str]) -> ImageFacts | None:
         return None
     absent = set(filter(None, labels.get(ABSENT_LABEL, "").split(",")))
     return ImageFacts(source="labels", name=labels.get(VARIANT_LABEL), framework=labels[FRAMEWORK_LABEL],
-                      nccl=labels.get(f"{VERSION_LABEL_PREFIX}nccl", "none"),
+                      nccl=labels.get(f"{VERSION_PREFIX}nccl", "none"),
                       reduction_server=labels.get(REDUCTION_SERVER_LABEL) == "wanted"
                       and _REDUCTION_SERVER_PACKAGE not in absent)
 

@@ -49,7 +49,8 @@ from ..conformance import inimage
 from ..engine.docker import DockerEngine
 from ..errors import EngineError, UserInputError
 from ..conformance.replicas import ReplicaJob, ReplicaResult, ReplicaRunner, purge
-from ..runtime.topology import PLATFORMS, ReplicaSpec, replica_specs
+from ..runtime.contract import PLATFORMS, UAI
+from ..runtime.topology import ReplicaSpec, replica_specs
 from ..state import state_dir
 
 LOCAL = "local"
@@ -288,7 +289,7 @@ def _check_shape(platform: str | None, replicas: int, ps: int | None, evaluators
         if replicas != 1 or ps or evaluators:
             raise UserInputError("without --platform a job is one container: pick a platform for replicas, ps "
                                  "or evaluators", where="--platform")
-    elif platform == "uai":
+    elif platform == UAI:
         if evaluators:
             raise UserInputError("UAI Train has no evaluator replicas", where="--evaluators")
         if ps is not None and ps > replicas:
@@ -384,7 +385,7 @@ def _run(engine: DockerEngine, image_id: str, image: str, *, platform: str, repl
              for s in specs]
     volumes = {**inimage.volumes(), **mounts}
     output_dir = None
-    if platform == "uai":
+    if platform == UAI:
         given = [src for src, dst in mounts.items() if dst == UAI_OUTPUT]
         if given:
             output_dir = Path(given[0])

@@ -15,12 +15,21 @@ import jinja2
 
 from ..recipe.compat import Compat, as_constraint, is_pin, spoken
 from ..recipe.loading import Variant
-from ..runtime.manifest import MANIFEST_PATH
+from ..runtime.contract import (
+    ABSENT_DIR,
+    CONSTRAINTS_PATH,
+    ETC_DIR,
+    LAUNCH_BIN,
+    MANIFEST_PATH,
+    RUNTIME_BAKED,
+    RUNTIME_BIN,
+    RUNTIME_PACKAGE,
+    RUNTIME_ROOT,
+    VENV,
+)
 
 GOOGLE_APT_KEY = "https://packages.cloud.google.com/apt/doc/apt-key.gpg"
 GOOGLE_APT_REPO = "https://packages.cloud.google.com/apt"
-VENV = "/opt/venv"
-CONSTRAINTS = "/etc/trainimg/constraints.txt"
 
 
 @dataclass(frozen=True)
@@ -58,7 +67,7 @@ def base() -> Block:
 
 
 def python(v: Variant) -> Block:
-    return Block("python", _render("python", python=v.python))
+    return Block("python", _render("python", python=v.python, venv=VENV))
 
 
 def pip_install(name: str, requirements: list[str], *, indexes: tuple[str, ...] = (), after: str = "",
@@ -90,7 +99,8 @@ def nccl(v: Variant, compat: Compat) -> Block:
 
 
 def reduction_server() -> Block:
-    return Block("reduction_server", _render("reduction_server", key_url=GOOGLE_APT_KEY, repo_url=GOOGLE_APT_REPO),
+    return Block("reduction_server", _render("reduction_server", key_url=GOOGLE_APT_KEY, repo_url=GOOGLE_APT_REPO,
+                                   absent_dir=ABSENT_DIR),
                  components=("google-reduction-server",))
 
 
@@ -115,14 +125,15 @@ def framework(v: Variant, compat: Compat) -> Block:
         indexes = (wheels.pip_index,) if wheels.pip_index else ()
     if v.framework == "jax":
         reqs.append(f"jaxlib=={v.version}")
-    after = f"mkdir -p /etc/trainimg && python -m pip freeze > {CONSTRAINTS}"
+    after = f"mkdir -p {ETC_DIR} && python -m pip freeze > {CONSTRAINTS_PATH}"
     return pip_install("framework", reqs, indexes=indexes, after=after,
-                       comment=f"{fw.pip_name} {v.version}; every installed version is then held by {CONSTRAINTS}.")
+                       comment=f"{fw.pip_name} {v.version}; every installed version is then held by "
+                               f"{CONSTRAINTS_PATH}.")
 
 
 def extras(v: Variant) -> Block:
     # Held by the constraints file the framework block froze (a framework-less image has none to hold).
-    held = CONSTRAINTS if v.framework != "none" else ""
+    held = CONSTRAINTS_PATH if v.framework != "none" else ""
     return pip_install("extras", list(v.extras), constraints=held,
                        comment="Extra packages of the recipe, inside the held versions." if held
                        else "Extra packages of the recipe.")
@@ -135,7 +146,9 @@ def secrets_cleanup() -> Block:
 
 
 def runtime(v: Variant) -> Block:
-    return Block("runtime", _render("runtime", python=v.python, manifest_path=MANIFEST_PATH))
+    return Block("runtime", _render("runtime", python=v.python, venv=VENV, baked=RUNTIME_BAKED, root=RUNTIME_ROOT,
+                                    package=RUNTIME_PACKAGE, launch_bin=LAUNCH_BIN, runtime_bin=RUNTIME_BIN,
+                                    manifest=MANIFEST_PATH))
 
 
 def labels(pairs: list[tuple[str, str]]) -> Block:

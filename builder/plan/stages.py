@@ -13,6 +13,16 @@ from . import blocks
 from .blocks import Block
 from ..recipe.compat import Compat
 from ..recipe.loading import Variant
+from ..runtime.contract import (
+    FRAMEWORK_LABEL,
+    NCCL_MINIMUM_LABEL,
+    OCI_BASE_NAME,
+    OCI_TITLE,
+    RECIPE_LABEL,
+    RECIPE_VERSION_PREFIX,
+    REDUCTION_SERVER_LABEL,
+    VARIANT_LABEL,
+)
 
 BASE_ARG = "BASE_IMAGE"
 PARENT_ARG = "PARENT_IMAGE"
@@ -54,25 +64,22 @@ class Plan:
         return f"images/{self.variant.name}/Dockerfile"
 
 
-# Label keys the build writes and `trainimg spec` reads back from a local image (jobs/images.py).
-VARIANT_LABEL = "trainimg.variant"
-FRAMEWORK_LABEL = "trainimg.framework"
-REDUCTION_SERVER_LABEL = "trainimg.reduction-server"  # "wanted" or "none"
-ABSENT_LABEL = "trainimg.absent"  # components the build was allowed to leave out, comma-separated
-VERSION_LABEL_PREFIX = "trainimg.version."  # + python, framework, cuda, nccl, cudnn, hypertune, as installed
+def static_labels(v: Variant, compat: Compat) -> list[tuple[str, str]]:
+    """Labels known before the build; versions read back from the image are added by the builder after it.
 
-
-def static_labels(v: Variant) -> list[tuple[str, str]]:
-    """Labels known before the build; versions read back from the image are added by the builder after it."""
+    A GPU variant carries the NCCL floor of the compatibility data, so the in-image probe checks the floor that
+    was true when the image was rendered."""
     pairs = [
-        ("org.opencontainers.image.title", v.tag),
-        ("org.opencontainers.image.base.name", v.base_image),
+        (OCI_TITLE, v.tag),
+        (OCI_BASE_NAME, v.base_image),
         (VARIANT_LABEL, v.name),
-        ("trainimg.recipe", v.source),
+        (RECIPE_LABEL, v.source),
         (FRAMEWORK_LABEL, v.framework),
         (REDUCTION_SERVER_LABEL, "wanted" if v.reduction_server else "none"),
     ]
-    pairs += [(f"trainimg.recipe.{k}", val) for k, val in v.versions().items() if val is not None]
+    pairs += [(f"{RECIPE_VERSION_PREFIX}{k}", val) for k, val in v.versions().items() if val is not None]
+    if v.gpu:
+        pairs.append((NCCL_MINIMUM_LABEL, compat.nccl.minimum))
     return pairs + list(v.labels)
 
 
@@ -83,7 +90,7 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None) -> Plan
             raise ValueError(f"make_plan needs the parent variant {v.extends!r} of {v.name!r}")
         args = ((PARENT_ARG, parent.tag),)
         image_blocks = ([blocks.extras(v), blocks.secrets_cleanup()] if v.extras else []) + [
-            blocks.labels(static_labels(v))]
+            blocks.labels(static_labels(v, compat))]
         return Plan(v, args, _chain([(FINAL_STAGE, f"${{{PARENT_ARG}}}", image_blocks)], args))
 
     args = ((BASE_ARG, v.base_image),)
@@ -103,7 +110,8 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None) -> Plan
     if v.framework != "none":
         spec.append(("framework", last, [blocks.framework(v, compat)]))
         last = "framework"
-    image_blocks = ([blocks.extras(v)] if v.extras else []) + [blocks.runtime(v), blocks.labels(static_labels(v))]
+    image_blocks = ([blocks.extras(v)] if v.extras else []) + [blocks.runtime(v),
+                                                                blocks.labels(static_labels(v, compat))]
     spec.append((FINAL_STAGE, last, image_blocks))
     return Plan(v, args, _chain(spec, args))
 

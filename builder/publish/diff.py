@@ -23,8 +23,8 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserInputError
+from ..runtime.contract import VERSION_PREFIX
 
-VERSION_PREFIX = "trainimg.version."
 VERSION_KEYS = ("python", "framework", "nccl", "cudnn", "hypertune")
 
 

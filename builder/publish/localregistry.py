@@ -24,10 +24,10 @@ import requests
 from docker.models.containers import Container
 
 from ..errors import RegistryError, UserInputError
+from ..runtime.contract import REGISTRY_LABEL as _CONTAINER_LABEL
 
 REGISTRY_BINARY = "/usr/bin/docker-registry"
 REGISTRY_IMAGE = "registry:2"
-_CONTAINER_LABEL = "trainimg.registry"
 
 
 def write_htpasswd(path: Path, username: str, password: str) -> None:

@@ -16,6 +16,7 @@ from packaging.requirements import InvalidRequirement, Requirement
 from packaging.version import InvalidVersion, Version
 
 from ..errors import RecipeError
+from ..runtime.contract import LABEL_PREFIX, OCI_PREFIX
 from .yamlfile import WrittenFloat, written
 
 _VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]{0,63}\Z")
@@ -131,7 +132,7 @@ def labels_of(f: _Fields) -> tuple[tuple[str, str], ...]:
     for key, value in raw.items():
         if not isinstance(key, str) or not _LABEL_KEY_RE.match(key):
             raise f.fail("labels", f"{key!r} is not a label key ([a-z0-9._-], lowercase)")
-        if key.startswith(("org.opencontainers.", "trainimg.")):
+        if key.startswith((OCI_PREFIX, LABEL_PREFIX)):
             raise f.fail("labels", f"{key!r} is set by trainimg itself; choose another key")
         if not isinstance(value, (str, int, float)) or isinstance(value, bool):
             raise f.fail("labels", f"value of {key!r} must be a string")

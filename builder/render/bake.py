@@ -12,6 +12,7 @@ from typing import Any
 from ..recipe.compat import load_compat
 from ..plan.stages import BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET, make_plan
 from ..recipe.loading import RecipeSet
+from ..runtime.contract import VARIANT_LABEL
 
 
 def bake_file(recipes: RecipeSet, root: Path) -> dict[str, Any]:
@@ -36,7 +37,7 @@ def bake_file(recipes: RecipeSet, root: Path) -> dict[str, Any]:
         target: dict[str, Any] = {
             "context": ".", "dockerfile": plan.dockerfile_path(), "target": FINAL_STAGE,
             "tags": [v.tag], "args": {k: val for k, val in args.items() if not val.startswith("target:")},
-            "secret": secrets, "labels": {"trainimg.variant": v.name},
+            "secret": secrets, "labels": {VARIANT_LABEL: v.name},
         }
         if v.extends:
             contexts[PARENT_ARG] = f"target:{v.extends}"

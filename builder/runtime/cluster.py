@@ -33,12 +33,13 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
+from .contract import VERTEX_POOLS
+
 #: Where a single local process "meets" itself: torch.distributed's customary default rendezvous.
 DEFAULT_MASTER_ADDR = "127.0.0.1"
 DEFAULT_MASTER_PORT = 29500
 
 # Vertex AI's pools in workerPoolSpecs[] order (seed 003); a fifth pool does not exist.
-VERTEX_POOLS = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": "ps", "workerpool3": "evaluator"}
 # The TensorFlow-style names AI Platform's CLUSTER_SPEC and every TF_CONFIG use; `master` is the deprecated chief.
 _TF_TYPES = {"chief": "chief", "master": "chief", "worker": "worker", "ps": "ps", "evaluator": "evaluator"}
 _PORT = re.compile(r"[0-9]{1,5}")

@@ -65,7 +65,7 @@ from dataclasses import replace
 from types import FrameType
 
 from .cluster import ClusterInfo, format_address, parse_cluster, positive_int
-from .manifest import MANIFEST_PATH
+from .contract import MANIFEST_PATH
 
 FRAMEWORKS = ("auto", "pytorch", "tensorflow", "jax")
 # The import name each framework's package installs, for images without a manifest.

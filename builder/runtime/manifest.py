@@ -25,10 +25,8 @@ import subprocess
 import sys
 
 from . import libs
+from .contract import ABSENT_DIR
 
-ABSENT_DIR = "/etc/trainimg/absent"
-#: Where the build writes this image's manifest (the runtime block runs ``manifest --write`` to this path).
-MANIFEST_PATH = "/etc/trainimg/manifest.json"
 DPKG_PATTERN = re.compile(r"google-reduction-server|libnccl|cuda-cudart|libcudnn")
 SCHEMA_VERSION = 1
 

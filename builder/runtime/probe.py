@@ -32,22 +32,11 @@ import time
 from collections.abc import Callable, Iterator
 
 from . import libs
+from .contract import CHECK_NAMES
 from .versions import major_minor, parse_version, satisfies, spoken, version_at_least, versions_equal
 
 PASSED, FAILED, SKIPPED, WARNING = "passed", "failed", "skipped", "warning"
 
-#: Check names, in the order they run (a contract with the host's report).
-CHECK_NAMES = (
-    "python",
-    "framework",
-    "nccl",
-    "cudnn",
-    "reduction_server",
-    "hypertune",
-    "cluster_parsing",
-    "gpu",
-    "duplicate_libs",
-)
 
 DEFAULT_EXPECT: dict = {
     "python": None,

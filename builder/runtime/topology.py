@@ -24,9 +24,9 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .cluster import VERTEX_POOLS, format_address
+from .cluster import format_address
+from .contract import AIPLATFORM, PLATFORMS, UAI, VERTEX, VERTEX_POOLS
 
-PLATFORMS = ("vertex", "aiplatform", "uai")
 
 _VERTEX_POOL = {role: pool for pool, role in VERTEX_POOLS.items()}
 
@@ -64,11 +64,11 @@ def replica_specs(
             raise ValueError(f"{name} must be an integer >= {least}, got {value!r}")
     if platform not in PLATFORMS:
         raise ValueError(f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}")
-    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= (65534 if platform == "uai" else 65535):
+    if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= (65534 if platform == UAI else 65535):
         raise ValueError(f"port must be an integer in 1..65535 (UAI also uses port + 1), got {port!r}")
-    if tf_config_master and platform != "aiplatform":
+    if tf_config_master and platform != AIPLATFORM:
         raise ValueError("tf_config_master applies to aiplatform only: other platforms never send 'master' to TF2")
-    if platform == "uai":
+    if platform == UAI:
         if evaluators:
             raise ValueError("uai has no evaluator replicas; pass evaluators=0")
         return _uai(replicas, replicas if ps is None else ps, hosts, port, trial)
@@ -78,8 +78,8 @@ def replica_specs(
     }
     tf_names = {"chief": "master" if tf_config_master else "chief", "worker": "worker", "ps": "ps"}
     tf_cluster = {tf_names[role]: addresses[role] for role in tf_names if addresses[role]}
-    send_tf_config = platform == "aiplatform" or sum(counts.values()) > 1
-    if platform == "vertex":
+    send_tf_config = platform == AIPLATFORM or sum(counts.values()) > 1
+    if platform == VERTEX:
         spec_cluster = {_VERTEX_POOL[role]: addresses[role] for role in counts if addresses[role]}
         spec_type = _VERTEX_POOL
     else:

@@ -1,0 +1,76 @@
+"""The contract between the host (``trainimg``) and its images (``trainimg_runtime``): every name both sides read.
+
+The host writes these labels and paths when it renders and builds an image; the runtime inside the image and the
+host's conformance suite read them back. Each fact is written here once (standard library only, so the image can
+import it), and both sides import it, so a label renamed on one side cannot silently be missed on the other.
+Templates never spell them: the blocks pass them in.
+"""
+
+from __future__ import annotations
+
+# -- labels the host writes on images ---------------------------------------------------------------------------
+LABEL_PREFIX = "trainimg."
+VARIANT_LABEL = "trainimg.variant"
+RECIPE_LABEL = "trainimg.recipe"  # the recipe file the variant came from
+FRAMEWORK_LABEL = "trainimg.framework"
+REDUCTION_SERVER_LABEL = "trainimg.reduction-server"  # "wanted" or "none"
+ABSENT_LABEL = "trainimg.absent"  # components the build was allowed to miss, comma-separated
+RECIPE_VERSION_PREFIX = "trainimg.recipe."  # + python, framework, cuda, cudnn, nccl, hypertune: what was asked
+VERSION_PREFIX = "trainimg.version."  # + the same keys: what the image holds, read back after the build
+NCCL_MINIMUM_LABEL = "trainimg.nccl.minimum"  # the NCCL floor from the compatibility data, at render time
+
+OCI_TITLE = "org.opencontainers.image.title"
+OCI_BASE_NAME = "org.opencontainers.image.base.name"
+OCI_SOURCE = "org.opencontainers.image.source"
+OCI_REVISION = "org.opencontainers.image.revision"
+OCI_CREATED = "org.opencontainers.image.created"
+OCI_VERSION = "org.opencontainers.image.version"
+OCI_PREFIX = "org.opencontainers."
+
+# -- labels the host puts on the containers, networks and images it owns ----------------------------------------
+MANAGED_LABEL = "trainimg.managed"
+RUN_LABEL = "trainimg.run"
+OWNER_LABEL = "trainimg.owner"  # "<hostname>:<pid>" of the trainimg process that started it
+REGISTRY_LABEL = "trainimg.registry"
+
+# -- paths inside an image --------------------------------------------------------------------------------------
+VENV = "/opt/venv"
+ETC_DIR = "/etc/trainimg"
+MANIFEST_PATH = f"{ETC_DIR}/manifest.json"
+CONSTRAINTS_PATH = f"{ETC_DIR}/constraints.txt"
+ABSENT_DIR = f"{ETC_DIR}/absent"  # one empty file per component the build was allowed to miss
+RUNTIME_PACKAGE = "trainimg_runtime"
+RUNTIME_ROOT = "/opt/trainimg"  # on sys.path (a .pth file in the venv) in every trainimg image
+RUNTIME_BAKED = f"{RUNTIME_ROOT}/{RUNTIME_PACKAGE}"
+RUNTIME_MOUNTED = f"/opt/trainimg-host/{RUNTIME_PACKAGE}"  # the host's copy, for images without their own
+LAUNCH_BIN = "/usr/local/bin/trainimg-launch"
+RUNTIME_BIN = "/usr/local/bin/trainimg-runtime"
+
+# -- platforms and their env ------------------------------------------------------------------------------------
+VERTEX = "vertex"
+AIPLATFORM = "aiplatform"
+UAI = "uai"
+PLATFORMS = (VERTEX, AIPLATFORM, UAI)
+CLOUD_PLATFORMS = (VERTEX, AIPLATFORM)  # those with a cloud job body (`trainimg spec`)
+VERTEX_POOLS = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": "ps", "workerpool3": "evaluator"}
+
+# -- conformance checks the probe runs, in report order ---------------------------------------------------------
+CHECK_NAMES = (
+    "python",
+    "framework",
+    "nccl",
+    "cudnn",
+    "reduction_server",
+    "hypertune",
+    "cluster_parsing",
+    "gpu",
+    "duplicate_libs",
+)
+
+# -- exit codes (host CLI and in-image verbs alike) -------------------------------------------------------------
+EXIT_OK = 0
+EXIT_FAILED = 1  # a check ran and failed
+EXIT_USAGE = 2  # bad input: nothing was built or changed
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in trainimg
+EXIT_NOT_FOUND = 127  # the shell's "command not found"
+EXIT_INTERRUPTED = 130  # 128 + SIGINT
