@@ -20,6 +20,7 @@ import pytest
 from trainimg.engine.docker import DockerEngine
 from trainimg.errors import UserInputError
 from trainimg.jobs.run import judge, parse_env, parse_params, parse_volumes, run_job, trials_for, tune
+from trainimg.options import JobOptions, TuneOptions
 from trainimg.conformance.replicas import OWNER_LABEL, RUN_LABEL
 
 IMAGE = "trainimg/pytorch:2.13.0-cpu-py3.11"
@@ -119,10 +120,10 @@ def _check_allreduce(result, world: int) -> None:
 @pytest.mark.engine
 def test_vertex_allreduce_with_evaluator(engine: DockerEngine, workdir: Path, tmp_path: Path) -> None:
     lines: list[tuple[str, str]] = []
-    result = run_job(engine, IMAGE, platform="vertex", replicas=2, ps=None, evaluators=1, trial=None,
-                     env=parse_env(["USER_VAR=hello"]), volumes=[f"{workdir}:/work"],
-                     command=["python", "/work/train.py", "--epochs=1"], timeout=120,
-                     on_log=lambda n, line: lines.append((n, line)), state=tmp_path / "state")
+    opts = JobOptions(platform="vertex", replicas=2, ps=None, evaluators=1, trial=None,
+                      env=parse_env(["USER_VAR=hello"]), volumes=parse_volumes([f"{workdir}:/work"]),
+                      command=["python", "/work/train.py", "--epochs=1"], timeout=120)
+    result = run_job(engine, IMAGE, opts, on_log=lambda n, line: lines.append((n, line)), state=tmp_path / "state")
     _check_allreduce(result, 2)
     chief = next(r for r in result.replicas if r.name == "chief-0")
     rec = _records(chief.logs, "RESULT ")[0]
@@ -142,9 +143,10 @@ def test_vertex_allreduce_with_evaluator(engine: DockerEngine, workdir: Path, tm
 @pytest.mark.engine
 def test_aiplatform_allreduce_two_processes_per_node_with_ps(engine: DockerEngine, workdir: Path,
                                                              tmp_path: Path) -> None:
-    result = run_job(engine, IMAGE, platform="aiplatform", replicas=2, ps=1, evaluators=0, trial="7", env={},
-                     volumes=[f"{workdir}:/work"], command=["python", "/work/train.py"], nproc_per_node=2,
-                     timeout=120, on_log=None, state=tmp_path / "state")
+    opts = JobOptions(platform="aiplatform", replicas=2, ps=1, evaluators=0, trial="7", env={},
+                      volumes=parse_volumes([f"{workdir}:/work"]), command=["python", "/work/train.py"],
+                      nproc_per_node=2, timeout=120)
+    result = run_job(engine, IMAGE, opts, on_log=None, state=tmp_path / "state")
     _check_allreduce(result, 4)  # 2 nodes x 2 processes (torchrun)
     assert [r.name for r in result.replicas] == ["chief-0", "worker-0", "ps-0"]
     rec = _records(result.replicas[0].logs, "RESULT ")[0]
@@ -158,9 +160,10 @@ def test_aiplatform_allreduce_two_processes_per_node_with_ps(engine: DockerEngin
 def test_uai_allreduce_shared_output_and_ps_on_every_node(engine: DockerEngine, workdir: Path,
                                                           tmp_path: Path) -> None:
     nodes = 3
-    result = run_job(engine, IMAGE, platform="uai", replicas=nodes, ps=None, evaluators=0, trial=None,
-                     env={"WAIT_PS": str(nodes)}, volumes=[f"{workdir}:/work"],
-                     command=["python", "/work/train.py"], timeout=120, on_log=None, state=tmp_path / "state")
+    opts = JobOptions(platform="uai", replicas=nodes, ps=None, evaluators=0, trial=None,
+                      env={"WAIT_PS": str(nodes)}, volumes=parse_volumes([f"{workdir}:/work"]),
+                      command=["python", "/work/train.py"], timeout=120)
+    result = run_job(engine, IMAGE, opts, on_log=None, state=tmp_path / "state")
     _check_allreduce(result, nodes)
     out = result.output_dir
     assert out is not None and out.is_dir() and str(out).startswith(str(tmp_path / "state"))
@@ -189,10 +192,11 @@ def test_uai_allreduce_shared_output_and_ps_on_every_node(engine: DockerEngine, 
 def test_uai_given_output_volume_and_explicit_ps(engine: DockerEngine, workdir: Path, tmp_path: Path) -> None:
     out = tmp_path / "out"
     out.mkdir()
-    result = run_job(engine, IMAGE, platform="uai", replicas=2, ps=1, evaluators=0, trial=None, env={},
-                     volumes=[f"{workdir}:/work", f"{out}:/data/output"],
-                     command=["sh", "-c", 'hostname > /data/output/$TRAINIMG_ROLE-$TRAINIMG_NODE_RANK'],
-                     timeout=60, on_log=None, state=tmp_path / "state")
+    opts = JobOptions(platform="uai", replicas=2, ps=1, evaluators=0, trial=None, env={},
+                      volumes=parse_volumes([f"{workdir}:/work", f"{out}:/data/output"]),
+                      command=["sh", "-c", 'hostname > /data/output/$TRAINIMG_ROLE-$TRAINIMG_NODE_RANK'],
+                      timeout=60)
+    result = run_job(engine, IMAGE, opts, on_log=None, state=tmp_path / "state")
     assert result.exit_code == 0, result.summary()
     assert result.output_dir == out
     # The ps may or may not have written its own file before the job ended and it was stopped.
@@ -208,8 +212,8 @@ def test_uai_given_output_volume_and_explicit_ps(engine: DockerEngine, workdir: 
 def test_failing_replica_fails_the_job_and_everything_is_removed(engine: DockerEngine, tmp_path: Path) -> None:
     start = time.monotonic()
     script = 'if [ "$TRAINIMG_ROLE" = worker ] && [ "$TRAINIMG_NODE_RANK" = 2 ]; then exit 3; fi; sleep 300'
-    result = run_job(engine, IMAGE, platform="vertex", replicas=3, ps=1, evaluators=0, trial=None, env={},
-                     volumes=[], command=["sh", "-c", script], timeout=120, on_log=None, state=tmp_path)
+    opts = JobOptions(platform="vertex", replicas=3, ps=1, evaluators=0, command=["sh", "-c", script], timeout=120)
+    result = run_job(engine, IMAGE, opts, on_log=None, state=tmp_path)
     assert result.exit_code == 3
     assert time.monotonic() - start < 60  # the others were stopped, not waited out
     failed = result.failed_replica
@@ -223,7 +227,7 @@ def test_failing_replica_fails_the_job_and_everything_is_removed(engine: DockerE
 
 @pytest.mark.engine
 def test_missing_command_exits_127(engine: DockerEngine, tmp_path: Path) -> None:
-    result = run_job(engine, IMAGE, platform=None, env={}, volumes=[], command=["no-such-command"], timeout=60,
+    result = run_job(engine, IMAGE, JobOptions(platform=None, command=["no-such-command"], timeout=60),
                      on_log=None, state=tmp_path)
     assert result.exit_code == 127
     assert "command not found" in result.replicas[0].logs
@@ -235,10 +239,11 @@ def test_ctrl_c_removes_everything(engine: DockerEngine, tmp_path: Path) -> None
         import sys
         from trainimg.engine.docker import DockerEngine
         from trainimg.jobs.run import run_job
+        from trainimg.options import JobOptions
         try:
-            run_job(DockerEngine(), {IMAGE!r}, platform="aiplatform", replicas=2, ps=1, evaluators=0, trial=None,
-                    env={{}}, volumes=[], command=["sleep", "300"], timeout=None,
-                    on_log=lambda n, line: None, state=__import__("pathlib").Path({str(tmp_path)!r}))
+            opts = JobOptions(platform="aiplatform", replicas=2, ps=1, evaluators=0, command=["sleep", "300"])
+            run_job(DockerEngine(), {IMAGE!r}, opts, on_log=lambda n, line: None,
+                    state=__import__("pathlib").Path({str(tmp_path)!r}))
         except KeyboardInterrupt:
             print("INTERRUPTED", flush=True)
             sys.exit(130)
@@ -252,9 +257,11 @@ def test_ctrl_c_during_tune_removes_every_trial(engine: DockerEngine, tmp_path: 
         import sys
         from trainimg.engine.docker import DockerEngine
         from trainimg.jobs.run import tune
+        from trainimg.options import JobOptions, TuneOptions
         try:
-            tune(DockerEngine(), {IMAGE!r}, params={{"lr": ["1", "2", "3"]}}, command=["sh", "-c", "sleep 300", "sh"],
-                 parallel=2, platform="vertex", replicas=2, state=__import__("pathlib").Path({str(tmp_path)!r}))
+            job = JobOptions(command=["sh", "-c", "sleep 300", "sh"], platform="vertex", replicas=2)
+            tune(DockerEngine(), {IMAGE!r}, TuneOptions(params={{"lr": ["1", "2", "3"]}}, job=job, parallel=2),
+                 state=__import__("pathlib").Path({str(tmp_path)!r}))
         except KeyboardInterrupt:
             print("INTERRUPTED", flush=True)
             sys.exit(130)
@@ -294,9 +301,9 @@ def _interrupt_and_check(engine: DockerEngine, code: str, want: int) -> None:
 def test_tune_finds_the_best_trial_from_real_metric_files(engine: DockerEngine, workdir: Path,
                                                           tmp_path: Path) -> None:
     seen: list = []
-    result = tune(engine, IMAGE, params=parse_params(["lr=0.1,0.2,0.3"]), metric=None, goal="max", parallel=3,
-                  command=["python", "/work/hptune.py"], volumes=[f"{workdir}:/work"], timeout=120,
-                  on_trial=seen.append, state=tmp_path / "state")
+    job = JobOptions(command=["python", "/work/hptune.py"], volumes=parse_volumes([f"{workdir}:/work"]), timeout=120)
+    opts = TuneOptions(params=parse_params(["lr=0.1,0.2,0.3"]), job=job, metric=None, goal="max", parallel=3)
+    result = tune(engine, IMAGE, opts, on_trial=seen.append, state=tmp_path / "state")
     assert [t.id for t in result.trials] == ["1", "2", "3"]
     assert [t.params for t in result.trials] == [{"lr": "0.1"}, {"lr": "0.2"}, {"lr": "0.3"}]
     assert all(t.status == "succeeded" for t in result.trials), result.table()
@@ -322,9 +329,10 @@ def test_tune_finds_the_best_trial_from_real_metric_files(engine: DockerEngine, 
 def test_tune_distributed_trials_and_a_failing_trial(engine: DockerEngine, workdir: Path, tmp_path: Path) -> None:
     # Vertex trials of 2 replicas: only the chief's metric file counts, task.trial and CLOUD_ML_TRIAL_ID are set;
     # lr=boom makes argparse exit 2: that trial fails and is never best.
-    result = tune(engine, IMAGE, params={"lr": ["0.3", "boom", "0.25"]}, metric="accuracy", goal="max",
-                  parallel=2, command=["python", "/work/hptune.py"], platform="vertex", replicas=2,
-                  env={"SECOND_TAG": "1"}, volumes=[f"{workdir}:/work"], timeout=120, state=tmp_path / "state")
+    job = JobOptions(command=["python", "/work/hptune.py"], platform="vertex", replicas=2, env={"SECOND_TAG": "1"},
+                     volumes=parse_volumes([f"{workdir}:/work"]), timeout=120)
+    opts = TuneOptions(params={"lr": ["0.3", "boom", "0.25"]}, job=job, metric="accuracy", goal="max", parallel=2)
+    result = tune(engine, IMAGE, opts, state=tmp_path / "state")
     by_id = {t.id: t for t in result.trials}
     assert by_id["2"].status == "failed" and by_id["2"].exit_code == 2, result.table()
     assert by_id["1"].status == by_id["3"].status == "succeeded", result.table()
@@ -401,12 +409,15 @@ def test_bad_shapes_name_their_flag(tmp_path: Path) -> None:
     for kwargs, where in cases:
         kwargs = {"command": ["true"], **kwargs}
         with pytest.raises(UserInputError) as exc:
-            run_job(engine, IMAGE, **kwargs)
+            if "volumes" in kwargs:
+                kwargs["volumes"] = parse_volumes(kwargs["volumes"])
+            run_job(engine, IMAGE, JobOptions(**kwargs))
         assert exc.value.where == where, kwargs
     for kwargs, where in [(dict(goal="up"), "--goal"), (dict(parallel=0), "--parallel"),
                           (dict(params={"lr": ["1", ""]}), "--param"), (dict(metric="trial"), "--metric"),
                           (dict(volumes=[f"{tmp_path}:/tmp/hypertune"]), "--volume")]:
-        kwargs = {"params": {"lr": ["1"]}, "command": ["true"], **kwargs}
+        job = JobOptions(command=["true"], volumes=parse_volumes(kwargs.pop("volumes", [])))
+        kwargs = {"params": {"lr": ["1"]}, **kwargs}
         with pytest.raises(UserInputError) as exc:
-            tune(engine, IMAGE, **kwargs)
+            tune(engine, IMAGE, TuneOptions(job=job, **kwargs))
         assert exc.value.where == where, kwargs

@@ -26,6 +26,7 @@ from .. import runtime as runtime_pkg
 from ..recipe.compat import Compat, load_compat
 from ..engine.docker import BuildRequest, DockerEngine
 from ..errors import UserInputError
+from ..options import BuildOptions
 from ..plan.stages import BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET, Plan, make_plan
 from ..progress import Progress
 from ..recipe.loading import RecipeSet, Variant
@@ -43,18 +44,6 @@ from ..runtime.contract import (
 )
 from .wheelhouse import check_dirs, pip_conf, serve, write_secret
 
-
-@dataclass(frozen=True, kw_only=True)
-class BuildOptions:
-    """One typed set of build options; the CLI fills it from flags and the environment."""
-
-    base_image: str | None = None
-    ca_bundle: Path | None = None
-    wheelhouses: tuple[Path, ...] = ()
-    allow_missing: tuple[str, ...] = ()
-    jobs: int = 3  # variants built at once after their shared parents
-    # variant name -> base image for that root variant (`build --locked`: lock.locked_bases); wins over base_image.
-    base_overrides: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass

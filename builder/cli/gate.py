@@ -9,8 +9,9 @@ from pathlib import Path
 import click
 
 from ..errors import CheckFailed, UserInputError
-from ..progress import log_printer
-from ..runtime.contract import PLATFORMS, VERTEX
+from ..options import NPROC_PER_NODE, REPLICAS, TestOptions, default
+from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
+from ..runtime.contract import PLATFORMS
 from .context import Ctx, emit_json, pass_ctx
 from .images import _build_options, _engine, build_flags
 
@@ -31,11 +32,13 @@ def _resolve_image(c: Ctx, ref: str) -> tuple[str, str | None]:
 def test_flags(fn):
     """The test flags `test` and `release` share."""
     for deco in reversed([
-        click.option("--platform", type=click.Choice(PLATFORMS), default=VERTEX,
+        click.option("--platform", type=click.Choice(PLATFORMS), default=default(TestOptions, "platform"),
                      show_default=True, help="Whose env the replicas get."),
-        click.option("--replicas", type=int, default=2, show_default=True, help="Replicas in the all-reduce."),
-        click.option("--nproc-per-node", type=int, default=1, show_default=True, help="Processes per replica."),
-        click.option("--timeout", type=float, default=240.0, show_default=True,
+        click.option("--replicas", type=int, default=default(TestOptions, "replicas"), show_default=True,
+                     help=f"Replicas in the all-reduce, {REPLICAS}."),
+        click.option("--nproc-per-node", type=int, default=default(TestOptions, "nproc_per_node"), show_default=True,
+                     help=f"Processes per replica, {NPROC_PER_NODE}."),
+        click.option("--timeout", type=float, default=default(TestOptions, "timeout"), show_default=True,
                      help="Seconds before a hung all-reduce fails."),
         click.option("--junit", "junit_path", metavar="FILE", help="Write a JUnit XML report."),
     ]):
@@ -43,44 +46,38 @@ def test_flags(fn):
     return fn
 
 
-def _run_tests(c: Ctx, images: list[tuple[str, str | None]], platform: str, replicas: int, nproc_per_node: int,
-               timeout: float, progress: str):
-    from ..conformance import records
-    from ..conformance.suite import Conformance, TestOptions
+def _print_suite(suite) -> None:
+    for check in suite.checks:
+        click.echo(f"{check.status.upper():8} {check.name}: {check.reason}", err=True)
+    counts = suite.counts()
+    verdict = "passed" if suite.passed else "FAILED"
+    click.echo(f"trainimg: {suite.name} {verdict} ({counts['passed']} passed, {counts['failed']} failed, "
+               f"{counts['skipped']} skipped, {counts['warning']} warnings)", err=True)
 
-    opts = TestOptions(platform=platform, replicas=replicas, timeout=timeout, nproc_per_node=nproc_per_node)
-    conf = Conformance(_engine(), log_printer(progress, c.env))
-    suites = []
-    for image, name in images:
-        suite = conf.run(image, opts, name)
-        suites.append(suite)
-        for check in suite.checks:
-            click.echo(f"{check.status.upper():8} {check.name}: {check.reason}", err=True)
-        if suite.passed:
-            records.save(suite, c.env)
-        verdict = "passed" if suite.passed else "FAILED"
-        click.echo(f"trainimg: {suite.name} {verdict} ({suite.counts()['passed']} passed, "
-                   f"{suite.counts()['failed']} failed, {suite.counts()['skipped']} skipped, "
-                   f"{suite.counts()['warning']} warnings)", err=True)
-    return suites
+
+def _write_reports(suites, json_path: str | None, junit_path: str | None) -> None:
+    from ..conformance.report import write_json, write_junit
+
+    if json_path:
+        write_json(suites, json_path)
+    if junit_path:
+        write_junit(suites, junit_path)
 
 
 @click.command("test")
 @click.argument("image")
 @test_flags
 @click.option("--json", "json_path", metavar="FILE", help="Write a JSON report.")
-@click.option("--progress", type=click.Choice(["auto", "plain", "quiet"]), default="auto", show_default=True)
+@click.option("--progress", type=click.Choice(PROGRESS_MODES), default=DEFAULT_PROGRESS, show_default=True)
 @pass_ctx
 def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: int, timeout: float,
              junit_path: str | None, json_path: str | None, progress: str) -> None:
     """Run conformance checks and the multi-container all-reduce on IMAGE (or a VARIANT's image)."""
-    from ..conformance.report import write_json, write_junit
+    from ..pipeline import test_images
 
-    suites = _run_tests(c, [_resolve_image(c, image)], platform, replicas, nproc_per_node, timeout, progress)
-    if json_path:
-        write_json(suites, json_path)
-    if junit_path:
-        write_junit(suites, junit_path)
+    opts = TestOptions(platform=platform, replicas=replicas, timeout=timeout, nproc_per_node=nproc_per_node)
+    suites = test_images(_engine(), [_resolve_image(c, image)], opts, c.env, progress, _print_suite)
+    _write_reports(suites, json_path, junit_path)
     if not all(s.passed for s in suites):
         raise CheckFailed(f"{image} failed conformance: " + ", ".join(ch.name for s in suites for ch in s.failed))
 
@@ -155,42 +152,25 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
             replicas: int, nproc_per_node: int, timeout: float, junit_path: str | None, registry: str,
             username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None) -> None:
     """Build, test, then push every named variant, only if all of them passed."""
-    from ..build.builder import Builder
-    from ..conformance.report import write_json, write_junit
-    from ..progress import Progress
+    from ..options import ReleaseOptions
+    from ..pipeline import release as run_release
     from ..publish.references import RegistryTarget
 
     if not variants and not all_:
         raise UserInputError("name the variants to release, or pass --all", where="release")
-    RegistryTarget.parse(registry)  # bad input fails before an hour of building
-    opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs)
-    if lock_path:
-        from ..publish.lock import read_lock
-
-        read_lock(lock_path)  # a malformed lockfile fails before an hour of building
-    recipes, engine = c.recipes(), _engine()
-    builds = Builder(recipes, engine, Progress(progress, c.env), c.env, c.root).build(list(variants), opts)
-    suites = _run_tests(c, [(b.tag, b.name) for b in builds], platform, replicas, nproc_per_node, timeout, progress)
-    if json_path:
-        write_json(suites, json_path)
-    if junit_path:
-        write_junit(suites, junit_path)
-    failed = [s for s in suites if not s.passed]
-    if failed:
-        raise CheckFailed("nothing pushed: " + "; ".join(
-            f"{s.name} failed {', '.join(ch.name for ch in s.failed)}" for s in failed))
-    from ..conformance import records
-    from ..publish.lock import push_release, record_release
-
-    target = RegistryTarget.parse(registry)
+    target = RegistryTarget.parse(registry)  # bad input fails before an hour of building
+    opts = ReleaseOptions(build=_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs),
+                          test=TestOptions(platform=platform, replicas=replicas, timeout=timeout,
+                                           nproc_per_node=nproc_per_node),
+                          lock_path=lock_path)
     creds = _credentials(target, username, password_stdin, c.env)
-    pushed = push_release(engine.client, builds, target, creds,
-                          gate=lambda image_id, ref: records.require_pass(image_id, ref, c.env),
-                          on_pushed=lambda tag, r: click.echo(f"pushed {r.ref}@{r.digest} "
+    result = run_release(c.recipes(), _engine(), variants, opts, target=target, credentials=creds, env=c.env,
+                         root=c.root, progress=progress, on_suite=_print_suite,
+                         on_tested=lambda suites: _write_reports(suites, json_path, junit_path),
+                         on_pushed=lambda tag, r: click.echo(f"pushed {r.ref}@{r.digest} "
                                                              f"({r.bytes_uploaded} bytes uploaded)"))
     if lock_path:
-        record_release(lock_path, engine, recipes, builds, suites, pushed)
-        click.echo(f"locked {len(builds)} variant(s) in {lock_path}")
+        click.echo(f"locked {len(result.builds)} variant(s) in {lock_path}")
 
 
 @click.command("diff")

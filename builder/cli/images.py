@@ -8,6 +8,8 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import CheckFailed, UserInputError
+from ..options import BUILD_JOBS, BuildOptions, default
+from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
 from .context import Ctx, emit_json, pass_ctx
 
 if TYPE_CHECKING:
@@ -99,8 +101,7 @@ def render(c: Ctx, out: Path | None, check: bool) -> None:
 
 
 def _build_options(c: Ctx, base_image: str | None, ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
-                   allow_missing: tuple[str, ...], jobs: int):
-    from ..build.builder import BuildOptions
+                   allow_missing: tuple[str, ...], jobs: int) -> BuildOptions:
     from ..build.wheelhouse import default_ca_bundle, default_wheelhouses
     from ..recipe.grammar import is_reference
 
@@ -126,8 +127,9 @@ def build_flags(fn):
                      help="Folder of wheels or PEP 503 index folder (default: $PIP_FIND_LINKS); repeatable."),
         click.option("--allow-missing", multiple=True, metavar="COMPONENT",
                      help="Build without COMPONENT when it cannot be installed; recorded as absent."),
-        click.option("--progress", type=click.Choice(["auto", "plain", "quiet"]), default="auto", show_default=True),
-        click.option("--jobs", type=click.IntRange(1, 16), default=3, show_default=True,
+        click.option("--progress", type=click.Choice(PROGRESS_MODES), default=DEFAULT_PROGRESS, show_default=True),
+        click.option("--jobs", type=click.IntRange(BUILD_JOBS.low, BUILD_JOBS.high), default=default(BuildOptions, "jobs"),
+                     show_default=True,
                      help="Variants built at once, after the parents they share."),
     ]):
         fn = deco(fn)

@@ -11,7 +11,18 @@ import yaml
 
 from ..errors import UserInputError
 from .context import Ctx, emit_json, pass_ctx
-from ..progress import log_printer
+from ..options import (
+    GOALS,
+    NPROC_PER_NODE,
+    PARALLEL_TRIALS,
+    REPLICAS,
+    SIDE_REPLICAS,
+    ClusterOptions,
+    JobOptions,
+    TuneOptions,
+    default,
+)
+from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES, log_printer
 from ..runtime.contract import CLOUD_PLATFORMS, PLATFORMS
 from .gate import _resolve_image
 from .images import _engine
@@ -30,10 +41,9 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server:
     """Parse CLUSTER_SPEC / TF_CONFIG from the environment into role, rank and world size."""
     from ..runtime.cluster import ClusterError, parse_cluster, summary
 
-    if nproc_per_node is not None and nproc_per_node < 1:
-        raise UserInputError("must be 1 or more", where="--nproc-per-node")
+    opts = ClusterOptions(nproc_per_node=nproc_per_node, reduction_server=reduction_server)
     try:
-        info = parse_cluster(c.env, nproc_per_node, reduction_server=reduction_server)
+        info = parse_cluster(c.env, opts.nproc_per_node, reduction_server=opts.reduction_server)
     except ClusterError as err:
         raise UserInputError(str(err)) from None
     click.echo(json.dumps(info.to_json(), sort_keys=True) if as_json else summary(info))
@@ -106,15 +116,20 @@ def _spec_image(c: Ctx, image: str, registry: str | None, lock_path: str | None,
 def job_flags(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Flags `run` and `tune` share: the job's shape and what goes into its containers."""
     for deco in reversed([
-        click.option("--replicas", type=int, default=1, show_default=True, help="Chief plus workers (UAI: nodes)."),
-        click.option("--ps", type=int, default=None, help="Parameter servers (UAI default: one per node)."),
-        click.option("--evaluators", type=int, default=0, show_default=True),
-        click.option("--nproc-per-node", type=int, default=1, show_default=True),
+        click.option("--replicas", type=int, default=default(JobOptions, "replicas"), show_default=True,
+                     help=f"Chief plus workers (UAI: nodes), {REPLICAS}."),
+        click.option("--ps", type=int, default=default(JobOptions, "ps"),
+                     help=f"Parameter servers (UAI default: one per node), {SIDE_REPLICAS}."),
+        click.option("--evaluators", type=int, default=default(JobOptions, "evaluators"), show_default=True,
+                     help=f"Evaluators, {SIDE_REPLICAS}."),
+        click.option("--nproc-per-node", type=int, default=default(JobOptions, "nproc_per_node"), show_default=True,
+                     help=f"Processes per replica, {NPROC_PER_NODE}."),
         click.option("--env", "envs", multiple=True, metavar="K=V", help="Extra environment (repeatable)."),
         click.option("--volume", "volumes", multiple=True, metavar="SRC:DST", help="Bind mount (repeatable)."),
-        click.option("--timeout", type=float, default=None, help="Seconds before the job is stopped."),
+        click.option("--timeout", type=float, default=default(JobOptions, "timeout"),
+                     help="Seconds before the job is stopped."),
         click.option("--json", "json_path", metavar="FILE", help="Write a JSON report."),
-        click.option("--progress", type=click.Choice(["auto", "plain", "quiet"]), default="auto", show_default=True),
+        click.option("--progress", type=click.Choice(PROGRESS_MODES), default=DEFAULT_PROGRESS, show_default=True),
     ]):
         fn = deco(fn)
     return fn
@@ -130,12 +145,12 @@ def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evalua
         envs: tuple[str, ...], volumes: tuple[str, ...], timeout: float | None, json_path: str | None, progress: str,
         trial: str | None, command: tuple[str, ...]) -> None:
     """Run CMD on replicas as the platform would (its env, a fresh network); exit with the first failure's code."""
-    from ..jobs.run import parse_env, run_job
+    from ..jobs.run import parse_env, parse_volumes, run_job
 
-    result = run_job(_engine(), _resolve_image(c, image)[0], platform=platform, replicas=replicas, ps=ps,
-                     evaluators=evaluators, trial=trial, env=parse_env(envs), volumes=list(volumes),
-                     command=list(command), nproc_per_node=nproc_per_node, timeout=timeout,
-                     on_log=log_printer(progress, c.env))
+    opts = JobOptions(command=command, platform=platform, replicas=replicas, ps=ps, evaluators=evaluators,
+                      nproc_per_node=nproc_per_node, env=parse_env(envs), volumes=parse_volumes(volumes),
+                      timeout=timeout, trial=trial)
+    result = run_job(_engine(), _resolve_image(c, image)[0], opts, on_log=log_printer(progress, c.env))
     click.echo(result.summary(), err=True)
     if json_path:
         emit_json(result.to_json(), json_path)
@@ -147,8 +162,9 @@ def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evalua
 @click.argument("image")
 @click.option("--param", "params", multiple=True, required=True, metavar="NAME=V1,V2,...")
 @click.option("--metric", default=None, metavar="TAG", help="The hypertune metric tag (default: the only one).")
-@click.option("--goal", type=click.Choice(["max", "min"]), default="max", show_default=True)
-@click.option("--parallel", type=int, default=1, show_default=True)
+@click.option("--goal", type=click.Choice(GOALS), default=default(TuneOptions, "goal"), show_default=True)
+@click.option("--parallel", type=int, default=default(TuneOptions, "parallel"), show_default=True,
+              help=f"Trials at once, {PARALLEL_TRIALS}.")
 @click.option("--platform", type=click.Choice(PLATFORMS), default=None,
               help="Run each trial distributed as this platform would (default: one container per trial).")
 @job_flags
@@ -158,13 +174,14 @@ def tune(c: Ctx, image: str, params: tuple[str, ...], metric: str | None, goal: 
          envs: tuple[str, ...], volumes: tuple[str, ...], timeout: float | None, json_path: str | None,
          progress: str, command: tuple[str, ...]) -> None:
     """One trial per combination of --param values, hyperparameters as --NAME=value, metrics from hypertune."""
-    from ..jobs.run import parse_env, parse_params
+    from ..jobs.run import parse_env, parse_params, parse_volumes
     from ..jobs.run import tune as run_tune
 
-    result = run_tune(_engine(), _resolve_image(c, image)[0], params=parse_params(params), command=list(command),
-                      metric=metric, goal=goal, parallel=parallel, platform=platform, replicas=replicas, ps=ps,
-                      evaluators=evaluators, env=parse_env(envs), volumes=list(volumes),
-                      nproc_per_node=nproc_per_node, timeout=timeout, on_log=log_printer(progress, c.env))
+    job = JobOptions(command=command, platform=platform, replicas=replicas, ps=ps, evaluators=evaluators,
+                     nproc_per_node=nproc_per_node, env=parse_env(envs), volumes=parse_volumes(volumes),
+                     timeout=timeout)
+    opts = TuneOptions(params=parse_params(params), job=job, metric=metric, goal=goal, parallel=parallel)
+    result = run_tune(_engine(), _resolve_image(c, image)[0], opts, on_log=log_printer(progress, c.env))
     click.echo(result.table())
     if json_path:
         emit_json(result.to_json(), json_path)

@@ -17,7 +17,6 @@ import shutil
 import subprocess
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 import docker.types
@@ -26,6 +25,7 @@ from . import inimage
 from ..build.builder import versions_from_labels
 from ..engine.docker import DockerEngine
 from ..errors import EngineError, UserInputError
+from ..options import TestOptions
 from .replicas import ReplicaJob, ReplicaResult, ReplicaRunner
 from .report import Check, Suite
 from ..recipe.compat import load_compat
@@ -33,32 +33,12 @@ from ..runtime.contract import (
     ABSENT_LABEL,
     FRAMEWORK_LABEL,
     NCCL_MINIMUM_LABEL,
-    PLATFORMS,
-    VERTEX,
     RECIPE_VERSION_PREFIX,
     REDUCTION_SERVER_LABEL,
     VARIANT_LABEL,
 )
 from ..runtime.topology import ReplicaSpec, replica_specs
 
-
-
-@dataclass(frozen=True, kw_only=True)
-class TestOptions:
-    platform: str = VERTEX
-    replicas: int = 2
-    timeout: float = 240.0
-    nproc_per_node: int = 1
-
-    def __post_init__(self) -> None:
-        if self.platform not in PLATFORMS:
-            raise UserInputError(f"{self.platform!r} is not one of {', '.join(PLATFORMS)}", where="--platform")
-        if not 1 <= self.replicas <= 64:
-            raise UserInputError(f"{self.replicas} replicas: use 1 to 64", where="--replicas")
-        if not 1 <= self.nproc_per_node <= 16:
-            raise UserInputError(f"{self.nproc_per_node}: use 1 to 16 processes per node", where="--nproc-per-node")
-        if not 5 <= self.timeout <= 7200:
-            raise UserInputError(f"{self.timeout:g}s: use 5 to 7200 seconds", where="--timeout")
 
 
 def expectations(labels: Mapping[str, str]) -> dict[str, Any]:

@@ -48,21 +48,18 @@ import docker.errors
 from ..conformance import inimage
 from ..engine.docker import DockerEngine
 from ..errors import EngineError, UserInputError
+from ..options import ENV_NAME, LOCAL, NO_TIMEOUT, JobOptions, TuneOptions
 from ..conformance.replicas import ReplicaJob, ReplicaResult, ReplicaRunner, purge
-from ..runtime.contract import PLATFORMS, UAI
+from ..runtime.contract import UAI
 from ..runtime.topology import ReplicaSpec, replica_specs
 from ..state import state_dir
 
-LOCAL = "local"
 UAI_OUTPUT = "/data/output"
 HYPERTUNE_DIR = "/tmp/hypertune"
 METRIC_FILE = f"{HYPERTUNE_DIR}/output.metrics"
 # Keys cloudml-hypertune writes beside the metric tag on every line.
 _HYPERTUNE_FIELDS = frozenset({"timestamp", "trial", "global_step", "checkpoint_path"})
-_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _PARAM_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_-]*")
-_MAX_REPLICAS = 64
-_NO_TIMEOUT = 10.0**9
 
 OnLog = Callable[[str, str], None]
 
@@ -75,7 +72,7 @@ def parse_env(items: Iterable[str]) -> dict[str, str]:
         name, sep, value = item.partition("=")
         if not sep:
             raise UserInputError(f"{item!r}: write NAME=VALUE", where="--env")
-        if not _ENV_NAME.fullmatch(name):
+        if not ENV_NAME.fullmatch(name):
             raise UserInputError(f"{name!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)", where="--env")
         if "\0" in value:
             raise UserInputError(f"{name}: the value contains a NUL byte", where="--env")
@@ -272,28 +269,19 @@ class _JobRunner(ReplicaRunner):
         return super()._start(job, spec, network, labels, started)
 
 
-def _check_shape(platform: str | None, replicas: int, ps: int | None, evaluators: int, nproc_per_node: int,
-                 timeout: float | None) -> str:
-    platform = platform or LOCAL
-    if platform != LOCAL and platform not in PLATFORMS:
-        raise UserInputError(f"{platform!r} is not one of {', '.join(PLATFORMS)}", where="--platform")
-    for flag, value, least in (("--replicas", replicas, 1), ("--ps", ps, 0), ("--evaluators", evaluators, 0),
-                               ("--nproc-per-node", nproc_per_node, 1)):
-        if value is None:
-            continue
-        if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= _MAX_REPLICAS:
-            raise UserInputError(f"{value!r}: use {least} to {_MAX_REPLICAS}", where=flag)
-    if timeout is not None and not (isinstance(timeout, (int, float)) and 0 < timeout < _NO_TIMEOUT):
-        raise UserInputError(f"{timeout!r}: give a positive number of seconds", where="--timeout")
+def _check_shape(opts: JobOptions) -> str:
+    """What JobOptions cannot check alone: the platform's own layout rules. Returns the platform or `local`."""
+    platform = opts.where
     if platform == LOCAL:
-        if replicas != 1 or ps or evaluators:
+        if opts.replicas != 1 or opts.ps or opts.evaluators:
             raise UserInputError("without --platform a job is one container: pick a platform for replicas, ps "
                                  "or evaluators", where="--platform")
     elif platform == UAI:
-        if evaluators:
+        if opts.evaluators:
             raise UserInputError("UAI Train has no evaluator replicas", where="--evaluators")
-        if ps is not None and ps > replicas:
-            raise UserInputError(f"UAI runs at most one ps per node: {ps} ps for {replicas} node(s)", where="--ps")
+        if opts.ps is not None and opts.ps > opts.replicas:
+            raise UserInputError(f"UAI runs at most one ps per node: {opts.ps} ps for {opts.replicas} node(s)",
+                                 where="--ps")
     return platform
 
 
@@ -305,12 +293,6 @@ def _specs(platform: str, replicas: int, ps: int | None, evaluators: int, trial:
         return replica_specs(platform, replicas, ps=ps, evaluators=evaluators, hosts=runner.host, trial=trial)
     except ValueError as exc:
         raise UserInputError(str(exc), where="--replicas") from None
-
-
-def _check_command(command: Sequence[str]) -> list[str]:
-    if not command or not all(isinstance(a, str) for a in command) or not command[0]:
-        raise UserInputError("give the command to run after `--`, e.g. -- python train.py", where="command")
-    return list(command)
 
 
 def _image_id(engine: DockerEngine, image: str, verb: str) -> str:
@@ -333,73 +315,46 @@ def _serialized(on_log: OnLog | None, prefix: str = "") -> OnLog | None:
     return log
 
 
-def run_job(
-    engine: DockerEngine,
-    image: str,
-    *,
-    platform: str | None,
-    replicas: int = 1,
-    ps: int | None = None,
-    evaluators: int = 0,
-    trial: str | None = None,
-    env: Mapping[str, str] | None = None,
-    volumes: Sequence[str] | Mapping[str, str] = (),
-    command: Sequence[str],
-    nproc_per_node: int = 1,
-    timeout: float | None = None,
-    on_log: OnLog | None = None,
-    state: Path | None = None,
-) -> JobResult:
-    """Run one job as `platform` would (see the module doc). `volumes` are ``SRC:DST`` strings (or an already
-    parsed {host: container} mapping); `trial` sets the platform's ``task.trial`` and ``CLOUD_ML_TRIAL_ID``.
+def run_job(engine: DockerEngine, image: str, opts: JobOptions, *, on_log: OnLog | None = None,
+            state: Path | None = None) -> JobResult:
+    """Run one job as `opts.platform` would (see the module doc).
     Raises UserInputError for bad input, EngineError when the engine refuses a container; a failing command is
     not an error but a non-zero `JobResult.exit_code`."""
-    platform = _check_shape(platform, replicas, ps, evaluators, nproc_per_node, timeout)
-    command = _check_command(command)
-    mounts = dict(volumes) if isinstance(volumes, Mapping) else parse_volumes(volumes)
-    user_env = dict(env or {})
-    bad = [k for k in user_env if not _ENV_NAME.fullmatch(k)]
-    if bad:
-        raise UserInputError(f"{bad[0]!r} is not a variable name", where="--env")
-    if trial is not None and (not isinstance(trial, str) or not trial.strip()):
-        raise UserInputError(f"{trial!r}: give a non-empty trial id", where="--trial")
+    platform = _check_shape(opts)
     image_id = _image_id(engine, image, "run")
-    return _run(engine, image_id, image, platform=platform, replicas=replicas, ps=ps, evaluators=evaluators,
-                trial=trial, env=user_env, mounts=mounts, command=command, nproc_per_node=nproc_per_node,
-                timeout=timeout, on_log=_serialized(on_log), state=state)
+    return _run(engine, image_id, image, opts, platform=platform, on_log=_serialized(on_log), state=state)
 
 
-def _run(engine: DockerEngine, image_id: str, image: str, *, platform: str, replicas: int, ps: int | None,
-         evaluators: int, trial: str | None, env: dict[str, str], mounts: dict[str, str], command: list[str],
-         nproc_per_node: int, timeout: float | None, on_log: OnLog | None, state: Path | None,
-         chief_env: Mapping[str, str] | None = None, chief_volumes: Mapping[str, str] | None = None,
-         cancel: threading.Event | None = None,
+def _run(engine: DockerEngine, image_id: str, image: str, opts: JobOptions, *, platform: str,
+         on_log: OnLog | None, state: Path | None, chief_env: Mapping[str, str] | None = None,
+         chief_volumes: Mapping[str, str] | None = None, cancel: threading.Event | None = None,
          started: Callable[[_JobRunner], None] | None = None) -> JobResult:
     """run_job without the input checks; tune adds the chief's hypertune env/folder and a cancel event."""
     runner = _JobRunner(engine, on_log, cancel=cancel)
     if started:
         started(runner)
-    specs = _specs(platform, replicas, ps, evaluators, trial, runner)
-    extra = {"CLOUD_ML_TRIAL_ID": trial} if trial is not None else {}
+    specs = _specs(platform, opts.replicas, opts.ps, opts.evaluators, opts.trial, runner)
+    extra = {"CLOUD_ML_TRIAL_ID": opts.trial} if opts.trial is not None else {}
     specs = [replace(s, env={**extra, **(chief_env if chief_env and s.role == "chief" else {}), **s.env})
              for s in specs]
-    volumes = {**inimage.volumes(), **mounts}
+    volumes = {**inimage.volumes(), **opts.volumes}
     output_dir = None
     if platform == UAI:
-        given = [src for src, dst in mounts.items() if dst == UAI_OUTPUT]
+        given = [src for src, dst in opts.volumes.items() if dst == UAI_OUTPUT]
         if given:
             output_dir = Path(given[0])
         else:
             output_dir = (state or state_dir(os.environ)) / "runs" / runner.run_id / "output"
             output_dir.mkdir(parents=True)
             volumes[str(output_dir)] = UAI_OUTPUT
-    nproc = ["--nproc-per-node", str(nproc_per_node)] if nproc_per_node > 1 else []
-    launch = inimage.command("launch", *nproc, "--", *command)
-    job = ReplicaJob(image=image_id, specs=specs, command=lambda _spec: list(launch), env=env, volumes=volumes,
+    nproc = ["--nproc-per-node", str(opts.nproc_per_node)] if opts.nproc_per_node > 1 else []
+    launch = inimage.command("launch", *nproc, "--", *opts.command)
+    job = ReplicaJob(image=image_id, specs=specs, command=lambda _spec: list(launch), env=dict(opts.env),
+                     volumes=volumes,
                      entrypoint=[],
                      spec_volumes=(lambda s: chief_volumes if s.role == "chief" else {}) if chief_volumes else None)
     start = time.monotonic()
-    results = runner.run(job, _NO_TIMEOUT if timeout is None else timeout)  # removes all it made, Ctrl-C too
+    results = runner.run(job, NO_TIMEOUT if opts.timeout is None else opts.timeout)  # removes all it made, Ctrl-C too
     seconds = time.monotonic() - start
     waited = [r for r in results if r.role in job.waits_for] or results
     failed = next((r for r in waited if r.exit_code not in (None, 0)), None)
@@ -458,53 +413,23 @@ def last_value(records: Sequence[Mapping[str, Any]], tag: str) -> float | None:
     return None
 
 
-def tune(
-    engine: DockerEngine,
-    image: str,
-    *,
-    params: Mapping[str, Sequence[str]],
-    command: Sequence[str],
-    metric: str | None = None,
-    goal: str = "max",
-    parallel: int = 1,
-    platform: str | None = None,
-    replicas: int = 1,
-    ps: int | None = None,
-    evaluators: int = 0,
-    env: Mapping[str, str] | None = None,
-    volumes: Sequence[str] | Mapping[str, str] = (),
-    nproc_per_node: int = 1,
-    timeout: float | None = None,
-    on_log: OnLog | None = None,
-    on_trial: Callable[[Trial], None] | None = None,
-    state: Path | None = None,
-) -> TuneResult:
-    """Grid-search `params` (see the module doc). Trials run in threads, at most `parallel` at once; without a
-    platform each trial is one container, with one it is a distributed job (`run_job`). `on_log(name, line)`
-    gets names like ``trial-2/worker-0``; `on_trial(trial)` is called as each trial ends. On Ctrl-C every
+def tune(engine: DockerEngine, image: str, opts: TuneOptions, *, on_log: OnLog | None = None,
+         on_trial: Callable[[Trial], None] | None = None, state: Path | None = None) -> TuneResult:
+    """Grid-search `opts.params` (see the module doc). Trials run in threads, at most `opts.parallel` at once;
+    without a platform each trial is one container, with one it is a distributed job (`run_job`). `on_log(name,
+    line)` gets names like ``trial-2/worker-0``; `on_trial(trial)` is called as each trial ends. On Ctrl-C every
     trial's containers are removed, then KeyboardInterrupt propagates."""
-    for name, values in params.items():
+    for name, values in opts.params.items():
         check_param(name, list(values))
-    if not params:
-        raise UserInputError("give at least one --param NAME=V1,V2,...", where="--param")
-    if goal not in ("max", "min"):
-        raise UserInputError(f"{goal!r}: use max or min", where="--goal")
+    metric = opts.metric
     if metric is not None and (not metric or metric in _HYPERTUNE_FIELDS or "\n" in metric):
         raise UserInputError(f"{metric!r} cannot be a metric tag", where="--metric")
-    if isinstance(parallel, bool) or not isinstance(parallel, int) or not 1 <= parallel <= _MAX_REPLICAS:
-        raise UserInputError(f"{parallel!r}: use 1 to {_MAX_REPLICAS} trials at once", where="--parallel")
-    platform = _check_shape(platform, replicas, ps, evaluators, nproc_per_node, timeout)
-    command = _check_command(command)
-    mounts = dict(volumes) if isinstance(volumes, Mapping) else parse_volumes(volumes)
-    if HYPERTUNE_DIR in mounts.values():
+    platform = _check_shape(opts.job)
+    if HYPERTUNE_DIR in opts.job.volumes.values():
         raise UserInputError(f"{HYPERTUNE_DIR} is where tune collects each trial's metrics: mount elsewhere",
                              where="--volume")
-    user_env = dict(env or {})
-    bad = [k for k in user_env if not _ENV_NAME.fullmatch(k)]
-    if bad:
-        raise UserInputError(f"{bad[0]!r} is not a variable name", where="--env")
     image_id = _image_id(engine, image, "tune")
-    trials = trials_for(params)
+    trials = trials_for(opts.params)
     base = (state or state_dir(os.environ)) / "tune" / uuid.uuid4().hex[:10]
     base.mkdir(parents=True)
     log = _serialized(on_log)
@@ -529,10 +454,9 @@ def tune(
         try:
             if cancel.is_set():
                 raise _Cancelled()
-            t.job = _run(engine, image_id, image, platform=platform, replicas=replicas, ps=ps,
-                         evaluators=evaluators, trial=t.id, env=user_env, mounts=mounts,
-                         command=[*command, *(f"--{k}={v}" for k, v in t.params.items())],
-                         nproc_per_node=nproc_per_node, timeout=timeout, on_log=trial_log,
+            job = replace(opts.job, trial=t.id,
+                          command=(*opts.job.command, *(f"--{k}={v}" for k, v in t.params.items())))
+            t.job = _run(engine, image_id, image, job, platform=platform, on_log=trial_log,
                          state=state, chief_env={"CLOUD_ML_HP_METRIC_FILE": METRIC_FILE},
                          chief_volumes={str(folder): HYPERTUNE_DIR}, cancel=cancel, started=register)
             t.exit_code = t.job.exit_code
@@ -560,7 +484,7 @@ def tune(
             on_trial(t)
         return t
 
-    pool = ThreadPoolExecutor(max_workers=min(parallel, len(trials)), thread_name_prefix="trainimg-trial")
+    pool = ThreadPoolExecutor(max_workers=min(opts.parallel, len(trials)), thread_name_prefix="trainimg-trial")
     futures: list[Future[Trial]] = []
     try:
         futures = [pool.submit(run_trial, t) for t in trials]
@@ -588,7 +512,7 @@ def tune(
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
         shutil.rmtree(base, ignore_errors=True)
-    return judge(trials, metric, goal, platform)
+    return judge(trials, metric, opts.goal, platform)
 
 
 def judge(trials: list[Trial], metric: str | None, goal: str, platform: str = LOCAL) -> TuneResult:

@@ -1,0 +1,196 @@
+"""One typed, frozen, keyword-only options object per verb, with its defaults and limits in one place.
+
+The CLI's click options read their defaults, choices and the limits they show from here, and the library
+functions take these objects instead of long lists of loose parameters (cibuildwheel's options model), so a limit
+changed here changes the flag, its help and the check together. Each object checks itself on construction: bad
+values are the user's to fix (UserInputError naming the flag, exit 2).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from types import MappingProxyType
+
+from .errors import UserInputError
+from .runtime.contract import PLATFORMS, VERTEX
+
+LOCAL = "local"  # a job without a platform: one container, no cluster env
+GOALS = ("max", "min")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # what `--env NAME=VALUE` accepts as NAME
+
+
+@dataclass(frozen=True)
+class IntLimit:
+    """An inclusive integer range a flag accepts."""
+
+    low: int
+    high: int
+
+    def check(self, value: object, flag: str, what: str = "") -> int:
+        if isinstance(value, bool) or not isinstance(value, int) or not self.low <= value <= self.high:
+            raise UserInputError(f"{value!r}{what}: use {self.low} to {self.high}", where=flag)
+        return value
+
+    def __str__(self) -> str:
+        return f"{self.low}..{self.high}"
+
+
+@dataclass(frozen=True)
+class SecondsLimit:
+    """An open-closed range of seconds a timeout accepts."""
+
+    low: float
+    high: float
+
+    def check(self, value: object, flag: str) -> float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not self.low <= value <= self.high:
+            raise UserInputError(f"{value!r}: use {self.low:g} to {self.high:g} seconds", where=flag)
+        return float(value)
+
+
+REPLICAS = IntLimit(1, 64)  # containers of one job on one engine
+SIDE_REPLICAS = IntLimit(0, 64)  # ps, evaluators
+NPROC_PER_NODE = IntLimit(1, 64)  # processes in one replica (one per GPU, or CPU workers)
+PARALLEL_TRIALS = IntLimit(1, 64)
+BUILD_JOBS = IntLimit(1, 16)
+TEST_TIMEOUT = SecondsLimit(5, 7200)
+JOB_TIMEOUT = SecondsLimit(1, 30 * 24 * 3600)
+NO_TIMEOUT = 10.0**9  # what the replica runner waits for a job without --timeout
+
+
+@dataclass(frozen=True, kw_only=True)
+class BuildOptions:
+    """`trainimg build` (and release's build step); the CLI fills it from flags and the environment."""
+
+    base_image: str | None = None
+    ca_bundle: Path | None = None
+    wheelhouses: tuple[Path, ...] = ()
+    allow_missing: tuple[str, ...] = ()
+    jobs: int = 3  # variants built at once after their shared parents
+    # variant name -> base image for that root variant (`build --locked`: lock.locked_bases); wins over base_image.
+    base_overrides: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        BUILD_JOBS.check(self.jobs, "--jobs")
+
+
+@dataclass(frozen=True, kw_only=True)
+class TestOptions:
+    """`trainimg test` (and release's test step): whose env the replicas get, how many, for how long."""
+
+    __test__ = False  # not a pytest test class, whatever its name says
+
+    platform: str = VERTEX
+    replicas: int = 2
+    timeout: float = 240.0
+    nproc_per_node: int = 1
+
+    def __post_init__(self) -> None:
+        if self.platform not in PLATFORMS:
+            raise UserInputError(f"{self.platform!r} is not one of {', '.join(PLATFORMS)}", where="--platform")
+        REPLICAS.check(self.replicas, "--replicas", " replicas")
+        NPROC_PER_NODE.check(self.nproc_per_node, "--nproc-per-node", " processes per node")
+        TEST_TIMEOUT.check(self.timeout, "--timeout")
+
+
+def _check_env(env: Mapping[str, str]) -> None:
+    bad = [k for k in env if not ENV_NAME.fullmatch(k)]
+    if bad:
+        raise UserInputError(f"{bad[0]!r} is not a variable name", where="--env")
+
+
+@dataclass(frozen=True, kw_only=True)
+class JobOptions:
+    """`trainimg run`: a job's shape (as the platform would lay it out) and what goes into its containers.
+
+    `volumes` maps host paths to container paths (`jobs.run.parse_volumes` reads `SRC:DST` flags);
+    `trial` sets the platform's ``task.trial`` and ``CLOUD_ML_TRIAL_ID``; no `platform` means one container."""
+
+    command: tuple[str, ...]
+    platform: str | None = None
+    replicas: int = 1
+    ps: int | None = None
+    evaluators: int = 0
+    nproc_per_node: int = 1
+    env: Mapping[str, str] = field(default_factory=dict)
+    volumes: Mapping[str, str] = field(default_factory=dict)
+    timeout: float | None = None
+    trial: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "command", tuple(self.command))
+        object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
+        object.__setattr__(self, "volumes", MappingProxyType(dict(self.volumes)))
+        if not self.command or not all(isinstance(a, str) for a in self.command) or not self.command[0]:
+            raise UserInputError("give the command to run after `--`, e.g. -- python train.py", where="command")
+        if self.platform is not None and self.platform not in PLATFORMS:
+            raise UserInputError(f"{self.platform!r} is not one of {', '.join(PLATFORMS)}", where="--platform")
+        REPLICAS.check(self.replicas, "--replicas")
+        if self.ps is not None:
+            SIDE_REPLICAS.check(self.ps, "--ps")
+        SIDE_REPLICAS.check(self.evaluators, "--evaluators")
+        NPROC_PER_NODE.check(self.nproc_per_node, "--nproc-per-node")
+        if self.timeout is not None:
+            JOB_TIMEOUT.check(self.timeout, "--timeout")
+        _check_env(self.env)
+        if self.trial is not None and (not isinstance(self.trial, str) or not self.trial.strip()):
+            raise UserInputError(f"{self.trial!r}: give a non-empty trial id", where="--trial")
+
+    @property
+    def where(self) -> str:
+        """The platform, or `local` for one container without a platform's env."""
+        return self.platform or LOCAL
+
+
+@dataclass(frozen=True, kw_only=True)
+class TuneOptions:
+    """`trainimg tune`: the grid, how to judge it, how many trials at once, and each trial's job."""
+
+    params: Mapping[str, tuple[str, ...]]
+    job: JobOptions
+    metric: str | None = None
+    goal: str = GOALS[0]
+    parallel: int = 1
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "params", MappingProxyType({k: tuple(v) for k, v in self.params.items()}))
+        if not self.params:
+            raise UserInputError("give at least one --param NAME=V1,V2,...", where="--param")
+        if self.goal not in GOALS:
+            raise UserInputError(f"{self.goal!r}: use {' or '.join(GOALS)}", where="--goal")
+        PARALLEL_TRIALS.check(self.parallel, "--parallel", " trials at once")
+        if self.job.trial is not None:
+            raise UserInputError("tune numbers the trials itself", where="--trial")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClusterOptions:
+    """`trainimg cluster`: the process-level view is added when `nproc_per_node` is given; `reduction_server`
+    says a Vertex workerpool2 holds reducers, not parameter servers."""
+
+    nproc_per_node: int | None = None
+    reduction_server: bool = False
+
+    def __post_init__(self) -> None:
+        if self.nproc_per_node is not None:
+            NPROC_PER_NODE.check(self.nproc_per_node, "--nproc-per-node")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReleaseOptions:
+    """`trainimg release`: build, test, then push only if every variant passed, then lock."""
+
+    build: BuildOptions
+    test: TestOptions
+    lock_path: str | None = None
+
+
+def default(options: type, name: str) -> object:
+    """The default of one field of an options class: what the click option shows and uses."""
+    for f in fields(options):
+        if f.name == name:
+            return f.default
+    raise KeyError(f"{options.__name__} has no option {name!r}")
