@@ -9,7 +9,7 @@ values are the user's to fix (UserInputError naming the flag, exit 2).
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from types import MappingProxyType
@@ -149,7 +149,7 @@ class JobOptions:
 class TuneOptions:
     """`trainimg tune`: the grid, how to judge it, how many trials at once, and each trial's job."""
 
-    params: Mapping[str, tuple[str, ...]]
+    params: Mapping[str, Sequence[str]]
     job: JobOptions
     metric: str | None = None
     goal: str = GOALS[0]

@@ -54,7 +54,7 @@ def test_run_redirected_to_a_file_keeps_every_replica_line(tmp_path: Path) -> No
     log = tmp_path / "job.log"
     with log.open("w") as f:
         proc = subprocess.run(["trainimg", "run", IMAGE, "--platform", "vertex", "--replicas", "3", "--timeout",
-                               "120", "sh", "-c", script], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               "120", "--", "sh", "-c", script], stdout=f, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                               env=env, timeout=300)
     text = log.read_text()
     assert proc.returncode == 0, text

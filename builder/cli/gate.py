@@ -11,6 +11,7 @@ import click
 from ..errors import CheckFailed, UserInputError
 from ..options import NPROC_PER_NODE, REPLICAS, TestOptions, default
 from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
+from ..conformance.report import Suite
 from ..runtime.contract import PLATFORMS
 from .context import Ctx, emit_json, pass_ctx
 from .images import _build_options, _engine, build_flags
@@ -46,7 +47,8 @@ def test_flags(fn):
     return fn
 
 
-def _print_suite(suite) -> None:
+def _print_suite(suite: Suite) -> None:
+    """Each check on its own line, then the verdict with its counts (stderr: stdout stays for JSON)."""
     for check in suite.checks:
         click.echo(f"{check.status.upper():8} {check.name}: {check.reason}", err=True)
     counts = suite.counts()
@@ -55,7 +57,7 @@ def _print_suite(suite) -> None:
                f"{counts['skipped']} skipped, {counts['warning']} warnings)", err=True)
 
 
-def _write_reports(suites, json_path: str | None, junit_path: str | None) -> None:
+def _write_reports(suites: list[Suite], json_path: str | None, junit_path: str | None) -> None:
     from ..conformance.report import write_json, write_junit
 
     if json_path:
