@@ -71,26 +71,30 @@ def test_generator_makes_1000_distinct_values_that_are_not_accidentally_valid() 
     assert accepted == [], accepted[:5]
 
 
+def _refusal_seconds(text: str) -> float:
+    start = time.perf_counter()
+    with pytest.raises(UserInputError) as info:
+        RegistryTarget.parse(text)
+    elapsed = time.perf_counter() - start
+    assert info.value.exit_code == 2
+    assert "--registry" in str(info.value)
+    return elapsed
+
+
 def test_each_hostile_registry_is_refused_in_under_10ms() -> None:
-    slow = []
-    for text in _hostile_values():
-        start = time.perf_counter()
-        with pytest.raises(UserInputError) as info:
-            RegistryTarget.parse(text)
-        elapsed = time.perf_counter() - start
-        assert info.value.exit_code == 2
-        assert "--registry" in str(info.value)
-        if elapsed >= _LIMIT_S:
-            slow.append((text[:60], round(elapsed * 1000, 2)))
-    assert slow == []
+    """Each value's time is its best of up to five passes spread over the run: a machine shared with other builds
+    can preempt any one call for longer than 10 ms, while backtracking is slow on every try."""
+    best = {text: _refusal_seconds(text) for text in _hostile_values()}
+    for _ in range(4):
+        for text in [t for t, s in best.items() if s >= _LIMIT_S]:
+            best[text] = min(best[text], _refusal_seconds(text))
+    assert {t[:60]: round(s * 1000, 2) for t, s in best.items() if s >= _LIMIT_S} == {}
 
 
 def test_the_near_miss_that_took_seconds() -> None:
     for n in (26, 30, 10_000):
-        start = time.perf_counter()
-        with pytest.raises(UserInputError):
-            RegistryTarget.parse("localhost:5000/" + "a" * n + "!")
-        assert time.perf_counter() - start < _LIMIT_S
+        text = "localhost:5000/" + "a" * n + "!"
+        assert min(_refusal_seconds(text) for _ in range(3)) < _LIMIT_S
 
 
 @pytest.mark.parametrize("text", ["localhost:5000/" + "a" * 26 + "!", "localhost:５０００", "a" * 3000 + "é",
@@ -123,9 +127,12 @@ def test_bad_references_do_not_match(ref: str) -> None:
 
 def test_reference_grammar_is_linear_on_long_near_misses() -> None:
     for text in ["a" * 100_000 + "!", "a-" * 50_000 + "!", "a." * 50_000 + "/!", "a/" * 50_000 + "A"]:
-        start = time.perf_counter()
-        assert not REFERENCE_RE.match(text) and not REPOSITORY_RE.match(text)
-        assert time.perf_counter() - start < 0.05
+        times = []
+        for _ in range(3):
+            start = time.perf_counter()
+            assert not REFERENCE_RE.match(text) and not REPOSITORY_RE.match(text)
+            times.append(time.perf_counter() - start)
+        assert min(times) < 0.05  # ~1 ms here; the backtracking spelling takes longer than the universe
 
 
 def test_tag_rules_come_from_the_grammar() -> None:
