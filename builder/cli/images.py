@@ -10,6 +10,7 @@ import click
 from ..errors import CheckFailed, UserInputError
 from ..options import BUILD_JOBS, BuildOptions, default
 from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
+from ..runtime.contract import VARIANT_LABEL
 from .context import Ctx, emit_json, pass_ctx
 
 if TYPE_CHECKING:
@@ -54,7 +55,7 @@ def _installed(variants: list[Variant]) -> dict[str, dict[str, str | None]]:
         for v in variants:
             info = engine.image(v.tag)
             labels = (info or {}).get("Config", {}).get("Labels") or {}
-            if labels.get("trainimg.variant") == v.name:
+            if labels.get(VARIANT_LABEL) == v.name:
                 out[v.tag] = versions_from_labels(labels)
     except EngineError:
         return {}
