@@ -12,7 +12,11 @@ import re
 import sys
 import threading
 from collections.abc import Callable, Mapping
-from typing import TextIO
+from typing import TYPE_CHECKING, TextIO
+
+if TYPE_CHECKING:
+    from rich.console import Console
+    from rich.status import Status
 
 PROGRESS_MODES = ("auto", "plain", "quiet")
 DEFAULT_PROGRESS = "auto"
@@ -38,19 +42,19 @@ class Progress:
         self.mode = resolve_mode(mode, env, self.stream)
         self._lock = threading.Lock()
         self._active: list[str] = []
-        self._status = None
-        self._console = None
-        if mode == "rich":
-            from rich.console import Console
+        self._status: Status | None = None
+        self._console: Console | None = None  # set exactly when the mode is rich
+        if self.mode == "rich":  # the resolved mode: `auto` on a terminal is rich too
+            from rich.console import Console  # only rich mode pays for importing rich
 
             self._console = Console(file=self.stream)
 
     def start(self, task: str) -> None:
         with self._lock:
             self._active.append(task)
-            if self.mode == "rich":
+            if self._console is not None:
                 if self._status is None:
-                    self._status = self._console.status(task)  # type: ignore[union-attr]
+                    self._status = self._console.status(task)
                     self._status.start()
                 self._status.update(", ".join(self._active))
             elif self.mode == "plain":
@@ -69,8 +73,8 @@ class Progress:
     def log(self, task: str, line: str) -> None:
         """A line a container printed (a replica, a trial): every one is shown, prefixed with its task."""
         with self._lock:
-            if self.mode == "rich":
-                self._console.print(f"[{task}] {line}", markup=False, highlight=False)  # type: ignore[union-attr]
+            if self._console is not None:
+                self._console.print(f"[{task}] {line}", markup=False, highlight=False)
             elif self.mode == "plain":
                 print(f"[{task}] {line}", file=self.stream, flush=True)
 
@@ -78,8 +82,8 @@ class Progress:
         with self._lock:
             if task in self._active:
                 self._active.remove(task)
-            if self.mode == "rich":
-                self._console.print(message)  # type: ignore[union-attr]
+            if self._console is not None:
+                self._console.print(message)
                 if not self._active and self._status is not None:
                     self._status.stop()
                     self._status = None

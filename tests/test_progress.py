@@ -61,3 +61,15 @@ def test_run_redirected_to_a_file_keeps_every_replica_line(tmp_path: Path) -> No
     for replica in ("chief-0", "worker-1", "worker-2"):
         got = [line for line in text.splitlines() if f"line {replica} " in line]
         assert len(got) == _LINES, (replica, text[-2000:])
+
+
+def test_auto_on_a_terminal_is_rich_and_shows_every_line() -> None:
+    """`auto` resolved to rich on a terminal used to leave rich unset and fail on the first task."""
+    stream = _Tty()
+    progress = Progress("auto", {}, stream)
+    progress.start("build")
+    progress.log("build", "hello from the container")
+    progress.done("build", "built the image")
+    out = stream.getvalue()
+    assert progress.mode == "rich"
+    assert "[build] hello from the container" in out and "built the image" in out
