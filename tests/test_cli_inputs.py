@@ -7,6 +7,7 @@ Most cases run `trainimg.cli.app.main` in process; the `run`/`tune` cases start 
 from __future__ import annotations
 
 import json
+import os
 from importlib.metadata import version
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import pytest
 from conftest import trainimg
 
 from trainimg.cli.app import main
+from trainimg.conformance.report import write_json, write_junit
+from trainimg.errors import UserInputError
 
 # A remote reference: its framework comes from --framework (its labels cannot be read).
 SPEC = ("spec", "--platform", "vertex", "--image", "example.com/team/train:1", "--framework", "pytorch",
@@ -141,3 +144,22 @@ def test_tune_gives_the_programs_flags_to_the_program(cpu_image, state_env, tmp_
     data = json.loads(report.read_text(encoding="utf-8"))
     assert [t["status"] for t in data["trials"]] == ["succeeded", "succeeded"]
     assert data["best_value"] == 1.0
+
+
+@pytest.mark.parametrize("writer", [write_json, write_junit])
+def test_report_path_that_cannot_be_written_is_user_input(tmp_path: Path, writer):
+    (tmp_path / "blocker").write_text("a file\n")
+    target = tmp_path / "blocker" / "report.out"
+    with pytest.raises(UserInputError, match=f"cannot write {target}: "):
+        writer([], str(target))
+    writer([], str(tmp_path / "reports" / "report.out"))  # a folder that does not exist yet is made
+    assert (tmp_path / "reports" / "report.out").stat().st_size > 0
+
+
+def test_unreachable_engine_names_commands_a_pip_user_has(tmp_path: Path):
+    env = {**os.environ, "DOCKER_HOST": f"unix://{tmp_path}/no-engine.sock"}
+    r = trainimg("run", "img:1", "--platform", "vertex", "--", "true", env=env, timeout=60)
+    assert r.returncode == 1 and r.stdout == ""
+    (line,) = r.stderr.splitlines()
+    assert line.startswith("trainimg: cannot reach the Docker engine: start it (`sudo systemctl start docker`")
+    assert "make" not in line and "DOCKER_HOST" in line

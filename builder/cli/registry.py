@@ -10,7 +10,7 @@ from .context import Ctx, pass_ctx
 
 @click.group()
 def registry() -> None:
-    """The embedded local registry (localhost, htpasswd auth) that `make demo` pushes to."""
+    """The embedded local registry (localhost, htpasswd auth): push and release without an account anywhere."""
 
 
 def _local_registry(c: Ctx, port: int):

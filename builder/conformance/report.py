@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..errors import UserInputError
+
 STATUSES = ("passed", "failed", "skipped", "warning")
 
 
@@ -105,5 +107,8 @@ def write_junit(suites: list[Suite], path: str) -> None:
 
 def _write(path: str, text: str) -> None:
     target = Path(path)
-    target.parent.mkdir(parents=True, exist_ok=True)
-    target.write_text(text, encoding="utf-8")
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(text, encoding="utf-8")
+    except OSError as exc:  # a report path the user gave that cannot be written: bad input, one line
+        raise UserInputError(f"cannot write {path}: {exc.strerror or exc}; choose a file you can write") from None
