@@ -19,7 +19,8 @@ import pytest
 
 from trainimg.engine.docker import DockerEngine
 from trainimg.errors import UserInputError
-from trainimg.jobs.run import judge, parse_env, parse_params, parse_volumes, run_job, trials_for, tune
+from trainimg.jobs.run import parse_env, parse_volumes, run_job
+from trainimg.jobs.tune import judge, parse_params, trials_for, tune
 from trainimg.options import JobOptions, TuneOptions
 from trainimg.conformance.replicas import OWNER_LABEL, RUN_LABEL
 
@@ -256,7 +257,7 @@ def test_ctrl_c_during_tune_removes_every_trial(engine: DockerEngine, tmp_path: 
     code = textwrap.dedent(f"""\
         import sys
         from trainimg.engine.docker import DockerEngine
-        from trainimg.jobs.run import tune
+        from trainimg.jobs.tune import tune
         from trainimg.options import JobOptions, TuneOptions
         try:
             job = JobOptions(command=["sh", "-c", "sleep 300", "sh"], platform="vertex", replicas=2)

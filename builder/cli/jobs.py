@@ -174,8 +174,9 @@ def tune(c: Ctx, image: str, params: tuple[str, ...], metric: str | None, goal: 
          envs: tuple[str, ...], volumes: tuple[str, ...], timeout: float | None, json_path: str | None,
          progress: str, command: tuple[str, ...]) -> None:
     """One trial per combination of --param values, hyperparameters as --NAME=value, metrics from hypertune."""
-    from ..jobs.run import parse_env, parse_params, parse_volumes
-    from ..jobs.run import tune as run_tune
+    from ..jobs.run import parse_env, parse_volumes
+    from ..jobs.tune import parse_params
+    from ..jobs.tune import tune as run_tune
 
     job = JobOptions(command=command, platform=platform, replicas=replicas, ps=ps, evaluators=evaluators,
                      nproc_per_node=nproc_per_node, env=parse_env(envs), volumes=parse_volumes(volumes),
