@@ -132,6 +132,15 @@ def change_pin(recipe_text: str, old: str, new: str) -> str:
     return recipe_text.replace(old, new)
 
 
+def manifest_bytes(manifest: Mapping[str, Any]) -> int:
+    """Compressed bytes of an image as a registry holds it: its config blob plus every layer blob, from its
+    (Docker v2 or OCI) manifest."""
+    try:
+        return int(manifest["config"]["size"]) + sum(int(layer["size"]) for layer in manifest["layers"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not an image manifest with sized blobs: {exc}") from None
+
+
 def parse_meminfo(text: str) -> int:
     """MemTotal from /proc/meminfo, in bytes."""
     match = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, re.MULTILINE)
@@ -435,8 +444,31 @@ wc -l < /tmp/added
         return second
 
     def push_to_fresh_registry(self, tag: str, times: int) -> list[int]:
-        """`trainimg push` `times` times to a fresh LocalRegistry on 127.0.0.1: the layer bytes each uploaded
-        (the first push of a fresh registry uploads every layer, compressed as the registry stores it)."""
+        """`trainimg push` `times` times to a fresh LocalRegistry on 127.0.0.1: the layer bytes each uploaded."""
+        with self.fresh_registry() as info:
+            outs = [self.trainimg("push", tag, "--registry", info.host, "--username", info.username)
+                    for _ in range(times)]
+        return [parse_pushed_bytes(res.stdout + res.stderr) for res in outs]
+
+    def pushed_size(self, tag: str) -> int:
+        """The image's size as pushed: push it to a fresh LocalRegistry, then add up the compressed blob sizes
+        its manifest lists (config and layers, as a registry stores and a pull downloads them)."""
+        import requests
+
+        with self.fresh_registry() as info:
+            self.trainimg("push", tag, "--registry", info.host, "--username", info.username)
+            repository, _, name = tag.rpartition(":")
+            resp = requests.get(f"http://{info.host}/v2/{repository}/manifests/{name}", timeout=60,
+                                auth=(info.username, info.password),
+                                headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+        if resp.status_code != 200:
+            raise StepFailed(f"the registry answered HTTP {resp.status_code} for the manifest of {tag}")
+        return manifest_bytes(resp.json())
+
+    @contextmanager
+    def fresh_registry(self) -> Iterator[Any]:
+        """A LocalRegistry on a free port for this block, its password in TRAINIMG_REGISTRY_PASSWORD; stopped
+        after, and the registry-prefixed tags `push` made removed."""
         from trainimg.publish.localregistry import LocalRegistry
 
         with socket.socket() as s:
@@ -444,24 +476,20 @@ wc -l < /tmp/added
             port = s.getsockname()[1]
         reg = LocalRegistry(self.tmp / f"registry-{port}", port=port)
         info = reg.start()
-        pushed_ref = f"{info.host}/{tag}"
+        env_backup = self.env.get("TRAINIMG_REGISTRY_PASSWORD")
+        self.env["TRAINIMG_REGISTRY_PASSWORD"] = info.password
         try:
-            env_backup = self.env.get("TRAINIMG_REGISTRY_PASSWORD")
-            self.env["TRAINIMG_REGISTRY_PASSWORD"] = info.password
-            try:
-                outs = []
-                for _ in range(times):
-                    res = self.trainimg("push", tag, "--registry", info.host, "--username", info.username)
-                    outs.append(res.stdout + res.stderr)
-            finally:
-                if env_backup is None:
-                    self.env.pop("TRAINIMG_REGISTRY_PASSWORD", None)
-                else:
-                    self.env["TRAINIMG_REGISTRY_PASSWORD"] = env_backup
-            return [parse_pushed_bytes(out) for out in outs]
+            yield info
         finally:
+            if env_backup is None:
+                self.env.pop("TRAINIMG_REGISTRY_PASSWORD", None)
+            else:
+                self.env["TRAINIMG_REGISTRY_PASSWORD"] = env_backup
             reg.stop()
-            self.docker("rmi", pushed_ref, check=False)  # untag the registry-prefixed tag the push made
+            listing = self.docker("images", "--format", "{{.Repository}}:{{.Tag}}").stdout.split()
+            mine = [ref for ref in listing if ref.startswith(f"{info.host}/")]
+            if mine:
+                self.docker("rmi", *mine, check=False)
 
     def gpu_figures(self) -> dict[str, dict[str, Any]]:
         """--gpu: build, gate, size and push each GPU variant (benchmarks/gpu.py says what and why); a failure is
@@ -480,7 +508,7 @@ wc -l < /tmp/added
             try:
                 payload = self.payload_size(build["tag"])
                 self.trainimg("test", build["tag"], "--replicas", "2", "--progress", "quiet")
-                (pushed,) = self.push_to_fresh_registry(build["tag"], 1)
+                pushed = self.pushed_size(build["tag"])
             except (StepFailed, ValueError) as exc:
                 rows[name] = {"error": str(exc)[:300]}
                 log(f"bench: gpu {name} failed: {exc}")

@@ -1,8 +1,8 @@
 """`make bench BENCH_ARGS=--gpu`: the size figures of the GPU images this machine can build (one per framework).
 
 Cold GPU builds download gigabytes, so these figures run only with ``--gpu``. For each image: its size (the
-engine's uncompressed size), its compressed size as pushed (the layer bytes `trainimg push` uploads to a fresh
-local registry: every layer, gzip-compressed as a registry stores it) and size / (base + installed payload), the
+engine's uncompressed size), its compressed size as pushed (`trainimg push` to a fresh local registry, then the
+config and layer blob sizes its manifest lists: what a pull downloads) and size / (base + installed payload), the
 payload measured as for ``size_overhead`` (/opt/venv plus the files of the apt packages the image added). Each is
 built by `trainimg build` from the shipped recipes on the local Debian base (nothing is pruned: sizes do not depend
 on the cache) and must pass `trainimg test --replicas 2` before `push` takes it.

@@ -205,3 +205,11 @@ def test_gpu_figure_lines_and_table() -> None:
     table = gpu.render_gpu_table(rows)
     assert f"| `{name}` | 6,500 MB | 3,100 MB | 1.012 | 2.30.7 | 9.24.0 | 13.0.96 |" in table
     assert f"| `{gpu.GPU_VARIANTS[1]}` | failed: build failed |" in table
+
+
+def test_manifest_bytes_adds_config_and_layers() -> None:
+    manifest = {"schemaVersion": 2, "config": {"size": 7023, "digest": "sha256:c"},
+                "layers": [{"size": 32654, "digest": "sha256:a"}, {"size": 16724, "digest": "sha256:b"}]}
+    assert bench.manifest_bytes(manifest) == 7023 + 32654 + 16724
+    with pytest.raises(ValueError, match="sized blobs"):
+        bench.manifest_bytes({"manifests": []})  # an index, not an image manifest
