@@ -13,8 +13,6 @@ reason. A passing run is recorded by image ID: the record is what `push` asks fo
 from __future__ import annotations
 
 import json
-import shutil
-import subprocess
 import time
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -37,6 +35,7 @@ from ..runtime.contract import (
     REDUCTION_SERVER_LABEL,
     VARIANT_LABEL,
 )
+from ..runtime.gpus import gpu_count
 from ..runtime.topology import ReplicaSpec, replica_specs
 
 
@@ -74,20 +73,10 @@ def _built(labels: Mapping[str, str], kind: str) -> str | None:
     return versions_from_labels(labels).get(kind) or None
 
 
-def host_gpus() -> int:
-    """GPUs the engine's machine has, by `nvidia-smi -L`: 0 where there is none (the engine must also have
-    the NVIDIA runtime for `--gpus` to work; `gpu_ready` checks both)."""
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return 0
-    out = subprocess.run([smi, "-L"], capture_output=True, text=True)
-    return sum(line.startswith("GPU ") for line in out.stdout.splitlines()) if out.returncode == 0 else 0
-
-
 def gpu_ready(engine: DockerEngine) -> tuple[int, str]:
     """(GPU count, reason when 0)."""
     runtimes = engine.client.info().get("Runtimes", {})
-    n = host_gpus()
+    n = gpu_count()
     if n == 0:
         return 0, "no GPU"
     if "nvidia" not in runtimes:

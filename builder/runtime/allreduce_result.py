@@ -21,6 +21,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
+from .cluster import ClusterError, parse_cluster
+
 VECTOR_LEN = 1024
 DEFAULT_TIMEOUT = 300.0
 
@@ -155,27 +157,19 @@ def looks_like_timeout(err: BaseException) -> bool:
 
 
 def tf_task(env: Mapping[str, str] | None = None) -> tuple[dict[str, list[str]], str, int]:
-    """(cluster, role, index) from ``TF_CONFIG`` (``master`` read as ``chief``), role overridden by TRAINIMG_ROLE."""
+    """(cluster, role, index) of ``TF_CONFIG`` as the launcher wrote it, read by the one cluster parser
+    (`cluster.parse_cluster`: ``master`` read as ``chief``); the role is overridden by TRAINIMG_ROLE."""
     environ = os.environ if env is None else env
     text = environ.get("TF_CONFIG", "")
     if not text.strip():
         raise SetupError("TF_CONFIG is not set")
     try:
-        spec = json.loads(text)
-    except ValueError as err:
-        raise SetupError(f"TF_CONFIG is not valid JSON ({err})") from None
-    cluster = {("chief" if k == "master" else k): list(v) for k, v in (spec.get("cluster") or {}).items()}
-    task = spec.get("task") or {}
-    role = task.get("type") or ""
-    role = "chief" if role == "master" else role
-    role = environ.get("TRAINIMG_ROLE") or role
-    if role not in ("chief", "worker", "ps", "evaluator"):
-        raise SetupError(f"TF_CONFIG task type {role!r} is not chief, worker, ps or evaluator")
-    try:
-        index = int(task.get("index", 0))
-    except (TypeError, ValueError):
-        raise SetupError(f"TF_CONFIG task index {task.get('index')!r} is not an integer") from None
-    return cluster, role, index
+        info = parse_cluster({"TF_CONFIG": text})
+    except ClusterError as err:
+        raise SetupError(str(err)) from None
+    tf_config = info.tf_config or {}
+    cluster = {role: list(hosts) for role, hosts in tf_config.get("cluster", {}).items()}
+    return cluster, environ.get("TRAINIMG_ROLE") or info.role, info.index
 
 
 def tf_rank(cluster: Mapping[str, Sequence[str]], role: str, index: int) -> tuple[int | None, int]:

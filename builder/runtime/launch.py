@@ -54,7 +54,6 @@ import argparse
 import importlib.util
 import json
 import os
-import re
 import shutil
 import signal
 import subprocess
@@ -66,6 +65,7 @@ from types import FrameType
 
 from .cluster import ClusterInfo, format_address, parse_cluster, positive_int
 from .contract import MANIFEST_PATH
+from .gpus import visible_gpus
 
 FRAMEWORKS = ("auto", "pytorch", "tensorflow", "jax")
 # The import name each framework's package installs, for images without a manifest.
@@ -88,7 +88,6 @@ _GROUP_VARIABLES = (
 )
 # How long terminated siblings get to exit before SIGKILL: enough to flush logs, short enough to free the GPUs.
 _TERMINATE_GRACE_S = 10.0
-_DEVICE_ID = re.compile(r"[0-9]+|GPU-.+|MIG-.+")
 
 
 def launch_env(info: ClusterInfo, env: Mapping[str, str], local_rank: int = 0) -> dict[str, str]:
@@ -125,30 +124,6 @@ def launch_env(info: ClusterInfo, env: Mapping[str, str], local_rank: int = 0) -
         TRAINIMG_NNODES=str(info.world_size),
     )
     return out
-
-
-def visible_gpus(env: Mapping[str, str]) -> int:
-    """How many GPUs this replica may use, at least 1: what ``--nproc-per-node auto`` starts.
-
-    ``CUDA_VISIBLE_DEVICES`` wins when set, counted the way CUDA reads it (up to the first entry that is not a
-    device index or UUID, so ``-1`` or ``NoDevFiles`` hide the rest); else ``nvidia-smi -L`` lines; else 1.
-    """
-    visible = env.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None:
-        count = 0
-        for entry in visible.split(","):
-            if not _DEVICE_ID.fullmatch(entry.strip()):
-                break
-            count += 1
-        return max(count, 1)
-    smi = shutil.which("nvidia-smi", path=env.get("PATH"))
-    if smi is None:
-        return 1
-    try:
-        listing = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=30, check=True).stdout
-    except (OSError, subprocess.SubprocessError):
-        return 1
-    return max(sum(1 for line in listing.splitlines() if line.startswith("GPU ")), 1)
 
 
 def installed_frameworks(manifest_path: str) -> list[str]:

@@ -33,6 +33,7 @@ from collections.abc import Callable, Iterator
 
 from . import libs
 from .contract import CHECK_NAMES
+from .gpus import nvidia_smi_gpus
 from .versions import major_minor, parse_version, satisfies, spoken, version_at_least, versions_equal
 
 PASSED, FAILED, SKIPPED, WARNING = "passed", "failed", "skipped", "warning"
@@ -415,19 +416,6 @@ def check_cluster_parsing(expect: dict) -> tuple[str, str, dict]:
     return PASSED, f"parsed {len(details)} platform samples (Vertex, AI Platform, UAI)", details
 
 
-def _gpus_from_nvidia_smi() -> tuple[list[str] | None, str | None]:
-    smi = shutil.which("nvidia-smi")
-    if not smi:
-        return None, "nvidia-smi not found"
-    try:
-        proc = subprocess.run([smi, "-L"], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.SubprocessError) as err:
-        return None, f"nvidia-smi: {err}"
-    if proc.returncode != 0:
-        return None, f"nvidia-smi -L exited {proc.returncode}: {(proc.stderr or proc.stdout).strip()[:200]}"
-    return [ln.strip() for ln in proc.stdout.splitlines() if ln.strip().startswith("GPU ")], None
-
-
 def _gpus_from_libcuda() -> tuple[int | None, int | None, str | None]:
     """(device count, driver CUDA version code, error) through libcuda.so.1."""
     import ctypes  # noqa: PLC0415
@@ -449,7 +437,7 @@ def _gpus_from_libcuda() -> tuple[int | None, int | None, str | None]:
 
 
 def check_gpu(expect: dict) -> tuple[str, str, dict]:
-    names, smi_error = _gpus_from_nvidia_smi()
+    names, smi_error = nvidia_smi_gpus()
     count, driver, cuda_error = _gpus_from_libcuda()
     details: dict = {"nvidia_smi": names, "nvidia_smi_error": smi_error, "libcuda_count": count,
                      "libcuda_error": cuda_error}
