@@ -304,7 +304,8 @@ class Bench:
 
     def prepare(self) -> None:
         from trainimg.recipe.loading import load_recipes
-        from trainimg.render.dockerfile import plans, render_all
+        from trainimg.plan.stages import plans
+        from trainimg.render.dockerfile import render_all
 
         bench = load_recipes(BENCH_RECIPES)
         shipped = {p.variant.name: p for p in plans(load_recipes(SHIPPED_RECIPES))}

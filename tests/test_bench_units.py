@@ -167,7 +167,7 @@ def test_the_repository_readme_has_the_markers_once() -> None:
 def test_the_bench_matrix_shares_the_shipped_parents() -> None:
     """The bench copies render to the same python/comms/framework stages as the shipped CPU variants."""
     from trainimg.recipe.loading import load_recipes
-    from trainimg.render.dockerfile import plans
+    from trainimg.plan.stages import plans
 
     shipped = {p.variant.name: p for p in plans(load_recipes(ROOT / "recipes"))}
     mine = plans(load_recipes(ROOT / "benchmarks" / "recipes"))

@@ -27,10 +27,11 @@ from ..recipe.compat import Compat, load_compat
 from ..engine.docker import BuildRequest, DockerEngine
 from ..errors import UserInputError
 from ..options import BuildOptions
-from ..plan.stages import BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET, Plan, make_plan
+from ..plan.stages import BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET, Plan, plans as plans_of
 from ..progress import Progress
 from ..recipe.loading import RecipeSet, Variant
 from ..render.dockerfile import dockerfile
+from ..runtime.manifest import distribution_key
 from ..runtime.contract import (
     ABSENT_LABEL,
     MANAGED_LABEL,
@@ -112,8 +113,7 @@ def installed_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:
     """python, framework, CUDA runtime, nccl, cudnn and hypertune versions as the in-image manifest reports them.
     The CUDA runtime is what the image HOLDS (TensorFlow 2.21, built for 12.5, installs the newest 12.x wheels),
     which the recipe's CUDA line (the base's) need not equal."""
-    # Distribution names as PEP 503 normalises them: wheels write tensorflow_cpu, pip says tensorflow-cpu.
-    dists = {re.sub(r"[-_.]+", "-", k).lower(): val for k, val in manifest.get("distributions", {}).items()}
+    dists = {distribution_key(k): val for k, val in manifest.get("distributions", {}).items()}
     framework = next((dists[n] for n in ("torch", "tensorflow", "tensorflow-cpu", "jax") if n in dists), None)
     libraries = manifest.get("libraries", {})
     cudart = next((dists[n] for n in CUDA_RUNTIME_DISTS if n in dists), None)
@@ -151,7 +151,7 @@ class Builder:
         self.compat = compat or load_compat()
 
     def plans(self, variants: list[Variant]) -> list[Plan]:
-        return [make_plan(v, self.compat, self.recipes.by_name.get(v.extends or "")) for v in variants]
+        return plans_of(self.recipes, variants, compat=self.compat)
 
     def build(self, names: list[str], opts: BuildOptions) -> list[VariantBuild]:
         chosen = self.recipes.with_parents(self.recipes.select(names))

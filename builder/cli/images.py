@@ -22,14 +22,13 @@ if TYPE_CHECKING:
 @pass_ctx
 def list_cmd(c: Ctx, as_json: bool) -> None:
     """List the variants the recipes expand to."""
-    from ..plan.stages import make_plan
-    from ..recipe.compat import load_compat
+    from ..plan.stages import plans
 
     recipes = c.recipes()
     rows = []
     installed = _installed(recipes.variants) if as_json else {}
-    for v in recipes.variants:
-        plan = make_plan(v, load_compat(), recipes.by_name.get(v.extends or ""))
+    for plan in plans(recipes):
+        v = plan.variant
         rows.append({
             "name": v.name, "tag": v.tag, "dockerfile": plan.dockerfile_path(), "framework": v.framework,
             "base": v.base_image, "extends": v.extends, "recipe": v.source, "gpu": v.gpu,

@@ -7,12 +7,14 @@ python or comms stages render to the same text share that parent, and the builde
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from . import blocks
 from .blocks import Block
 from ..recipe.compat import Compat
-from ..recipe.loading import Variant
+from ..recipe.compat import load_compat
+from ..recipe.loading import RecipeSet, Variant
 from ..runtime.contract import (
     FRAMEWORK_LABEL,
     NCCL_MINIMUM_LABEL,
@@ -114,6 +116,15 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None) -> Plan
                                                                 blocks.labels(static_labels(v, compat))]
     spec.append((FINAL_STAGE, last, image_blocks))
     return Plan(v, args, _chain(spec, args))
+
+
+def plans(recipes: RecipeSet, variants: Iterable[Variant] | None = None, *, compat: Compat | None = None
+          ) -> list[Plan]:
+    """The plan of each of `variants` (default: every variant of `recipes`), an extending one on its parent: the one
+    place plans are made, for render, bake, build and `list` alike."""
+    compat = compat or load_compat()
+    chosen = recipes.variants if variants is None else variants
+    return [make_plan(v, compat, recipes.by_name.get(v.extends or "")) for v in chosen]
 
 
 def _chain(spec: list[tuple[str, str, list[Block]]], args: tuple[tuple[str, str], ...]) -> tuple[Stage, ...]:

@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from packaging.requirements import Requirement
 from packaging.version import Version
 
+from ..runtime.manifest import distribution_key
 from .compat import Compat, FrameworkRelease, WheelVariant, as_constraint, floor_of, is_pin, minor_of, spoken
 
 if TYPE_CHECKING:
@@ -66,7 +67,7 @@ def check_extras(extras: tuple[str, ...], f: _Fields, compat: Compat) -> None:
     owned = {compat.frameworks[fw].pip_name for fw in compat.frameworks} | {"cloudml-hypertune", "tensorflow-cpu",
                                                                              "jaxlib"}
     for req in extras:
-        name = Requirement(req).name.lower().replace("_", "-")
+        name = distribution_key(Requirement(req).name)
         if name in owned or name.startswith("nvidia-nccl"):
             raise f.fail("extras", f"{name} is managed by trainimg (framework, hypertune or NCCL fields); "
                                    f"set that field instead of listing it in extras")

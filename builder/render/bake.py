@@ -10,18 +10,18 @@ from pathlib import Path
 from typing import Any
 
 from ..recipe.compat import load_compat
-from ..plan.stages import BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET, make_plan
+from ..plan.stages import BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET, plans
 from ..recipe.loading import RecipeSet
 from ..runtime.contract import VARIANT_LABEL
 
 
 def bake_file(recipes: RecipeSet, root: Path) -> dict[str, Any]:
     compat = load_compat()
-    plans = [make_plan(v, compat, recipes.by_name.get(v.extends or "")) for v in recipes.variants]
+    all_plans = plans(recipes, compat=compat)
     secrets = [f"id={PIP_CONF_SECRET},src=pip.conf", f"id={CA_SECRET},env=SSL_CERT_FILE"]
     targets: dict[str, Any] = {}
     owners: dict[str, str] = {}
-    for plan in plans:
+    for plan in all_plans:
         v = plan.variant
         contexts: dict[str, str] = {}
         for stage in plan.parents:

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from ..errors import UserInputError
 from ..plan.blocks import environment
-from ..recipe.compat import Compat, load_compat
-from ..plan.stages import Plan, make_plan
+from ..recipe.compat import Compat
+from ..plan.stages import Plan, plans
 from ..recipe.loading import RecipeSet
 
 
@@ -26,11 +26,6 @@ class Drift:
     kind: str  # "differs", "missing", "extra" (generated, no recipe renders it) or HAND_WRITTEN (no mark: kept)
 
 
-def plans(recipes: RecipeSet, compat: Compat | None = None) -> list[Plan]:
-    compat = compat or load_compat()
-    return [make_plan(v, compat, recipes.by_name.get(v.extends or "")) for v in recipes.variants]
-
-
 def dockerfile(plan: Plan) -> str:
     """The Dockerfile text of one plan. Same plan, same bytes: nothing here reads the clock or the machine."""
     v = plan.variant
@@ -41,7 +36,7 @@ def dockerfile(plan: Plan) -> str:
 
 def render_all(recipes: RecipeSet, compat: Compat | None = None) -> dict[str, str]:
     """Every file under images/ the recipes produce, keyed by path relative to the repository root."""
-    return {p.dockerfile_path(): dockerfile(p) for p in plans(recipes, compat)}
+    return {p.dockerfile_path(): dockerfile(p) for p in plans(recipes, compat=compat)}
 
 
 def write(files: dict[str, str], root: Path) -> list[str]:

@@ -31,6 +31,12 @@ DPKG_PATTERN = re.compile(r"google-reduction-server|libnccl|cuda-cudart|libcudnn
 SCHEMA_VERSION = 1
 
 
+def distribution_key(name: str) -> str:
+    """A distribution's name as PEP 503 normalises it (``tensorflow_cpu``, ``Tensorflow.CPU`` -> ``tensorflow-cpu``):
+    the one way trainimg compares names that wheels, pip and requirements each spell their own way."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
 def distributions() -> dict[str, str]:
     """Installed distributions, name -> version, sorted by lower-cased name; the first on sys.path wins."""
     found: dict[str, str] = {}
@@ -42,7 +48,7 @@ def distributions() -> dict[str, str]:
             name = None
         if not name:
             continue
-        key = re.sub(r"[-_.]+", "-", name).lower()
+        key = distribution_key(name)
         if key in keys:
             continue
         keys[key] = name
