@@ -45,6 +45,6 @@ def bake_file(recipes: RecipeSet, root: Path) -> dict[str, Any]:
             target["contexts"] = contexts
         targets[v.name] = target
     return {
-        "group": {"default": {"targets": [p.variant.name for p in plans]}},
+        "group": {"default": {"targets": [p.variant.name for p in all_plans]}},
         "target": targets,
     }
