@@ -64,7 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         # Point at the help of the verb that was misused: `trainimg spec --help` lists spec's options.
         path = exc.ctx.command_path if exc.ctx is not None else "trainimg"
         click.echo(f"{path}: {exc.format_message()} (see `{path} --help`)", err=True)
-        return 2
+        return EXIT_USAGE
     except click.ClickException as exc:
         click.echo(f"trainimg: {exc.format_message()}", err=True)
         return EXIT_USAGE

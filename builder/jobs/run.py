@@ -36,7 +36,7 @@ from ..engine.docker import DockerEngine
 from ..errors import UserInputError
 from ..options import ENV_NAME, LOCAL, NO_TIMEOUT, JobOptions
 from ..conformance.replicas import ReplicaJob, ReplicaResult, ReplicaRunner
-from ..runtime.contract import UAI
+from ..runtime.contract import EXIT_OK, EXIT_TIMED_OUT, UAI
 from ..runtime.topology import ReplicaSpec, replica_specs
 from ..state import state_dir
 
@@ -252,6 +252,6 @@ def run_replicas(engine: DockerEngine, image_id: str, image: str, opts: JobOptio
     waited = [r for r in results if r.role in job.waits_for] or results
     failures = [r.exit_code for r in waited if r.exit_code is not None and r.exit_code != 0]
     timed_out = not failures and any(r.timed_out for r in waited)
-    exit_code = failures[0] if failures else (124 if timed_out else 0)
+    exit_code = failures[0] if failures else (EXIT_TIMED_OUT if timed_out else EXIT_OK)
     return JobResult(run_id=runner.run_id, platform=platform, image=image, exit_code=exit_code,
                      replicas=results, seconds=seconds, timed_out=timed_out, output_dir=output_dir)

@@ -18,7 +18,7 @@ PATH_COMPONENT = r"[a-z0-9]++(?>(?>__|[._]|-++)[a-z0-9]++)*+"
 DOMAIN_COMPONENT = r"(?>[a-zA-Z0-9](?>[a-zA-Z0-9-]*+(?<=[a-zA-Z0-9]))?)"
 DOMAIN_NAME = rf"{DOMAIN_COMPONENT}(?>\.{DOMAIN_COMPONENT})*+"
 PORT = r"[0-9]{1,5}"
-TAG = r"[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}"
+TAG = rf"[A-Za-z0-9_][A-Za-z0-9_.-]{{0,{MAX_TAG - 1}}}"
 DIGEST = r"sha256:[a-f0-9]{64}"
 REPOSITORY = rf"{PATH_COMPONENT}(?>/{PATH_COMPONENT})*+"
 
@@ -33,7 +33,7 @@ REFERENCE_RE = re.compile(rf"\A(?:{DOMAIN_NAME}(?::{PORT})?/)?{REPOSITORY}(?::{T
 VARIANT_TAG_RE = re.compile(r"\A([0-9]+)\.([0-9]+)((?:\.[0-9]+)*)-(cpu|cu[0-9]+)-py([0-9]+)\.([0-9]+)\Z")
 
 PATH_COMPONENT_RULE = "must be lowercase letters and digits, optionally joined by '.', '_', '__' or '-'"
-TAG_RULE = "must be letters, digits, '_', '.' or '-' (at most 128, not starting with '.' or '-')"
+TAG_RULE = f"must be letters, digits, '_', '.' or '-' (at most {MAX_TAG}, not starting with '.' or '-')"
 
 
 def is_reference(text: object) -> bool:

@@ -4,13 +4,15 @@ from __future__ import annotations
 
 import sys
 
+from .contract import EXIT_USAGE
+
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
     verbs = ("cluster", "launch", "probe", "allreduce", "manifest")
     if not args or args[0] not in verbs:
         print(f"usage: python -m trainimg_runtime {{{','.join(verbs)}}} ...", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     verb, rest = args[0], args[1:]
     # Imported lazily: `launch` must start fast and must not import what `probe` needs.
     if verb == "cluster":

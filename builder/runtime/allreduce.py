@@ -30,7 +30,8 @@ from types import FrameType
 
 from .allreduce_bench import gpu_allreduce_benchmark
 from .allreduce_frameworks import run_jax, run_pytorch, run_tensorflow
-from .allreduce_result import (DEFAULT_TIMEOUT, EXIT_OK, EXIT_SETUP, EXIT_TIMEOUT, EXIT_WRONG, SetupError, Watchdog,
+from .contract import EXIT_OK
+from .allreduce_result import (DEFAULT_TIMEOUT, EXIT_SETUP, EXIT_TIMEOUT, EXIT_WRONG, SetupError, Watchdog,
                                emit, env_int, protect_stdout, record, setup_error, tf_rank, tf_task, timeout_message)
 
 #: Seconds a child that already printed its verdict may take to exit before it is killed (TF teardown can hang).

@@ -16,7 +16,8 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from .allreduce_result import (EXIT_OK, EXIT_WRONG, VECTOR_LEN, SetupError, Watchdog, emit, env_int, expected_sum,
+from .contract import EXIT_OK
+from .allreduce_result import (EXIT_WRONG, VECTOR_LEN, SetupError, Watchdog, emit, env_int, expected_sum,
                                looks_like_timeout, record, setup_error, summarise, tf_rank, tf_task, timeout_error)
 
 

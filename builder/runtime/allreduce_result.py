@@ -22,11 +22,12 @@ from collections.abc import Mapping, Sequence
 from typing import TextIO
 
 from .cluster import ClusterError, parse_cluster
+from .contract import EXIT_ALLREDUCE_TIMEOUT, EXIT_FAILED, EXIT_USAGE
 
 VECTOR_LEN = 1024
 DEFAULT_TIMEOUT = 300.0
 
-EXIT_OK, EXIT_WRONG, EXIT_SETUP, EXIT_TIMEOUT = 0, 1, 2, 3
+EXIT_WRONG, EXIT_SETUP, EXIT_TIMEOUT = EXIT_FAILED, EXIT_USAGE, EXIT_ALLREDUCE_TIMEOUT
 
 
 class SetupError(RuntimeError):

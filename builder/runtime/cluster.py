@@ -33,7 +33,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .contract import VERTEX_POOLS
+from .contract import EXIT_USAGE, VERTEX_POOLS
 
 #: Where a single local process "meets" itself: torch.distributed's customary default rendezvous.
 DEFAULT_MASTER_ADDR = "127.0.0.1"
@@ -383,11 +383,11 @@ def main(argv: list[str]) -> int:
     try:
         args = parser.parse_args(argv)
     except SystemExit as stop:  # argparse exits on --help and on usage errors; callers want a return code.
-        return stop.code if isinstance(stop.code, int) else 2
+        return stop.code if isinstance(stop.code, int) else EXIT_USAGE
     try:
         info = parse_cluster(os.environ, args.nproc_per_node, reduction_server=args.reduction_server)
     except ClusterError as err:
         print(f"trainimg: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     print(json.dumps(info.to_json(), sort_keys=True) if args.json else summary(info))
     return 0

@@ -72,5 +72,9 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # a check ran and failed
 EXIT_USAGE = 2  # bad input: nothing was built or changed
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in trainimg
+EXIT_TIMED_OUT = 124  # timeout(1)'s code: a job stopped at its --timeout
+EXIT_CANNOT_EXECUTE = 126  # the shell's "found but not executable"
 EXIT_NOT_FOUND = 127  # the shell's "command not found"
 EXIT_INTERRUPTED = 130  # 128 + SIGINT
+# The in-image all-reduce: 0 exact sum, EXIT_FAILED a wrong sum, EXIT_USAGE a setup error, and this on timeout.
+EXIT_ALLREDUCE_TIMEOUT = 3

@@ -64,7 +64,7 @@ from dataclasses import replace
 from types import FrameType
 
 from .cluster import ClusterInfo, format_address, parse_cluster, positive_int
-from .contract import MANIFEST_PATH
+from .contract import EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_USAGE, MANIFEST_PATH
 from .gpus import visible_gpus
 
 FRAMEWORKS = ("auto", "pytorch", "tensorflow", "jax")
@@ -262,17 +262,17 @@ def main(argv: list[str]) -> int:
     try:
         args = parser.parse_args(options)
     except SystemExit as stop:
-        return stop.code if isinstance(stop.code, int) else 2
+        return stop.code if isinstance(stop.code, int) else EXIT_USAGE
     if "--" not in argv:
         cmd = args.cmd
     elif args.cmd:
         parser.print_usage(sys.stderr)
         print(f"trainimg-launch: unexpected arguments before '--': {' '.join(args.cmd)}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if not cmd:
         parser.print_usage(sys.stderr)
         print("trainimg-launch: no command given after '--'", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
 
     nproc = visible_gpus(os.environ) if args.nproc_per_node == "auto" else args.nproc_per_node
     try:
@@ -280,10 +280,10 @@ def main(argv: list[str]) -> int:
         info = parse_cluster(os.environ, nproc, reduction_server=args.reduction_server)
     except ValueError as err:  # a ClusterError, or a framework the launcher cannot choose
         print(f"trainimg-launch: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     if shutil.which(cmd[0], path=os.environ.get("PATH")) is None:
         print(f"trainimg-launch: {cmd[0]}: command not found", file=sys.stderr)
-        return 127
+        return EXIT_NOT_FOUND
 
     # Parameter servers and evaluators are single processes whatever N says: they hold no GPU rank.
     mode = "exec" if info.rank is None else choose_mode(framework, nproc, _has_torch())
@@ -303,7 +303,7 @@ def main(argv: list[str]) -> int:
         os.execvpe(argv_to_run[0], argv_to_run, node_env)
     except OSError as err:
         print(f"trainimg-launch: {cmd[0]}: {err.strerror}", file=sys.stderr)
-        return 127 if isinstance(err, FileNotFoundError) else 126
+        return EXIT_NOT_FOUND if isinstance(err, FileNotFoundError) else EXIT_CANNOT_EXECUTE
 
 
 def _has_torch() -> bool:

@@ -32,7 +32,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from . import libs
-from .contract import CHECK_NAMES
+from .contract import CHECK_NAMES, EXIT_USAGE
 from .gpus import nvidia_smi_gpus
 from .versions import major_minor, parse_version, satisfies, spoken, version_at_least, versions_equal
 
@@ -548,7 +548,7 @@ def main(argv: list[str]) -> int:
             raise ValueError("--expect must be a JSON object")
     except (OSError, ValueError) as err:
         print(f"probe: bad --expect: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     only = {c.strip() for c in args.checks.split(",") if c.strip()} if args.checks else None
     roots = [r for r in re.split(r"[,%s]" % re.escape(os.pathsep), args.roots) if r] if args.roots else None
     try:
@@ -556,7 +556,7 @@ def main(argv: list[str]) -> int:
             results = run_checks(expect, only, roots=roots)
     except ValueError as err:
         print(f"probe: {err}", file=sys.stderr)
-        return 2
+        return EXIT_USAGE
     sys.stdout.write(json.dumps(results, sort_keys=True, default=str) + "\n")
     sys.stdout.flush()
     if not args.json:
