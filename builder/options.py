@@ -72,6 +72,8 @@ class BuildOptions:
     jobs: int = 3  # variants built at once after their shared parents
     # variant name -> base image for that root variant (`build --locked`: lock.locked_bases); wins over base_image.
     base_overrides: Mapping[str, str] = field(default_factory=dict)
+    # Registry images to reuse BuildKit's inline cache from (`--cache-from`; `release` adds the locked image).
+    cache_from: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         BUILD_JOBS.check(self.jobs, "--jobs")
@@ -87,6 +89,7 @@ class TestOptions:
     replicas: int = 2
     timeout: float = 240.0
     nproc_per_node: int = 1
+    structure_tests: tuple[Path, ...] = ()  # teams' container-structure-test configs (conformance/structure.py)
 
     def __post_init__(self) -> None:
         if self.platform not in PLATFORMS:

@@ -7,6 +7,7 @@ and print. Printing is the caller's: it passes callbacks.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,7 +21,8 @@ from .engine.docker import DockerEngine
 from .errors import CheckFailed
 from .options import ReleaseOptions, TestOptions
 from .progress import Progress, log_printer
-from .publish.lock import push_release, read_lock, record_release
+from .conformance.structure import check_structure_tests
+from .publish.lock import DEFAULT_LOCK, cache_sources, push_release, read_lock, record_release
 from .publish.push import PushResult
 from .publish.references import RegistryTarget
 from .recipe.loading import RecipeSet
@@ -36,15 +38,15 @@ class ReleaseResult:
 def test_images(engine: DockerEngine, images: Sequence[tuple[str, str | None]], opts: TestOptions,
                 env: Mapping[str, str], progress: str, on_suite: Callable[[Suite], None] | None = None
                 ) -> list[Suite]:
-    """Run the conformance suite on each (image, variant name); a passing suite is recorded by image ID, which is
-    what `push` asks for."""
+    """Run the conformance suite on each (image, variant name); every suite is recorded by image ID and the latest
+    decides what `push` allows (a failed run takes back an earlier pass)."""
+    check_structure_tests(opts.structure_tests)  # bad configs fail before any container starts
     conf = Conformance(engine, log_printer(progress, env))
     suites = []
     for image, name in images:
         suite = conf.run(image, opts, name)
         suites.append(suite)
-        if suite.passed:
-            records.save(suite, env)
+        records.save(suite, env)
         if on_suite is not None:
             on_suite(suite)
     return suites
@@ -61,9 +63,13 @@ def release(recipes: RecipeSet, engine: DockerEngine, variants: Sequence[str], o
     """Build `variants` (all of them when empty), test each, and push only if every suite passed; then record the
     release in `opts.lock_path`. `on_tested` sees every suite before the decision (reports are written even when
     nothing is pushed). Raises CheckFailed, naming each failed variant and check, when anything failed."""
-    if opts.lock_path:
-        read_lock(opts.lock_path)  # a malformed lockfile fails before an hour of building
-    builds = Builder(recipes, engine, Progress(progress, env), env, root).build(list(variants), opts.build)
+    previous = read_lock(opts.lock_path or DEFAULT_LOCK)  # a malformed lockfile fails before an hour of building
+    check_structure_tests(opts.test.structure_tests)
+    build_opts = opts.build
+    if not build_opts.cache_from:  # an ephemeral CI runner starts empty: the last release's pushes are its cache
+        chosen = [v.name for v in recipes.with_parents(recipes.select(list(variants)))]
+        build_opts = dataclasses.replace(build_opts, cache_from=cache_sources(previous, chosen))
+    builds = Builder(recipes, engine, Progress(progress, env), env, root).build(list(variants), build_opts)
     suites = test_images(engine, [(b.tag, b.name) for b in builds], opts.test, env, progress, on_suite)
     if on_tested is not None:
         on_tested(suites)

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 
 PROGRESS_MODES = ("auto", "plain", "quiet")
 DEFAULT_PROGRESS = "auto"
-_SHOWN_RE = re.compile(r"^#\d+ (\[(?!internal\]).*\]|CACHED|DONE|ERROR|.*ERROR:)")
+_SHOWN_RE = re.compile(r"^#\d+ (\[(?!internal\]).*\]|CACHED|DONE|ERROR|.*ERROR:|importing cache manifest from )")
 
 
 def resolve_mode(mode: str, env: Mapping[str, str], stream: TextIO) -> str:

@@ -19,7 +19,7 @@ _spec.loader.exec_module(bench)
 def test_figure_names_are_the_contract() -> None:
     assert bench.FIGURE_NAMES == (
         "matrix_build_ratio", "noop_rebuild_ratio", "pin_change_rebuild_ratio", "size_vs_naive", "size_overhead",
-        "allreduce_4_vs_1", "repush_bytes", "render_ms_per_variant")
+        "allreduce_4_vs_1", "repush_bytes", "render_ms_per_variant", "ci_rebuild_ratio")
 
 
 @pytest.mark.parametrize("num, den, expected", [
@@ -213,3 +213,26 @@ def test_manifest_bytes_adds_config_and_layers() -> None:
     assert bench.manifest_bytes(manifest) == 7023 + 32654 + 16724
     with pytest.raises(ValueError, match="sized blobs"):
         bench.manifest_bytes({"manifests": []})  # an index, not an image manifest
+
+
+@pytest.mark.parametrize("values, expected", [
+    ([3.0], (3.0, 3.0, 3.0)), ([5.0, 1.0, 3.0], (3.0, 1.0, 5.0)), ([4.0, 1.0, 2.0, 3.0], (2.5, 1.0, 4.0)),
+    ([0.44, 0.72, 0.53], (0.53, 0.44, 0.72))])
+def test_median_spread(values, expected) -> None:
+    assert bench.median_spread(values) == pytest.approx(expected)
+
+
+def test_median_of_nothing_is_an_error() -> None:
+    with pytest.raises(ValueError):
+        bench.median_spread([])
+
+
+def test_spread_note_names_the_runs_and_the_range() -> None:
+    assert bench.spread_note([100.0, 80.0, 120.0]) == "median of 3 cold runs 100.0 s (spread 80.0-120.0 s, 40% of the median)"
+
+
+def test_ci_rebuild_ratio_goal() -> None:
+    # A cache-fed rebuild of 30 s against a 200 s cold build meets the goal (<= 0.2); 50 s does not.
+    assert bench.goal_met("ci_rebuild_ratio", bench.ratio(30.0, 200.0)) is True
+    assert bench.goal_met("ci_rebuild_ratio", bench.ratio(50.0, 200.0)) is False
+    assert bench.format_goal("ci_rebuild_ratio") == "≤ 0.2"

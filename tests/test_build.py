@@ -310,32 +310,6 @@ def test_failing_build_exits_1_with_one_line_and_leaves_no_tag(client: docker.Do
         remove_image(client, tag)
 
 
-# -- bake ------------------------------------------------------------------------------------------------------
-
-
-def test_bake_file_has_a_target_per_variant_and_shared_parents(tmp_path: Path, state_env: dict[str, str]) -> None:
-    out = tmp_path / "bake.json"
-    r = trainimg("bake", "--out", str(out), env=state_env, timeout=120)
-    assert r.returncode == 0, r.stderr
-    bake = json.loads(out.read_text(encoding="utf-8"))
-    listed = trainimg("list", "--json", env=state_env, timeout=120)
-    variants = [v["name"] for v in json.loads(listed.stdout)]
-    from trainimg.recipe.loading import load_recipes
-
-    assert variants == [v.name for v in load_recipes(ROOT / "recipes").variants] and variants
-    targets = bake["target"]
-    assert bake["group"]["default"]["targets"] == variants
-    assert set(variants) <= set(targets)
-    for name in variants:
-        assert targets[name]["tags"] and targets[name]["target"]
-    contexts = [ctx for t in targets.values() for ctx in t.get("contexts", {}).values()]
-    assert any(c.startswith("target:python-") for c in contexts), contexts
-    for c in contexts:
-        assert c.startswith("target:") and c.removeprefix("target:") in targets, c
-    for name, t in targets.items():
-        assert (ROOT / t["dockerfile"]).is_file(), (name, t["dockerfile"])
-
-
 # -- push -----------------------------------------------------------------------------------------------------------
 
 

@@ -268,8 +268,10 @@ def test_plan_stages(rs, compat):
     child_v = rs.by_name["my-trainer"]
     child = make_plan(child_v, compat, rs.by_name[child_v.extends])
     assert child.args == (("PARENT_IMAGE", "trainimg/pytorch:2.14.1-cu130-py3.12"),)
-    assert [s.name for s in child.stages] == ["image"] and child.stages[0].parent == "${PARENT_IMAGE}"
-    assert [b.name for b in child.stages[0].blocks] == ["extras", "secrets_cleanup", "labels"]
+    # The parent image is a stage of its own, so a bake named context can replace it by its literal name.
+    assert [s.name for s in child.stages] == ["parent", "image"] and child.stages[0].parent == "${PARENT_IMAGE}"
+    assert child.stages[1].parent == "parent" and child.parents == ()
+    assert [b.name for b in child.stages[1].blocks] == ["extras", "secrets_cleanup", "labels"]
     with pytest.raises(ValueError):
         make_plan(child_v, compat)
 

@@ -8,6 +8,7 @@ Only a fully built and labelled image gets a tag.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import re
 import shutil
@@ -87,22 +88,35 @@ def provenance(repo_root: Path, env: Mapping[str, str]) -> dict[str, str]:
     return {"source": source, "revision": revision, "created": stamp.strftime("%Y-%m-%dT%H:%M:%SZ")}
 
 
-def labels_from_manifest(v: Variant, manifest: Mapping[str, Any], prov: Mapping[str, str],
-                         base: str) -> dict[str, str]:
-    """Labels that state what the build really installed (read back from the image), plus OCI provenance and
-    the base the image was really built on (--base-image changes it)."""
-    labels = {
+def provenance_labels(v: Variant, prov: Mapping[str, str], base: str) -> dict[str, str]:
+    """Labels known before the build: OCI provenance, the base the image is really built on (--base-image
+    changes it) and trainimg's ownership mark. `build` and the bake file's targets both set these."""
+    return {
         OCI_BASE_NAME: base,
         OCI_SOURCE: prov["source"],
         OCI_REVISION: prov["revision"],
         OCI_CREATED: prov["created"],
         OCI_VERSION: v.tag_version,
         MANAGED_LABEL: "image",
-        ABSENT_LABEL: ",".join(sorted(manifest.get("absent", []))),
     }
+
+
+def labels_from_manifest(v: Variant, manifest: Mapping[str, Any], prov: Mapping[str, str],
+                         base: str) -> dict[str, str]:
+    """Provenance labels plus what the build really installed (read back from the image)."""
+    labels = provenance_labels(v, prov, base)
+    labels[ABSENT_LABEL] = ",".join(sorted(manifest.get("absent", [])))
     for key, value in sorted(installed_versions(manifest).items()):
         labels[f"{VERSION_PREFIX}{key}"] = value or "none"
     return labels
+
+
+def runtime_context(folder: Path) -> Path:
+    """A build context holding only trainimg's runtime, where the Dockerfiles' COPY expects it; `folder` is
+    created and returned."""
+    shutil.copytree(Path(runtime_pkg.__file__).parent, folder / "builder" / "runtime",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    return folder
 
 
 # The CUDA runtime a framework's wheels bring (cu12 wheels; CUDA 13's drop the suffix), else NVIDIA's apt package.
@@ -166,16 +180,15 @@ class Builder:
             raise UserInputError(f"{opts.ca_bundle} is not a file", where="--ca-bundle")
         prov = provenance(self.repo_root, self.env)
         with tempfile.TemporaryDirectory(prefix="trainimg-ctx-") as tmp, serve(wheelhouses) as lines:
-            ctx = Path(tmp) / "context"
-            shutil.copytree(Path(runtime_pkg.__file__).parent, ctx / "builder" / "runtime",
-                            ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+            ctx = runtime_context(Path(tmp) / "context")
             secrets_dir = Path(tmp) / "secrets"
             secrets_dir.mkdir(mode=0o700)
             secrets = {PIP_CONF_SECRET: write_secret(secrets_dir, PIP_CONF_SECRET,
                                                      pip_conf(lines, opts.ca_bundle, self.env))}
             if opts.ca_bundle:
                 secrets[CA_SECRET] = opts.ca_bundle
-            common = dict(context=ctx, secrets=secrets, network_host=bool(wheelhouses))
+            common: dict[str, Any] = dict(context=ctx, secrets=secrets, network_host=bool(wheelhouses),
+                                          cache_from=opts.cache_from)
             shared = self._shared_parents(plans)
             done_parents: set[str] = set()
             files: dict[str, Path] = {}
@@ -225,11 +238,14 @@ class Builder:
         v = plan.variant
         self.progress.start(f"{v.name}")
         start = time.monotonic()
-        res = self.engine.build(BuildRequest(df, target=FINAL_STAGE, build_args=args, **common),
-                                lambda line: self.progress.line(v.name, line))
+        req = BuildRequest(df, target=FINAL_STAGE, build_args=args, **common)
+        res = self.engine.build(req, lambda line: self.progress.line(v.name, line))
         manifest = json.loads(self.engine.read_file(res.image_id, MANIFEST_PATH))
         base = args.get(BASE_ARG) or args.get(PARENT_ARG, "")
-        image_id = self.engine.relabel(res.image_id, labels_from_manifest(v, manifest, prov, base))
+        # The labels go on through BuildKit again (every step cached, labels outside the cache keys): an image
+        # relabelled by the classic builder would lose the inline cache metadata that --cache-from reads.
+        labels = labels_from_manifest(v, manifest, prov, base)
+        image_id = self.engine.build(dataclasses.replace(req, labels=labels)).image_id
         self.engine.tag(image_id, v.tag)
         info = self.engine.image(image_id) or {}
         seconds = time.monotonic() - start

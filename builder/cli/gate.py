@@ -42,6 +42,10 @@ def test_flags(fn):
         click.option("--timeout", type=float, default=default(TestOptions, "timeout"), show_default=True,
                      help="Seconds before a hung all-reduce fails."),
         click.option("--junit", "junit_path", metavar="FILE", help="Write a JUnit XML report."),
+        click.option("--structure-tests", "structure_tests", multiple=True, metavar="FILE",
+                     type=click.Path(path_type=Path),
+                     help="A container-structure-test config your team keeps; each of its tests becomes a check "
+                          "of the gate. Repeatable."),
     ]):
         fn = deco(fn)
     return fn
@@ -73,11 +77,13 @@ def _write_reports(suites: list[Suite], json_path: str | None, junit_path: str |
 @click.option("--progress", type=click.Choice(PROGRESS_MODES), default=DEFAULT_PROGRESS, show_default=True)
 @pass_ctx
 def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: int, timeout: float,
-             junit_path: str | None, json_path: str | None, progress: str) -> None:
+             junit_path: str | None, structure_tests: tuple[Path, ...], json_path: str | None,
+             progress: str) -> None:
     """Run conformance checks and the multi-container all-reduce on IMAGE (or a VARIANT's image)."""
     from ..pipeline import test_images
 
-    opts = TestOptions(platform=platform, replicas=replicas, timeout=timeout, nproc_per_node=nproc_per_node)
+    opts = TestOptions(platform=platform, replicas=replicas, timeout=timeout, nproc_per_node=nproc_per_node,
+                       structure_tests=structure_tests)
     suites = test_images(_engine(), [_resolve_image(c, image)], opts, c.env, progress, _print_suite)
     _write_reports(suites, json_path, junit_path)
     if not all(s.passed for s in suites):
@@ -150,8 +156,9 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
               help="Record what was released in this lockfile (merged; written only after every push succeeded).")
 @pass_ctx
 def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | None, ca_bundle: Path | None,
-            wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int, platform: str,
-            replicas: int, nproc_per_node: int, timeout: float, junit_path: str | None, registry: str,
+            wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
+            cache_from: tuple[str, ...], platform: str, replicas: int, nproc_per_node: int, timeout: float,
+            junit_path: str | None, structure_tests: tuple[Path, ...], registry: str,
             username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None) -> None:
     """Build, test, then push every named variant, only if all of them passed."""
     from ..options import ReleaseOptions
@@ -161,9 +168,9 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
     if not variants and not all_:
         raise UserInputError("name the variants to release, or pass --all", where="release")
     target = RegistryTarget.parse(registry)  # bad input fails before an hour of building
-    opts = ReleaseOptions(build=_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs),
+    opts = ReleaseOptions(build=_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from),
                           test=TestOptions(platform=platform, replicas=replicas, timeout=timeout,
-                                           nproc_per_node=nproc_per_node),
+                                           nproc_per_node=nproc_per_node, structure_tests=structure_tests),
                           lock_path=lock_path)
     creds = _credentials(target, username, password_stdin, c.env)
     result = run_release(c.recipes(), _engine(), variants, opts, target=target, credentials=creds, env=c.env,

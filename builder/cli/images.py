@@ -101,18 +101,22 @@ def render(c: Ctx, out: Path | None, check: bool) -> None:
 
 
 def _build_options(c: Ctx, base_image: str | None, ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
-                   allow_missing: tuple[str, ...], jobs: int) -> BuildOptions:
+                   allow_missing: tuple[str, ...], jobs: int, cache_from: tuple[str, ...]) -> BuildOptions:
     from ..build.wheelhouse import default_ca_bundle, default_wheelhouses
     from ..recipe.grammar import is_reference
 
     if base_image is not None and not is_reference(base_image):
         raise UserInputError(f"{base_image!r} is not an image reference", where="--base-image")
+    for ref in cache_from:
+        if not is_reference(ref):
+            raise UserInputError(f"{ref!r} is not an image reference", where="--cache-from")
     return BuildOptions(
         base_image=base_image,
         ca_bundle=ca_bundle if ca_bundle is not None else default_ca_bundle(c.env),
         wheelhouses=wheelhouse or default_wheelhouses(c.env),
         allow_missing=allow_missing,
         jobs=jobs,
+        cache_from=cache_from,
     )
 
 
@@ -131,6 +135,9 @@ def build_flags(fn):
         click.option("--jobs", type=click.IntRange(BUILD_JOBS.low, BUILD_JOBS.high), default=default(BuildOptions, "jobs"),
                      show_default=True,
                      help="Variants built at once, after the parents they share."),
+        click.option("--cache-from", multiple=True, metavar="REF",
+                     help="Registry image to reuse BuildKit's inline cache from (a previous run's push); "
+                          "repeatable."),
     ]):
         fn = deco(fn)
     return fn
@@ -152,7 +159,7 @@ def _engine():
 @pass_ctx
 def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: Path | None,
           wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
-          json_path: str | None, locked: bool, lock_path: str | None) -> None:
+          cache_from: tuple[str, ...], json_path: str | None, locked: bool, lock_path: str | None) -> None:
     """Build variants (default: all) through the Docker engine."""
     import dataclasses
 
@@ -163,7 +170,7 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
         raise UserInputError("--lock is read only with --locked", where="--lock")
     if locked and base_image:
         raise UserInputError("--locked builds on the recorded bases; drop --base-image", where="--locked")
-    opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs)
+    opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from)
     recipes, engine = c.recipes(), _engine()
     if locked:
         from ..publish.lock import DEFAULT_LOCK, locked_bases
@@ -177,12 +184,23 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
 
 
 @click.command()
+@click.argument("variants", nargs=-1)
 @click.option("--out", "out", metavar="FILE", default="-", help="Write the bake file here (default: stdout).")
+@click.option("--clean", is_flag=True, help="Remove the folder of files (secrets included) bake wrote, and exit.")
 @pass_ctx
-def bake(c: Ctx, out: str) -> None:
-    """Write the build plan as a `docker buildx bake` JSON file."""
-    from ..render.bake import bake_file
+def bake(c: Ctx, variants: tuple[str, ...], out: str, clean: bool) -> None:
+    """Write a `docker buildx bake` JSON file for VARIANTS (default: all), and the files it references."""
+    from ..build import bakefolder as b
 
-    emit_json(bake_file(c.recipes(), c.root), out)
+    if clean:
+        if variants or out != "-":
+            raise UserInputError("--clean takes no variants and no --out", where="--clean")
+        removed = b.clean(c.env)
+        click.echo(f"removed {removed}" if removed else "nothing to remove", err=True)
+        return
+    emit_json(b.write_bake(c.recipes(), list(variants), c.env, c.root), out)
+    click.echo(f"trainimg: context, Dockerfiles and secrets in {b.bake_dir(c.env)} (remove them with "
+               f"`trainimg bake --clean`); build with `docker buildx bake -f {'-' if out == '-' else out}`",
+               err=True)
 
 

@@ -24,6 +24,7 @@ from ..build.builder import versions_from_labels
 from ..engine.docker import DockerEngine
 from ..errors import EngineError, UserInputError
 from ..options import TestOptions
+from .structure import structure_checks
 from .replicas import ReplicaJob, ReplicaResult, ReplicaRunner
 from .report import Check, Suite
 from ..recipe.compat import load_compat
@@ -106,6 +107,8 @@ class Conformance:
         suite.checks.extend(self._probe(info["Id"], expect))
         suite.checks.append(self._allreduce(info["Id"], expect, opts))
         suite.checks.extend(self._gpu_allreduce(info["Id"], expect, opts))
+        if opts.structure_tests:
+            suite.checks.extend(structure_checks(info["Id"], opts.structure_tests))
         return suite
 
     # -- plumbing -------------------------------------------------------------------------------------------

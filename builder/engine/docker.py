@@ -7,7 +7,6 @@ trainimg runs `docker` or talks to the daemon directly.
 
 from __future__ import annotations
 
-import io
 import os
 import re
 import shutil
@@ -27,8 +26,9 @@ import docker.errors
 from ..errors import EngineError, UserInputError
 
 
-# A build step as BuildKit's plain log names it; FROM only resolves an image, so it is not a step here.
-_STEP_RE = re.compile(r"^#(\d+) \[(?!internal\])([^\]]*)\] (?!FROM )(.*)$")
+# A build step as BuildKit's plain log names it; FROM only resolves an image, and `[auth]` (credentials shared
+# for a registry cache import) is no step either.
+_STEP_RE = re.compile(r"^#(\d+) \[(?!internal\]|auth\])([^\]]*)\] (?!FROM )(.*)$")
 _CACHED_RE = re.compile(r"^#(\d+) CACHED$")
 _COMPONENT_RE = re.compile(r"trainimg: component (\S+) could not be installed.*$")
 
@@ -43,6 +43,15 @@ class BuildRequest:
     build_args: Mapping[str, str] = field(default_factory=dict)
     secrets: Mapping[str, Path] = field(default_factory=dict)
     network_host: bool = False
+    # Image labels: BuildKit writes them into the final config only, outside every step's cache key.
+    labels: Mapping[str, str] = field(default_factory=dict)
+    # Registry images whose inline cache metadata this build may reuse (ephemeral CI runners start empty).
+    cache_from: tuple[str, ...] = ()
+
+
+# Build arg that makes BuildKit write its cache metadata into the image config, so the pushed image serves as
+# `--cache-from` for the next build on another (empty) engine.
+INLINE_CACHE_ARG = "BUILDKIT_INLINE_CACHE"
 
 
 @dataclass(frozen=True)
@@ -106,8 +115,12 @@ class DockerEngine:
                    "--iidfile", str(iidfile)]
             if req.network_host:
                 cmd += ["--network", "host"]
-            for key, value in sorted(req.build_args.items()):
+            for key, value in sorted({**req.build_args, INLINE_CACHE_ARG: "1"}.items()):
                 cmd += ["--build-arg", f"{key}={value}"]
+            for key, value in sorted(req.labels.items()):
+                cmd += ["--label", f"{key}={value}"]
+            for ref in req.cache_from:
+                cmd += ["--cache-from", ref]
             for sid, path in sorted(req.secrets.items()):
                 cmd += ["--secret", f"id={sid},src={path}"]
             cmd.append(str(req.context))
@@ -143,19 +156,6 @@ class DockerEngine:
             return None
         except docker.errors.APIError as exc:
             raise EngineError(f"cannot inspect {ref}: {_short(exc)}") from None
-
-    def relabel(self, image_id: str, labels: Mapping[str, str]) -> str:
-        """A new image with the same layers and `labels` added: labels known only after the build (versions
-        read back from the image) go on without touching BuildKit's cache."""
-        dockerfile = io.BytesIO(f"FROM {image_id}\n".encode())
-        try:
-            image, _ = self.client.images.build(fileobj=dockerfile, labels=dict(labels), rm=True, forcerm=True,
-                                                pull=False)
-        except docker.errors.BuildError as exc:
-            raise EngineError(f"cannot label {image_id[:19]}: {exc.msg}") from None
-        except docker.errors.APIError as exc:
-            raise EngineError(f"cannot label {image_id[:19]}: {_short(exc)}") from None
-        return image.id
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")

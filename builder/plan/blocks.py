@@ -66,6 +66,10 @@ def base() -> Block:
     return Block("base", _render("base"))
 
 
+def parent(stage: str) -> Block:
+    return Block("parent", _render("parent", stage=stage))
+
+
 def python(v: Variant) -> Block:
     return Block("python", _render("python", python=v.python, venv=VENV))
 

@@ -29,6 +29,8 @@ from ..runtime.contract import (
 BASE_ARG = "BASE_IMAGE"
 PARENT_ARG = "PARENT_IMAGE"
 FINAL_STAGE = "image"
+# The stage an extending variant's image builds on; a bake target's named context replaces it by this name.
+PARENT_STAGE = "parent"
 # BuildKit secret ids: the generated pip.conf and the proxy CA bundle reach RUN steps only as secret mounts.
 CA_SECRET = "ca_bundle"
 PIP_CONF_SECRET = "pip_conf"
@@ -60,7 +62,7 @@ class Plan:
     @property
     def parents(self) -> tuple[Stage, ...]:
         """Stages worth building once and sharing: everything between the root and the final stage."""
-        return tuple(s for s in self.stages if s.name not in ("base", FINAL_STAGE))
+        return tuple(s for s in self.stages if s.name not in ("base", PARENT_STAGE, FINAL_STAGE))
 
     def dockerfile_path(self) -> str:
         return f"images/{self.variant.name}/Dockerfile"
@@ -93,7 +95,9 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None) -> Plan
         args = ((PARENT_ARG, parent.tag),)
         image_blocks = ([blocks.extras(v), blocks.secrets_cleanup()] if v.extras else []) + [
             blocks.labels(static_labels(v, compat))]
-        return Plan(v, args, _chain([(FINAL_STAGE, f"${{{PARENT_ARG}}}", image_blocks)], args))
+        on_parent = [(PARENT_STAGE, f"${{{PARENT_ARG}}}", [blocks.parent(PARENT_STAGE)]),
+                     (FINAL_STAGE, PARENT_STAGE, image_blocks)]
+        return Plan(v, args, _chain(on_parent, args))
 
     args = ((BASE_ARG, v.base_image),)
     comms = [blocks.hypertune(v)] if v.hypertune else []

@@ -140,6 +140,11 @@ def write_lock(path: str | os.PathLike[str], entries: Mapping[str, LockEntry] | 
 # Bases
 
 
+def cache_sources(entries: Mapping[str, LockEntry], variants: Iterable[str]) -> tuple[str, ...]:
+    """One image a previous release pushed per variant in `variants`: `release`'s default `--cache-from`."""
+    return tuple(sorted(entries[name].pushed)[0] for name in variants if name in entries and entries[name].pushed)
+
+
 def base_digest(engine: Any, ref: str) -> str:
     """The resolved base: the image's first RepoDigest (``repo@sha256:...``) when it came from a registry, else its
     image ID (``sha256:...``). `engine` is a DockerEngine (anything with `.image(ref) -> inspect dict | None`)."""

@@ -1,50 +1,74 @@
-"""The build plan as a `docker buildx bake` file, so BuildKit builders (remote, clustered) build the same matrix.
+"""The build plan as a `docker buildx bake` file that BuildKit builds as it stands (the files it names are
+written by `build.bakefolder`).
 
-Each shared parent stage becomes its own target, and each variant names it in `contexts` under the stage's
-name, so bake builds it once and every child builds on it: the scale-out path, without a home-made build farm.
+A stage two or more chosen variants share becomes one target, and each consumer names it in `contexts` under the
+stage's name; an extending variant's `parent` stage is replaced the same way by its parent variant's target.
+BuildKit looks a named context up by the stage *name* before anything else (frontend/dockerfile/dockerfile2llb/
+convert.go, `if st.Name != "" { s, img, err := namedContext(ctx, st.Name, ...)`), so the key matches literally;
+a key meant for `FROM ${ARG}` would be compared with the expanded, normalised image name instead and miss.
 """
 
 from __future__ import annotations
 
+from collections import Counter
+from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..recipe.compat import load_compat
-from ..plan.stages import BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET, plans
-from ..recipe.loading import RecipeSet
-from ..runtime.contract import VARIANT_LABEL
+from ..plan.stages import FINAL_STAGE, PARENT_STAGE, Plan, Stage
 
 
-def bake_file(recipes: RecipeSet, root: Path) -> dict[str, Any]:
-    compat = load_compat()
-    all_plans = plans(recipes, compat=compat)
-    secrets = [f"id={PIP_CONF_SECRET},src=pip.conf", f"id={CA_SECRET},env=SSL_CERT_FILE"]
+@dataclass(frozen=True)
+class BakeInputs:
+    """Where the files a bake file names are, and the labels each variant's target sets."""
+
+    context: Path
+    dockerfiles: Mapping[str, Path]  # variant name -> its rendered Dockerfile
+    secrets: tuple[str, ...]  # buildx `secret` entries: "id=...,src=..."
+    labels: Mapping[str, Mapping[str, str]]  # variant name -> labels known before the build
+
+
+def bake_file(plans: list[Plan], inputs: BakeInputs) -> dict[str, Any]:
+    """Targets for `plans` (each variant, and each stage two or more of them share), `default` and one group
+    per framework."""
+    shared = {k for k, n in Counter(s.key for p in plans for s in p.parents).items() if n > 1}
     targets: dict[str, Any] = {}
-    owners: dict[str, str] = {}
-    for plan in all_plans:
+    for plan in plans:
+        common = {"context": str(inputs.context), "dockerfile": str(inputs.dockerfiles[plan.variant.name]),
+                  "secret": list(inputs.secrets)}
+        contexts = _shared_targets(plan, shared, targets, common)
         v = plan.variant
-        contexts: dict[str, str] = {}
-        for stage in plan.parents:
-            parent_target = f"{stage.name}-{stage.key[:12]}"
-            if parent_target not in targets:
-                owners[parent_target] = v.name
-                targets[parent_target] = {
-                    "context": ".", "dockerfile": plan.dockerfile_path(), "target": stage.name,
-                    "args": {BASE_ARG: v.base_image}, "secret": secrets,
-                }
-            contexts[stage.name] = f"target:{parent_target}"
-        args = {PARENT_ARG: f"target:{v.extends}"} if v.extends else {BASE_ARG: v.base_image}
-        target: dict[str, Any] = {
-            "context": ".", "dockerfile": plan.dockerfile_path(), "target": FINAL_STAGE,
-            "tags": [v.tag], "args": {k: val for k, val in args.items() if not val.startswith("target:")},
-            "secret": secrets, "labels": {VARIANT_LABEL: v.name},
-        }
+        target: dict[str, Any] = {**common, "target": FINAL_STAGE, "tags": [v.tag], "args": dict(plan.args),
+                                  "labels": dict(inputs.labels[v.name])}
         if v.extends:
-            contexts[PARENT_ARG] = f"target:{v.extends}"
+            contexts = {**contexts, PARENT_STAGE: f"target:{v.extends}"}
         if contexts:
             target["contexts"] = contexts
         targets[v.name] = target
-    return {
-        "group": {"default": {"targets": [p.variant.name for p in all_plans]}},
-        "target": targets,
-    }
+    groups: dict[str, Any] = {"default": {"targets": [p.variant.name for p in plans]}}
+    for plan in plans:
+        groups.setdefault(plan.variant.framework, {"targets": []})["targets"].append(plan.variant.name)
+    return {"group": groups, "target": targets}
+
+
+def parent_target(stage: Stage) -> str:
+    """A shared stage's target name: its stage name and content key, so equal stages are one target."""
+    return f"{stage.name}-{stage.key[:12]}"
+
+
+def _shared_targets(plan: Plan, shared: set[str], targets: dict[str, Any], common: Mapping[str, Any]
+                    ) -> dict[str, str]:
+    """Add a target for each shared parent stage of `plan` not yet made; return the variant's `contexts`:
+    its topmost shared stage (the stages under it come with that target, through its own `contexts`)."""
+    below: dict[str, str] = {}
+    for stage in plan.parents:
+        if stage.key not in shared:
+            continue
+        name = parent_target(stage)
+        if name not in targets:
+            targets[name] = {**common, "target": stage.name, "args": dict(plan.args)}
+            if below:
+                targets[name]["contexts"] = dict(below)
+        below = {stage.name: f"target:{name}"}
+    return below

@@ -1,0 +1,112 @@
+"""Registry cache for ephemeral CI: every build writes BuildKit's inline cache metadata into the image (and keeps
+it through the labelling pass), so the pushed image is a `--cache-from` source; `release` defaults to the images
+the lockfile's previous entries pushed.
+
+The engine is shared, so nothing here prunes it: a private variant (its extras step new on every run) is built,
+pushed to the session's registry with the metadata checked in the config blob the registry serves, its local
+images removed, and rebuilt with `--cache-from` the pushed image. The ratio of that rebuild to the first build is
+printed, not asserted (`make bench` measures `ci_rebuild_ratio` on a really pruned engine).
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+import requests
+from conftest import LOCAL_BASE, cpu_recipe, trainimg
+from conftest_registry import RegistryLogin
+
+from trainimg.publish.lock import LockEntry, cache_sources
+
+INLINE_CACHE_KEY = "moby.buildkit.cache.v0"  # where BuildKit's inline cache exporter writes into the image config
+
+
+def test_release_cache_sources_are_the_previous_pushes() -> None:
+    pushed = LockEntry("a", "recipes/a.yaml", "t/a:1", "sha256:1", "debian", "sha256:2",
+                       pushed={"reg.example/t/a:1": "sha256:3", "reg.example/t/a:1-cpu": "sha256:3"})
+    never = LockEntry("b", "recipes/b.yaml", "t/b:1", "sha256:4", "debian", "sha256:5")
+    entries = {"a": pushed, "b": never}
+    assert cache_sources(entries, ["a", "b", "c"]) == ("reg.example/t/a:1",)
+    assert cache_sources({}, ["a"]) == ()
+
+
+def test_bad_cache_from_is_one_line_exit_2(state_env: dict[str, str]) -> None:
+    r = trainimg("build", "pytorch-2.13.0-cpu-py3.11", "--cache-from", "not a ref!", env=state_env, timeout=60)
+    assert r.returncode == 2 and "--cache-from" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+
+
+def registry_config(registry: RegistryLogin, ref: str) -> dict:
+    """The image config blob the registry serves for `ref` (host/name:tag), by the registry's HTTP API."""
+    name, tag = ref.removeprefix(f"{registry.host}/").rsplit(":", 1)
+    auth = (registry.username, registry.password)
+    manifest = requests.get(f"http://{registry.host}/v2/{name}/manifests/{tag}", auth=auth, timeout=30, headers={
+        "Accept": "application/vnd.docker.distribution.manifest.v2+json"}).json()
+    blob = requests.get(f"http://{registry.host}/v2/{name}/blobs/{manifest['config']['digest']}", auth=auth,
+                        timeout=30)
+    return blob.json()
+
+
+@pytest.fixture
+def private_build(tmp_path: Path, state_env: dict[str, str], client: docker.DockerClient,
+                  registry: RegistryLogin) -> Iterator[tuple[Path, dict[str, str], str]]:
+    """A recipes folder with a variant of our own, an env whose docker client is logged in to the registry (BuildKit
+    reads the cache with it), and the variant's tag; every image it made is removed afterwards."""
+    run = uuid.uuid4().hex[:12]
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "cachetest.yaml").write_text(
+        cpu_recipe("cachetest", "trainimg-test/cachetest", json.dumps(f"six[c{run}]==1.16.0")), encoding="utf-8")
+    config = tmp_path / "docker-config"
+    config.mkdir()
+    login = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
+    (config / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": login}}}), encoding="utf-8")
+    tag = "trainimg-test/cachetest:2.13.0-cpu-py3.11"
+    try:
+        yield recipes, {**state_env, "DOCKER_CONFIG": str(config)}, tag
+    finally:
+        for ref in (tag, f"{registry.host}/{tag}"):
+            try:
+                client.api.remove_image(ref, force=True)
+            except docker.errors.NotFound:
+                pass
+
+
+@pytest.mark.engine
+@pytest.mark.slow
+def test_pushed_image_carries_inline_cache_and_serves_a_rebuild(private_build: tuple[Path, dict[str, str], str],
+                                                                client: docker.DockerClient,
+                                                                registry: RegistryLogin, tmp_path: Path) -> None:
+    recipes, env, tag = private_build
+    first = tmp_path / "first.json"
+    r = trainimg("--recipes", str(recipes), "build", "cachetest", "--base-image", LOCAL_BASE, "--progress", "plain",
+                 "--json", str(first), env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (built,) = json.loads(first.read_text(encoding="utf-8"))
+    remote = f"{registry.host}/{tag}"
+    client.api.tag(built["image_id"], remote.rsplit(":", 1)[0], remote.rsplit(":", 1)[1])
+    for line in client.api.push(remote, auth_config={"username": registry.username, "password": registry.password},
+                                stream=True, decode=True):
+        assert "error" not in line, line
+    config = registry_config(registry, remote)
+    assert INLINE_CACHE_KEY in config, sorted(config)  # the labelling pass kept BuildKit's cache metadata
+    assert config["config"]["Labels"]["trainimg.version.framework"].startswith("2.13.0")
+
+    for ref in (tag, remote):  # only this variant's own images go: the engine is shared
+        client.api.remove_image(ref, force=True)
+    again = tmp_path / "again.json"
+    r = trainimg("--recipes", str(recipes), "build", "cachetest", "--base-image", LOCAL_BASE, "--progress", "plain",
+                 "--cache-from", remote, "--json", str(again), env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert f"importing cache manifest from {remote}" in r.stderr, r.stderr[-3000:]
+    (rebuilt,) = json.loads(again.read_text(encoding="utf-8"))
+    assert rebuilt["cache_hits"] == rebuilt["steps"], rebuilt
+    assert rebuilt["manifest"] == built["manifest"]
+    print(f"cache rebuild ratio (not asserted; local BuildKit cache also present): "
+          f"{rebuilt['seconds']:.1f} s / {built['seconds']:.1f} s = {rebuilt['seconds'] / built['seconds']:.3f}")
