@@ -17,7 +17,7 @@ from .build.builder import Builder, VariantBuild
 from .conformance import records
 from .conformance.report import Suite
 from .conformance.suite import Conformance
-from .engine.docker import DockerEngine
+from .engine.base import Engine
 from .errors import CheckFailed
 from .options import ReleaseOptions, TestOptions
 from .progress import Progress, log_printer
@@ -35,7 +35,7 @@ class ReleaseResult:
     pushed: Mapping[str, PushResult]
 
 
-def test_images(engine: DockerEngine, images: Sequence[tuple[str, str | None]], opts: TestOptions,
+def test_images(engine: Engine, images: Sequence[tuple[str, str | None]], opts: TestOptions,
                 env: Mapping[str, str], progress: str, on_suite: Callable[[Suite], None] | None = None
                 ) -> list[Suite]:
     """Run the conformance suite on each (image, variant name); every suite is recorded by image ID and the latest
@@ -55,7 +55,7 @@ def test_images(engine: DockerEngine, images: Sequence[tuple[str, str | None]], 
 test_images.__test__ = False  # type: ignore[attr-defined]  # a library function, not a pytest test
 
 
-def release(recipes: RecipeSet, engine: DockerEngine, variants: Sequence[str], opts: ReleaseOptions, *,
+def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: ReleaseOptions, *,
             target: RegistryTarget, credentials: dict[str, str] | None, env: Mapping[str, str], root: Path,
             progress: str, on_suite: Callable[[Suite], None] | None = None,
             on_tested: Callable[[list[Suite]], None] | None = None,
@@ -77,7 +77,7 @@ def release(recipes: RecipeSet, engine: DockerEngine, variants: Sequence[str], o
     if failed:
         raise CheckFailed("nothing pushed: " + "; ".join(
             f"{s.name} failed {', '.join(ch.name for ch in s.failed)}" for s in failed))
-    pushed = push_release(engine.client, builds, target, credentials,
+    pushed = push_release(engine, builds, target, credentials,
                           gate=lambda image_id, ref: records.require_pass(image_id, ref, env), on_pushed=on_pushed)
     if opts.lock_path:
         record_release(opts.lock_path, engine, recipes, builds, suites, pushed)

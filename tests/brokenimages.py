@@ -230,9 +230,12 @@ def owned_by(client: docker.DockerClient, pid: int) -> list[str]:
 
     from trainimg.conformance.replicas import OWNER_LABEL, RUN_LABEL
 
+    # One listing call each, labels read from its answer: `containers.list()` would inspect every container and
+    # fail when a concurrent test removes one in between.
     owner = f"{socket.gethostname()}:{pid}"
-    found = [f"container {c.name}" for c in client.containers.list(all=True, filters={"label": RUN_LABEL})
-             if c.labels.get(OWNER_LABEL) == owner]
-    found += [f"network {n.name}" for n in client.networks.list(filters={"label": RUN_LABEL})
-              if (n.attrs.get("Labels") or {}).get(OWNER_LABEL) == owner]
+    found = [f"container {c['Names'][0].lstrip('/')}"
+             for c in client.api.containers(all=True, filters={"label": RUN_LABEL})
+             if (c.get("Labels") or {}).get(OWNER_LABEL) == owner]
+    found += [f"network {n['Name']}" for n in client.api.networks(filters={"label": RUN_LABEL})
+              if (n.get("Labels") or {}).get(OWNER_LABEL) == owner]
     return found

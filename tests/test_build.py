@@ -290,7 +290,7 @@ def test_failing_build_exits_1_with_one_line_and_leaves_no_tag(client: docker.Do
     recipes = write_recipes(tmp_path, "failtest", ["six==0.0.999"])
     tag = "trainimg-test/failtest:2.13.0-cpu-py3.11"
     remove_image(client, tag)
-    before = {c.id for c in client.containers.list(all=True)}
+    before = {c["Id"] for c in client.api.containers(all=True)}  # one listing: never inspects (other users')
     try:
         r = subprocess.run(["trainimg", "--recipes", str(recipes), "build", "failtest", "--base-image", LOCAL_BASE,
                             "--progress", "quiet"], cwd=ROOT, env=state_env, capture_output=True, text=True,
@@ -302,10 +302,10 @@ def test_failing_build_exits_1_with_one_line_and_leaves_no_tag(client: docker.Do
             client.images.get(tag)
         # Containers this build could make (a classic-builder relabel, a read-back of the manifest) run its own
         # stages' images: none may be left. The engine is shared, so other users' containers are not judged.
-        new = [c for c in client.containers.list(all=True) if c.id not in before]
-        ours = [c for c in new if "failtest" in (c.attrs.get("Config") or {}).get("Image", "")
-                or (c.attrs.get("Config") or {}).get("Labels", {}).get("trainimg.variant") == "failtest"]
-        assert ours == [], [(c.name, c.status) for c in ours]
+        new = [c for c in client.api.containers(all=True) if c["Id"] not in before]
+        ours = [c for c in new if "failtest" in c.get("Image", "")
+                or (c.get("Labels") or {}).get("trainimg.variant") == "failtest"]
+        assert ours == [], [(c["Names"], c["Status"]) for c in ours]
     finally:
         remove_image(client, tag)
 

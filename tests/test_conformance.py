@@ -271,8 +271,8 @@ def wait_until_all_running(client: docker.DockerClient, proc: subprocess.Popen[s
                            timeout: float = 120) -> None:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        running = [c for c in client.containers.list(filters={"label": "trainimg.run", "status": "running"})
-                   if f"container {c.name}" in owned_by(client, proc.pid)]
+        listed = client.api.containers(filters={"label": "trainimg.run", "status": "running"})
+        running = [c for c in listed if f"container {c['Names'][0].lstrip('/')}" in owned_by(client, proc.pid)]
         if len(running) >= n:
             time.sleep(0.5)  # the CLI is past starting them, in its wait loop
             return

@@ -20,6 +20,7 @@ import docker
 import pytest
 
 from trainimg.build.builder import installed_versions, versions_from_labels
+from trainimg.engine.docker import device_requests
 from trainimg.conformance.suite import expectations, gpu_device_requests, gpu_ready, judge_allreduce
 from trainimg.runtime.versions import satisfies
 from trainimg.engine.docker import DockerEngine
@@ -165,7 +166,7 @@ def test_duplicate_cuda_library_is_a_warning_with_its_size(cpu_image: str, state
 
 def test_gpu_path_command_construction() -> None:
     """One container per GPU: `--gpus device=<i>` as the engine API spells it."""
-    req = gpu_device_requests(3)[0]
+    req = device_requests(gpu_device_requests(3))[0]
     assert req["DeviceIDs"] == ["3"] and req["Capabilities"] == [["gpu"]] and req["Driver"] == ""
 
 

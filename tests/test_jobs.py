@@ -102,8 +102,8 @@ def workdir(tmp_path: Path) -> Path:
 
 def _leftovers(client: docker.DockerClient, run_id: str) -> list[str]:
     flt = {"label": f"{RUN_LABEL}={run_id}"}
-    return ([c.name for c in client.containers.list(all=True, filters=flt)]
-            + [n.name for n in client.networks.list(filters=flt)])
+    return ([c["Names"][0] for c in client.api.containers(all=True, filters=flt)]
+            + [n["Name"] for n in client.api.networks(filters=flt)])
 
 
 def _records(logs: str, prefix: str) -> list[dict]:
@@ -222,7 +222,7 @@ def test_failing_replica_fails_the_job_and_everything_is_removed(engine: DockerE
     assert "worker-1 exited 3" in result.summary()
     assert _leftovers(engine.client, result.run_id) == []
     owner = f"{socket.gethostname()}:{os.getpid()}"
-    mine = engine.client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={owner}"})
+    mine = engine.containers(f"{OWNER_LABEL}={owner}")
     assert [c.name for c in mine if RUN_LABEL in c.labels] == []
 
 
@@ -279,7 +279,7 @@ def _interrupt_and_check(engine: DockerEngine, code: str, want: int) -> None:
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline:
-            running = [c for c in engine.client.containers.list(filters=flt) if c.status == "running"]
+            running = engine.client.api.containers(filters={**flt, "status": "running"})
             if len(running) >= want:
                 break
             assert proc.poll() is None, proc.communicate()
@@ -294,8 +294,8 @@ def _interrupt_and_check(engine: DockerEngine, code: str, want: int) -> None:
             proc.kill()
     assert proc.returncode == 130, err[-2000:]
     assert "INTERRUPTED" in out
-    assert engine.client.containers.list(all=True, filters=flt) == []
-    assert engine.client.networks.list(filters=flt) == []
+    assert engine.containers(flt["label"]) == []
+    assert engine.networks(flt["label"]) == []
 
 
 @pytest.mark.engine

@@ -19,6 +19,7 @@ import pytest
 from conftest_registry import RegistryLogin
 from faultproxy import FaultProxy
 
+from trainimg.engine.docker import DockerEngine
 from trainimg.errors import RegistryError, UserInputError
 from trainimg.publish.localregistry import LocalRegistry
 from trainimg.publish.push import (
@@ -146,7 +147,7 @@ def test_push_then_push_again(registry_client: docker.DockerClient, registry: Re
     target = RegistryTarget.parse(f"{registry.host}/team")
     gated: list[str] = []
     lines: list[str] = []
-    first = push(registry_client, image_id, target, "trainimg/pushtest:v1", credentials=_creds(registry),
+    first = push(DockerEngine(registry_client), image_id, target, "trainimg/pushtest:v1", credentials=_creds(registry),
                  gate=gated.append, on_progress=lines.append)
     assert gated == [image_id]
     assert first.ref == f"{registry.host}/team/trainimg/pushtest:v1"
@@ -155,7 +156,7 @@ def test_push_then_push_again(registry_client: docker.DockerClient, registry: Re
     assert "v1" in remote_tags(target, "trainimg/pushtest", _creds(registry))
     assert missing_blobs(target, "trainimg/pushtest:v1", _creds(registry)) == []
 
-    again = push(registry_client, image_id, target, "trainimg/pushtest:v1", credentials=_creds(registry))
+    again = push(DockerEngine(registry_client), image_id, target, "trainimg/pushtest:v1", credentials=_creds(registry))
     assert again == PushResult(first.ref, first.digest, 0, 1)
     assert registry.password not in caplog.text + capsys.readouterr().out + "\n".join(lines)
 
@@ -168,7 +169,7 @@ def test_gate_stops_the_push_before_anything_is_sent(registry_client: docker.Doc
 
     target = RegistryTarget.parse(registry.host)
     with pytest.raises(RegistryError, match="conformance"):
-        push(registry_client, registry_image(), target, "trainimg/gated:v1", credentials=_creds(registry), gate=refuse)
+        push(DockerEngine(registry_client), registry_image(), target, "trainimg/gated:v1", credentials=_creds(registry), gate=refuse)
     assert remote_tags(target, "trainimg/gated", _creds(registry)) == []
 
 
@@ -180,7 +181,7 @@ def test_wrong_password_is_an_auth_error_at_once(registry_client: docker.DockerC
     wrong = "wrong-" + registry.password
     started = time.monotonic()
     with pytest.raises(RegistryError) as info:
-        push(registry_client, registry_image(), RegistryTarget.parse(registry.host), "trainimg/auth:v1",
+        push(DockerEngine(registry_client), registry_image(), RegistryTarget.parse(registry.host), "trainimg/auth:v1",
              credentials=_creds(registry, wrong), backoff=5.0)
     assert time.monotonic() - started < 10  # not retried
     assert str(info.value) == (f"registry {registry.host} rejected the credentials for {registry.username}: check "
@@ -193,7 +194,7 @@ def test_wrong_password_is_an_auth_error_at_once(registry_client: docker.DockerC
 def test_no_credentials_asks_for_them(registry_client: docker.DockerClient, registry: RegistryLogin,
                                       registry_image: Callable[[], str]) -> None:
     with pytest.raises(RegistryError, match=rf"registry {registry.host} asks for credentials: run docker login"):
-        push(registry_client, registry_image(), RegistryTarget.parse(registry.host), "trainimg/auth:v1",
+        push(DockerEngine(registry_client), registry_image(), RegistryTarget.parse(registry.host), "trainimg/auth:v1",
              credentials=None, backoff=5.0)
 
 
@@ -202,7 +203,7 @@ def test_unreachable_registry(registry_client: docker.DockerClient, registry_ima
     port = _free_port()  # bound and released: nothing listens there
     started = time.monotonic()
     with pytest.raises(RegistryError, match=rf"registry 127.0.0.1:{port} is unreachable \(connection refused\)"):
-        push(registry_client, registry_image(), RegistryTarget.parse(f"127.0.0.1:{port}"), "trainimg/x:v1",
+        push(DockerEngine(registry_client), registry_image(), RegistryTarget.parse(f"127.0.0.1:{port}"), "trainimg/x:v1",
              credentials=None)  # default retries and backoff: a refused port may be a registry restarting
     assert time.monotonic() - started < 30
 
@@ -210,7 +211,7 @@ def test_unreachable_registry(registry_client: docker.DockerClient, registry_ima
 @pytest.mark.engine
 def test_unknown_host(registry_client: docker.DockerClient, registry_image: Callable[[], str]) -> None:
     with pytest.raises(RegistryError, match=r"registry host no-such-host.invalid could not be resolved \(DNS\)"):
-        push(registry_client, registry_image(), RegistryTarget.parse("no-such-host.invalid:5000"), "trainimg/x:v1",
+        push(DockerEngine(registry_client), registry_image(), RegistryTarget.parse("no-such-host.invalid:5000"), "trainimg/x:v1",
              credentials=None, backoff=5.0)
 
 
@@ -232,7 +233,7 @@ def test_push_retries_through_503s(registry_client: docker.DockerClient, registr
     fault_proxy.fail(BLOB_OR_MANIFEST, status=503, times=2)  # the engine retries these layers itself
     fault_proxy.fail(r"^PUT /v2/.+/manifests/", status=500, times=1)  # the engine gives up: push() must retry
     target = RegistryTarget.parse(fault_proxy.address)
-    result = push(registry_client, registry_image(), target, "trainimg/flaky:v1", credentials=_creds(registry),
+    result = push(DockerEngine(registry_client), registry_image(), target, "trainimg/flaky:v1", credentials=_creds(registry),
                   backoff=0.5)
     assert fault_proxy.fired("error") == 3 and result.attempts == 2
     assert result.digest == remote_digest(RegistryTarget.parse(registry.host), "trainimg/flaky:v1", _creds(registry))
@@ -245,7 +246,7 @@ def test_connection_dropped_mid_blob(registry_client: docker.DockerClient, regis
     fault_proxy.drop(BLOB_UPLOAD, after_bytes=256 * 1024, times=1)
     target = RegistryTarget.parse(fault_proxy.address)
     try:
-        result = push(registry_client, registry_image(), target, "trainimg/dropped:v1", credentials=_creds(registry),
+        result = push(DockerEngine(registry_client), registry_image(), target, "trainimg/dropped:v1", credentials=_creds(registry),
                       backoff=0.5)
     except RegistryError as exc:
         assert f"registry {fault_proxy.address}" in str(exc)
@@ -261,7 +262,7 @@ def test_stalled_registry_is_bounded(registry_client: docker.DockerClient, regis
     fault_proxy.stall(r"^GET /v2/$", seconds=30, times=1)
     target = RegistryTarget.parse(fault_proxy.address)
     started = time.monotonic()
-    result = push(registry_client, registry_image(), target, "trainimg/stalled:v1", credentials=_creds(registry),
+    result = push(DockerEngine(registry_client), registry_image(), target, "trainimg/stalled:v1", credentials=_creds(registry),
                   backoff=0.5, timeout=3.0)
     assert time.monotonic() - started < 30
     assert fault_proxy.fired("stall") == 1 and result.attempts == 2
@@ -274,7 +275,7 @@ def test_stall_every_time_gives_a_clear_error(registry_client: docker.DockerClie
     fault_proxy.stall(r"^GET /v2/$", seconds=30, times=10)
     started = time.monotonic()
     with pytest.raises(RegistryError, match=r"did not answer within 2 s.*gave up after 2 attempts"):
-        push(registry_client, registry_image(), RegistryTarget.parse(fault_proxy.address), "trainimg/stalled:v2",
+        push(DockerEngine(registry_client), registry_image(), RegistryTarget.parse(fault_proxy.address), "trainimg/stalled:v2",
              credentials=_creds(registry), retries=1, backoff=0.2, timeout=2.0)
     assert time.monotonic() - started < 15
 
@@ -298,7 +299,7 @@ def test_local_registry_start_push_stop(tmp_path: Path, registry_client: docker.
 
         target = RegistryTarget.parse(info.host)
         creds = {"username": info.username, "password": info.password}
-        result = push(registry_client, registry_image(), target, "trainimg/local:v1", credentials=creds)
+        result = push(DockerEngine(registry_client), registry_image(), target, "trainimg/local:v1", credentials=creds)
         assert result.digest == remote_digest(target, "trainimg/local:v1", creds)
     finally:
         local.stop()

@@ -25,7 +25,7 @@ from typing import Any
 
 from .. import runtime as runtime_pkg
 from ..recipe.compat import Compat, load_compat
-from ..engine.docker import BuildRequest, DockerEngine
+from ..engine.base import BuildRequest, Engine
 from ..errors import UserInputError
 from ..options import BuildOptions
 from ..plan.stages import BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET, Plan, plans as plans_of
@@ -158,7 +158,7 @@ def _waves(plans: list[Plan]) -> list[list[Plan]]:
 
 
 class Builder:
-    def __init__(self, recipes: RecipeSet, engine: DockerEngine, progress: Progress, env: Mapping[str, str],
+    def __init__(self, recipes: RecipeSet, engine: Engine, progress: Progress, env: Mapping[str, str],
                  repo_root: Path, compat: Compat | None = None) -> None:
         self.recipes, self.engine, self.progress, self.env = recipes, engine, progress, env
         self.repo_root = repo_root
@@ -247,12 +247,13 @@ class Builder:
         labels = labels_from_manifest(v, manifest, prov, base)
         image_id = self.engine.build(dataclasses.replace(req, labels=labels)).image_id
         self.engine.tag(image_id, v.tag)
-        info = self.engine.image(image_id) or {}
+        info = self.engine.image(image_id)
+        size = info.size if info else 0
         seconds = time.monotonic() - start
-        self.progress.done(v.name, f"built {v.tag} ({image_id[7:19]}, {info.get('Size', 0) / 1e6:.0f} MB) in {seconds:.1f}s, "
+        self.progress.done(v.name, f"built {v.tag} ({image_id[7:19]}, {size / 1e6:.0f} MB) in {seconds:.1f}s, "
                            f"{res.cached}/{res.steps} steps cached")
         return VariantBuild(
-            name=v.name, tag=v.tag, image_id=image_id, size=int(info.get("Size", 0)), seconds=round(seconds, 2),
+            name=v.name, tag=v.tag, image_id=image_id, size=size, seconds=round(seconds, 2),
             steps=res.steps, cached=res.cached, shared_parents=used,
             base_image=base,
             absent=sorted(manifest.get("absent", [])), manifest=manifest,

@@ -38,13 +38,6 @@ for _command in (images.list_cmd, images.validate, images.render, images.build, 
     cli.add_command(_command)
 
 
-def docker_errors():
-    """docker.errors, imported only when an error needs mapping (the CLI's fast verbs never load docker)."""
-    import docker.errors
-
-    return docker.errors
-
-
 def main(argv: list[str] | None = None) -> int:
     """Entry point: run the CLI, map every error to its exit code and one line on stderr."""
     debug = os.environ.get("TRAINIMG_DEBUG") == "1"
@@ -68,12 +61,6 @@ def main(argv: list[str] | None = None) -> int:
     except click.ClickException as exc:
         click.echo(f"trainimg: {exc.format_message()}", err=True)
         return EXIT_USAGE
-    except docker_errors().APIError as exc:
-        if debug:
-            raise
-        text = str(getattr(exc, "explanation", None) or exc).splitlines()[0][:300]
-        click.echo(f"trainimg: the Docker engine refused: {text}; check `docker info` and retry", err=True)
-        return 1
     except click.exceptions.Abort:
         click.echo("trainimg: interrupted", err=True)
         return EXIT_INTERRUPTED

@@ -103,7 +103,7 @@ def _credentials(registry, username: str | None, password_stdin: bool, env: Mapp
         if not password:
             raise UserInputError("--username needs the password in TRAINIMG_REGISTRY_PASSWORD or on "
                                  "--password-stdin", where="--username")
-    return resolve_credentials(registry, username, password)
+    return resolve_credentials(registry, username, password, env=env)
 
 
 def registry_flags(fn):
@@ -129,7 +129,7 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None, password
         info = engine.image(tag)
         if info is None:
             raise UserInputError(f"no image {tag} on this engine: run `trainimg build` first", where="push")
-        result = push(engine.client, tag, target, tag, credentials=creds,
+        result = push(engine, tag, target, tag, credentials=creds,
                       gate=lambda image_id, ref=tag: records.require_pass(image_id, ref, c.env))
         click.echo(f"pushed {result.ref}@{result.digest} ({result.bytes_uploaded} bytes uploaded)")
         results.append(result)

@@ -27,21 +27,10 @@ def _local_registry(c: Ctx, port: int):
 def registry_start(c: Ctx, port: int, login: bool) -> None:
     info = _local_registry(c, port).start()
     if login:
-        import docker
+        from ..engine.docker import DockerEngine
 
-        docker.from_env().login(username=info.username, password=info.password, registry=info.host, reauth=True)
-        _docker_cli_login(info)
+        DockerEngine().login(info.host, info.username, info.password)
     click.echo(f"registry {info.host} running (user {info.username}, password in {info.htpasswd.parent}/password)")
-
-
-def _docker_cli_login(info) -> None:
-    """`docker login` with the password on stdin, so later pushes find it in ~/.docker/config.json."""
-    import subprocess
-
-    from ..engine.docker import _find_cli
-
-    subprocess.run([_find_cli(), "login", info.host, "-u", info.username, "--password-stdin"],
-                   input=info.password, text=True, capture_output=True, check=True)
 
 
 @registry.command("stop")

@@ -19,11 +19,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-import docker
-import docker.errors
-import docker.types
-
-from ..engine.docker import DockerEngine
+from ..engine.base import ContainerSpec, Engine, GpuRequest
 from ..errors import EngineError
 from ..runtime.contract import MANAGED_LABEL, OWNER_LABEL, RUN_LABEL
 from ..runtime.topology import ReplicaSpec
@@ -53,7 +49,7 @@ class ReplicaJob:
     volumes: Mapping[str, str] = field(default_factory=dict)  # host path -> container path
     entrypoint: list[str] | None = None
     waits_for: tuple[str, ...] = ("chief", "worker")
-    device_requests: Callable[[ReplicaSpec], list[docker.types.DeviceRequest]] | None = None
+    gpus: Callable[[ReplicaSpec], GpuRequest] | None = None
     spec_volumes: Callable[[ReplicaSpec], Mapping[str, str]] | None = None  # extra mounts for some replicas
 
 
@@ -74,23 +70,20 @@ def _owner_alive(owner: str) -> bool:
     return True
 
 
-def reap_leftovers(client: docker.DockerClient) -> int:
-    """Remove containers and networks of runs whose owner process is gone; returns how many were removed."""
+def reap_leftovers(engine: Engine) -> int:
+    """Remove containers and networks of runs whose owner process is gone; returns how many were removed.
+
+    Concurrent runs add and remove their own containers meanwhile: the listings read labels from one answer
+    (no inspect per container) and removal ignores what vanished, so another run's cleanup cannot fail this."""
     removed = 0
-    for c in client.containers.list(all=True, filters={"label": RUN_LABEL}):
+    for c in engine.containers(RUN_LABEL):
         if not _owner_alive(c.labels.get(OWNER_LABEL, "")):
-            try:
-                c.remove(force=True)
-                removed += 1
-            except docker.errors.NotFound:
-                pass
-    for n in client.networks.list(filters={"label": RUN_LABEL}):
-        if not _owner_alive(n.attrs.get("Labels", {}).get(OWNER_LABEL, "")):
-            try:
-                n.remove()
-                removed += 1
-            except (docker.errors.NotFound, docker.errors.APIError):
-                pass
+            engine.remove(c.id)
+            removed += 1
+    for n in engine.networks(RUN_LABEL):
+        if not _owner_alive(n.labels.get(OWNER_LABEL, "")):
+            engine.remove_network(n.id)
+            removed += 1
     return removed
 
 
@@ -111,22 +104,18 @@ def _interrupts_deferred() -> Iterator[None]:
             raise KeyboardInterrupt
 
 
-def purge(client: docker.DockerClient, run_id: str) -> None:
+def purge(engine: Engine, run_id: str) -> None:
     """Force-remove every container and network that carries this run's label."""
-    for c in client.containers.list(all=True, filters={"label": f"{RUN_LABEL}={run_id}"}):
-        try:
-            c.remove(force=True)
-        except docker.errors.APIError:
-            pass
-    for n in client.networks.list(filters={"label": f"{RUN_LABEL}={run_id}"}):
-        try:
-            n.remove()
-        except docker.errors.APIError:
-            pass
+    for c in engine.containers(f"{RUN_LABEL}={run_id}"):
+        engine.remove(c.id)
+    for n in engine.networks(f"{RUN_LABEL}={run_id}"):
+        engine.remove_network(n.id)
 
 
 class ReplicaRunner:
-    def __init__(self, engine: DockerEngine, on_log: Callable[[str, str], None] | None = None) -> None:
+    poll = 0.3  # seconds between looks at the replicas' states
+
+    def __init__(self, engine: Engine, on_log: Callable[[str, str], None] | None = None) -> None:
         self.engine = engine
         self.on_log = on_log
         self.run_id = uuid.uuid4().hex[:10]
@@ -136,15 +125,15 @@ class ReplicaRunner:
         return f"ti-{self.run_id}-{role}-{index}"
 
     def run(self, job: ReplicaJob, timeout: float) -> list[ReplicaResult]:
-        client = self.engine.client
-        reap_leftovers(client)
+        reap_leftovers(self.engine)
         labels = {RUN_LABEL: self.run_id, OWNER_LABEL: _owner(), MANAGED_LABEL: "replica"}
-        network = client.networks.create(f"ti-{self.run_id}", driver="bridge", labels=labels)
-        containers: dict[str, docker.models.containers.Container] = {}
+        network = f"ti-{self.run_id}"
+        containers: dict[str, str] = {}
         try:
-            self._node_holders(job, network.name, labels)
+            self.engine.create_network(network, labels)
+            self._node_holders(job, network, labels)
             for spec in job.specs:
-                containers[spec.name] = self._start(job, spec, network.name, labels, containers)
+                containers[spec.name] = self._start(job, spec, network, labels)
                 if self.on_log:
                     threading.Thread(target=self._follow, args=(spec.name, containers[spec.name]),
                                      daemon=True).start()
@@ -152,66 +141,49 @@ class ReplicaRunner:
         finally:
             # By label, not by what was recorded: a container the engine created while Ctrl-C arrived is
             # removed too.
-            purge(client, self.run_id)
+            purge(self.engine, self.run_id)
 
     def _node_host(self, job: ReplicaJob, node: int) -> str:
         main = next(s for s in job.specs if s.node == node and s.role != "ps")
         return self.host(main.role, main.index)
 
-    def _node_holders(self, job: ReplicaJob, network: str, labels: Mapping[str, str]) -> list:
+    def _node_holders(self, job: ReplicaJob, network: str, labels: Mapping[str, str]) -> None:
         """UAI runs a ps beside the master or worker of each node: same host, another port. Each node gets a
         small holder container that owns the node's hostname and network namespace (like a pod's pause
         container), so both replicas join it and neither depends on the other still running."""
-        holders = []
         for node in sorted({s.node for s in job.specs if s.node is not None}):
             host = self._node_host(job, node)
             try:
-                holders.append(self.engine.client.containers.run(
-                    job.image, ["sleep", "infinity"], name=host, hostname=host, network=network, detach=True,
-                    entrypoint=[], labels=dict(labels)))
-            except docker.errors.APIError as exc:
-                raise EngineError(f"cannot start node {node} of the job: {exc.explanation or exc}") from None
-        return holders
+                with _interrupts_deferred():
+                    self.engine.start(ContainerSpec(image=job.image, command=("sleep", "infinity"), name=host,
+                                                    hostname=host, network=network, labels=labels))
+            except EngineError as exc:
+                raise EngineError(f"cannot start node {node} of the job: {exc.message}") from None
 
-    def _start(self, job: ReplicaJob, spec: ReplicaSpec, network: str, labels: Mapping[str, str],
-               started: Mapping[str, docker.models.containers.Container]):
-        name = self.host(spec.role, spec.index)
-        kwargs: dict = {}
+    def _start(self, job: ReplicaJob, spec: ReplicaSpec, network: str, labels: Mapping[str, str]) -> str:
+        name, hostname, net, shared = self.host(spec.role, spec.index), None, None, None
         if spec.node is not None:
-            node_host = self._node_host(job, spec.node)
-            kwargs["network_mode"] = f"container:{node_host}"
-            name = f"{node_host}--{spec.role}-{spec.index}"
+            shared = self._node_host(job, spec.node)
+            name = f"{shared}--{spec.role}-{spec.index}"
         else:
-            kwargs["network"] = network
-            kwargs["hostname"] = name
-        if job.device_requests:
-            kwargs["device_requests"] = job.device_requests(spec)
+            hostname, net = name, network
         volumes = {**job.volumes, **(job.spec_volumes(spec) if job.spec_volumes else {})}
+        container = ContainerSpec(
+            image=job.image, command=tuple(job.command(spec)), name=name, hostname=hostname, network=net,
+            share_network_of=shared, env={**job.env, **spec.env}, labels=labels, mounts=volumes,
+            entrypoint=None if job.entrypoint is None else tuple(job.entrypoint),
+            gpus=job.gpus(spec) if job.gpus else None)
         try:
             with _interrupts_deferred():
-                return self.engine.client.containers.run(
-                    job.image, job.command(spec), name=name, detach=True, labels=dict(labels),
-                    environment={**job.env, **spec.env}, entrypoint=job.entrypoint,
-                    volumes={src: {"bind": dst, "mode": "rw"} for src, dst in volumes.items()},
-                    **kwargs,
-                )
-        except docker.errors.ImageNotFound:
-            raise EngineError(f"image {job.image} is not on this engine: build or pull it first") from None
-        except docker.errors.APIError as exc:
-            raise EngineError(f"cannot start replica {spec.name}: {exc.explanation or exc}") from None
+                return self.engine.start(container)
+        except EngineError as exc:
+            raise EngineError(f"cannot start replica {spec.name}: {exc.message}") from None
 
-    def _follow(self, name: str, container) -> None:
-        buf = b""
-        try:
-            for chunk in container.logs(stream=True, follow=True):
-                buf += chunk
-                while b"\n" in buf:
-                    line, buf = buf.split(b"\n", 1)
-                    self.on_log(name, line.decode("utf-8", "replace"))  # type: ignore[misc]
-        except docker.errors.APIError:
-            pass
+    def _follow(self, name: str, container: str) -> None:
+        for line in self.engine.follow(container):
+            self.on_log(name, line)  # type: ignore[misc]
 
-    def _wait(self, job: ReplicaJob, containers: Mapping[str, object], timeout: float) -> list[ReplicaResult]:
+    def _wait(self, job: ReplicaJob, containers: Mapping[str, str], timeout: float) -> list[ReplicaResult]:
         deadline = time.monotonic() + timeout
         waited = [s for s in job.specs if s.role in job.waits_for] or list(job.specs)
         codes: dict[str, int] = {}
@@ -219,22 +191,18 @@ class ReplicaRunner:
             for s in waited:
                 if s.name in codes:
                     continue
-                c = containers[s.name]
-                try:
-                    c.reload()
-                except docker.errors.NotFound:
+                state = self.engine.state(containers[s.name])
+                if state is None:
                     codes[s.name] = VANISHED  # removed behind our back: a failure, never a pass
-                    continue
-                if c.status in ("exited", "dead"):
-                    codes[s.name] = int(c.attrs["State"]["ExitCode"])
+                elif state.exit_code is not None:
+                    codes[s.name] = state.exit_code
             if any(code != 0 for code in codes.values()):
                 break  # one failed replica fails the job: don't wait out the others
-            time.sleep(0.3)
+            time.sleep(self.poll)
         results = []
         for s in job.specs:
-            try:
-                logs = containers[s.name].logs(stdout=True, stderr=True).decode("utf-8", "replace")
-            except docker.errors.NotFound:
+            logs = self.engine.logs(containers[s.name])
+            if logs is None:
                 logs = "trainimg: the replica's container disappeared before its logs were read"
             code = codes.get(s.name)
             timed_out = s in waited and code is None and not any(v != 0 for v in codes.values())

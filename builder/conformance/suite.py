@@ -17,12 +17,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-import docker.types
-
 from . import inimage
 from ..build.builder import versions_from_labels
-from ..engine.docker import DockerEngine
-from ..errors import EngineError, UserInputError
+from ..engine.base import ContainerSpec, Engine, GpuRequest
+from ..errors import UserInputError
 from ..options import TestOptions
 from .structure import structure_checks
 from .replicas import ReplicaJob, ReplicaResult, ReplicaRunner
@@ -74,24 +72,23 @@ def _built(labels: Mapping[str, str], kind: str) -> str | None:
     return versions_from_labels(labels).get(kind) or None
 
 
-def gpu_ready(engine: DockerEngine) -> tuple[int, str]:
+def gpu_ready(engine: Engine) -> tuple[int, str]:
     """(GPU count, reason when 0)."""
-    runtimes = engine.client.info().get("Runtimes", {})
     n = gpu_count()
     if n == 0:
         return 0, "no GPU"
-    if "nvidia" not in runtimes:
+    if not engine.gpu_runtime():
         return 0, f"{n} GPU(s) but the engine has no NVIDIA runtime (install nvidia-container-toolkit)"
     return n, ""
 
 
-def gpu_device_requests(index: int) -> list[docker.types.DeviceRequest]:
+def gpu_device_requests(index: int) -> GpuRequest:
     """`--gpus device=<index>`: one GPU per replica container."""
-    return [docker.types.DeviceRequest(device_ids=[str(index)], capabilities=[["gpu"]])]
+    return GpuRequest((index,))
 
 
 class Conformance:
-    def __init__(self, engine: DockerEngine, on_log: Callable[[str, str], None] | None = None) -> None:
+    def __init__(self, engine: Engine, on_log: Callable[[str, str], None] | None = None) -> None:
         self.engine = engine
         self.on_log = on_log
 
@@ -100,43 +97,27 @@ class Conformance:
         if info is None:
             raise UserInputError(f"no image {image!r} on this engine: build it (`trainimg build`) or pull it",
                                  where="test")
-        labels = info.get("Config", {}).get("Labels") or {}
-        expect = expectations(labels)
-        suite = Suite(name or labels.get(VARIANT_LABEL) or image, image, info["Id"], opts.platform,
+        expect = expectations(info.labels)
+        suite = Suite(name or info.labels.get(VARIANT_LABEL) or image, image, info.id, opts.platform,
                       opts.replicas)
-        suite.checks.extend(self._probe(info["Id"], expect))
-        suite.checks.append(self._allreduce(info["Id"], expect, opts))
-        suite.checks.extend(self._gpu_allreduce(info["Id"], expect, opts))
+        suite.checks.extend(self._probe(info.id, expect))
+        suite.checks.append(self._allreduce(info.id, expect, opts))
+        suite.checks.extend(self._gpu_allreduce(info.id, expect, opts))
         if opts.structure_tests:
-            suite.checks.extend(structure_checks(info["Id"], opts.structure_tests))
+            suite.checks.extend(structure_checks(info.id, opts.structure_tests))
         return suite
 
     # -- plumbing -------------------------------------------------------------------------------------------
-    @staticmethod
-    def _mounts() -> dict[str, dict[str, str]]:
-        return {src: {"bind": dst, "mode": "ro"} for src, dst in inimage.volumes().items()}
-
     def _probe(self, image_id: str, expect: dict[str, Any]) -> list[Check]:
         start = time.monotonic()
         cmd = inimage.command("probe", "--json", "--expect", json.dumps(expect))
-        env = {"PATH": inimage.PATH}
+        out = self.engine.run_command(ContainerSpec(image=image_id, command=tuple(cmd), ro_mounts=inimage.volumes(),
+                                                    env={"PATH": inimage.PATH}))
         try:
-            container = self.engine.client.containers.run(image_id, cmd, entrypoint=[], detach=True,
-                                                           network_mode="none", volumes=self._mounts(),
-                                                           environment=env)
-        except docker.errors.APIError as exc:
-            raise EngineError(f"cannot start the probe container: {exc.explanation or exc}") from None
-        try:
-            code = container.wait(timeout=300)["StatusCode"]
-            out = container.logs(stdout=True, stderr=False).decode("utf-8", "replace")
-            err = container.logs(stdout=False, stderr=True).decode("utf-8", "replace")
-        finally:
-            container.remove(force=True)
-        try:
-            results = json.loads(out)
+            results = json.loads(out.stdout)
         except json.JSONDecodeError:
-            last = (err.strip().splitlines() or ["no output"])[-1]
-            return [Check("probe", "failed", f"the probe did not run (exit {code}): {last[:300]}",
+            last = (out.stderr.strip().splitlines() or ["no output"])[-1]
+            return [Check("probe", "failed", f"the probe did not run (exit {out.exit_code}): {last[:300]}",
                           time.monotonic() - start)]
         return [Check(r["name"], r["status"], r.get("reason", ""), round(r.get("duration", 0.0), 3),
                       r.get("details", {})) for r in results]
@@ -159,7 +140,7 @@ class Conformance:
         return ReplicaJob(
             image=image_id, specs=specs, command=command, env={"PATH": inimage.PATH}, entrypoint=[],
             volumes=inimage.volumes(),
-            device_requests=(lambda s: gpu_device_requests(specs.index(s))) if gpus else None,
+            gpus=(lambda s: gpu_device_requests(specs.index(s))) if gpus else None,
         )
 
     def _allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions) -> Check:
@@ -196,14 +177,12 @@ class Conformance:
         from ..runtime.allreduce_bench import benchmark_command, parse_benchmark_output
 
         cmd = inimage.command(*benchmark_command(64 * 1024 * 1024, 20)[3:])
-        try:
-            out = self.engine.client.containers.run(
-                image_id, cmd, entrypoint=[], remove=True,
-                volumes=self._mounts(), device_requests=[docker.types.DeviceRequest(count=-1,
-                                                                                         capabilities=[["gpu"]])])
-        except docker.errors.ContainerError as exc:
-            return "failed", f"single-container NCCL all-reduce failed: {str(exc)[:300]}", {}
-        result = parse_benchmark_output(out.decode("utf-8", "replace"))
+        run = self.engine.run_command(ContainerSpec(image=image_id, command=tuple(cmd), ro_mounts=inimage.volumes(),
+                                                    gpus=GpuRequest()))
+        if run.exit_code != 0:
+            tail = (run.stderr.strip().splitlines() or [f"exit {run.exit_code}"])[-1]
+            return "failed", f"single-container NCCL all-reduce failed: {tail[:300]}", {}
+        result = parse_benchmark_output(run.stdout)
         return ("passed" if result.get("ok") else "failed",
                 f"{n} GPUs: busbw {result.get('busbw_gbps', 0):.1f} GB/s", result)
 

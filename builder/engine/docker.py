@@ -7,6 +7,7 @@ trainimg runs `docker` or talks to the daemon directly.
 
 from __future__ import annotations
 
+import ipaddress
 import os
 import re
 import shutil
@@ -14,17 +15,20 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
 from typing import Any
 
 import docker
 import docker.errors
+import docker.types
+import requests
 
 from ..errors import EngineError, UserInputError
-
+from .base import (BuildRequest, BuildResult, CommandResult, ContainerSpec, ContainerState, Engine, EngineLost,
+                   GpuRequest, ImageInfo, Listed)
 
 # A build step as BuildKit's plain log names it; FROM only resolves an image, and `[auth]` (credentials shared
 # for a registry cache import) is no step either.
@@ -33,34 +37,9 @@ _CACHED_RE = re.compile(r"^#(\d+) CACHED$")
 _COMPONENT_RE = re.compile(r"trainimg: component (\S+) could not be installed.*$")
 
 
-@dataclass(frozen=True)
-class BuildRequest:
-    """Everything one BuildKit build needs. Secrets are files passed by id; they never enter a layer."""
-
-    dockerfile: Path
-    context: Path
-    target: str
-    build_args: Mapping[str, str] = field(default_factory=dict)
-    secrets: Mapping[str, Path] = field(default_factory=dict)
-    network_host: bool = False
-    # Image labels: BuildKit writes them into the final config only, outside every step's cache key.
-    labels: Mapping[str, str] = field(default_factory=dict)
-    # Registry images whose inline cache metadata this build may reuse (ephemeral CI runners start empty).
-    cache_from: tuple[str, ...] = ()
-
-
 # Build arg that makes BuildKit write its cache metadata into the image config, so the pushed image serves as
 # `--cache-from` for the next build on another (empty) engine.
 INLINE_CACHE_ARG = "BUILDKIT_INLINE_CACHE"
-
-
-@dataclass(frozen=True)
-class BuildResult:
-    image_id: str
-    steps: int
-    cached: int
-    seconds: float
-    log: tuple[str, ...]
 
 
 def _find_cli() -> str:
@@ -83,8 +62,19 @@ def _find_cli() -> str:
                       "and set TRAINIMG_DOCKER_CLI=/usr/bin/docker")
 
 
-class DockerEngine:
-    """Docker through its CLI (BuildKit builds) and SDK (everything else)."""
+@contextmanager
+def _refusals(what: str) -> Iterator[None]:
+    """Every SDK or transport failure inside becomes one EngineError line naming what was being done."""
+    try:
+        yield
+    except docker.errors.DockerException as exc:
+        raise EngineError(f"{what}: {_short(exc)}") from None
+    except requests.RequestException as exc:
+        raise EngineError(f"{what}: the engine stopped answering ({type(exc).__name__})") from None
+
+
+class DockerEngine(Engine):
+    """Docker through its CLI (BuildKit builds, login) and SDK (everything else)."""
 
     def __init__(self, client: docker.DockerClient | None = None) -> None:
         self._client = client
@@ -106,41 +96,11 @@ class DockerEngine:
         return _find_cli()
 
     def build(self, req: BuildRequest, on_line: Callable[[str], None] | None = None) -> BuildResult:
-        """Run one BuildKit build. The image is not tagged: the caller tags only what fully succeeded, so an
-        interrupted or failed build never leaves a tag pointing at a half-made image."""
         self.client  # fail early, with the engine message, when no daemon answers
         with tempfile.TemporaryDirectory(prefix="trainimg-build-") as tmp:
             iidfile = Path(tmp) / "iid"
-            cmd = [self.cli, "build", "--progress", "plain", "-f", str(req.dockerfile), "--target", req.target,
-                   "--iidfile", str(iidfile)]
-            if req.network_host:
-                cmd += ["--network", "host"]
-            for key, value in sorted({**req.build_args, INLINE_CACHE_ARG: "1"}.items()):
-                cmd += ["--build-arg", f"{key}={value}"]
-            for key, value in sorted(req.labels.items()):
-                cmd += ["--label", f"{key}={value}"]
-            for ref in req.cache_from:
-                cmd += ["--cache-from", ref]
-            for sid, path in sorted(req.secrets.items()):
-                cmd += ["--secret", f"id={sid},src={path}"]
-            cmd.append(str(req.context))
-            env = {**os.environ, "DOCKER_BUILDKIT": "1"}
             start = time.monotonic()
-            log: list[str] = []
-            proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
-                                    start_new_session=True)
-            try:
-                assert proc.stdout is not None
-                for raw in proc.stdout:
-                    line = raw.rstrip("\n")
-                    log.append(line)
-                    if on_line:
-                        on_line(line)
-                code = proc.wait()
-            except BaseException:
-                os.killpg(proc.pid, signal.SIGTERM)
-                proc.wait()
-                raise
+            code, log = self._run_build(_build_command(self.cli, req, iidfile), on_line)
             seconds = time.monotonic() - start
             if code != 0 or not iidfile.exists():
                 raise EngineError(_failure(log, req.target), where=f"build {req.dockerfile.name}")
@@ -148,29 +108,203 @@ class DockerEngine:
             cached = {m.group(1) for line in log if (m := _CACHED_RE.match(line))} & steps
             return BuildResult(iidfile.read_text().strip(), len(steps), len(cached), seconds, tuple(log))
 
-    def image(self, ref: str) -> dict[str, Any] | None:
-        """The image's inspect data, or None when the engine has no such image."""
+    @staticmethod
+    def _run_build(cmd: list[str], on_line: Callable[[str], None] | None) -> tuple[int, list[str]]:
+        """Run the CLI build in its own process group (Ctrl-C stops the whole build) and collect its log."""
+        env = {**os.environ, "DOCKER_BUILDKIT": "1"}
+        log: list[str] = []
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env,
+                                start_new_session=True)
         try:
-            return self.client.api.inspect_image(ref)
+            assert proc.stdout is not None
+            for raw in proc.stdout:
+                line = raw.rstrip("\n")
+                log.append(line)
+                if on_line:
+                    on_line(line)
+            return proc.wait(), log
+        except BaseException:
+            os.killpg(proc.pid, signal.SIGTERM)
+            proc.wait()
+            raise
+
+    def image(self, ref: str) -> ImageInfo | None:
+        try:
+            attrs = self.client.api.inspect_image(ref)
         except docker.errors.ImageNotFound:
             return None
-        except docker.errors.APIError as exc:
+        except (docker.errors.DockerException, requests.RequestException) as exc:
             raise EngineError(f"cannot inspect {ref}: {_short(exc)}") from None
+        return ImageInfo(
+            id=attrs["Id"], labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
+            size=int(attrs.get("Size") or 0), repo_digests=tuple(attrs.get("RepoDigests") or ()),
+            layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()))
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
         if not repo or "/" in tag:
             repo, tag = ref, "latest"
-        self.client.api.tag(image_id, repo, tag, force=True)
+        with _refusals(f"cannot tag {image_id[:19]} as {ref}"):
+            self.client.api.tag(image_id, repo, tag, force=True)
 
-    def read_file(self, image: str, path: str) -> str:
-        """A file's text from inside an image, through a throwaway container without network."""
+    def run_command(self, spec: ContainerSpec, timeout: float = 300.0) -> CommandResult:
+        cid = self.start(spec)
         try:
-            out = self.client.containers.run(image, ["cat", path], entrypoint=[], remove=True, network_mode="none",
-                                             stdout=True, stderr=False)
-        except docker.errors.ContainerError as exc:
-            raise EngineError(f"{path} is not readable in {image}: {_short(exc)}") from None
-        return out.decode("utf-8")
+            with _refusals(f"the command in {spec.image[:40]} did not finish within {timeout:g} s"):
+                code = int(self.client.api.wait(cid, timeout=timeout)["StatusCode"])
+            with _refusals(f"cannot read the output of the command in {spec.image[:40]}"):
+                out = self.client.api.logs(cid, stdout=True, stderr=False)
+                err = self.client.api.logs(cid, stdout=False, stderr=True)
+        finally:
+            self.remove(cid)
+        return CommandResult(code, out.decode("utf-8", "replace"), err.decode("utf-8", "replace"))
+
+    def start(self, spec: ContainerSpec) -> str:
+        kwargs: dict[str, Any] = {}
+        if spec.share_network_of:
+            kwargs["network_mode"] = f"container:{spec.share_network_of}"
+        elif spec.network:
+            kwargs["network"] = spec.network
+        else:
+            kwargs["network_mode"] = "none"
+        if spec.gpus is not None:
+            kwargs["device_requests"] = device_requests(spec.gpus)
+        if spec.ports:
+            kwargs["ports"] = {f"{inside}/tcp": host for inside, host in spec.ports.items()}
+        volumes = {src: {"bind": dst, "mode": "rw"} for src, dst in spec.mounts.items()}
+        volumes.update({src: {"bind": dst, "mode": "ro"} for src, dst in spec.ro_mounts.items()})
+        what = f"cannot start {spec.name or 'a container'} from {spec.image[:40]}"
+        try:
+            container = self.client.containers.run(
+                spec.image, list(spec.command) or None, name=spec.name, hostname=spec.hostname, detach=True,
+                labels=dict(spec.labels), environment=dict(spec.env), volumes=volumes,
+                entrypoint=None if spec.entrypoint is None else list(spec.entrypoint), **kwargs)
+        except docker.errors.ImageNotFound:
+            raise EngineError(f"image {spec.image} is not on this engine: build or pull it first") from None
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            raise EngineError(f"{what}: {_short(exc)}") from None
+        return str(container.id)
+
+    def state(self, container: str) -> ContainerState | None:
+        try:
+            attrs = self.client.api.inspect_container(container)
+        except docker.errors.NotFound:
+            return None
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            raise EngineError(f"cannot inspect container {container[:12]}: {_short(exc)}") from None
+        st = attrs.get("State") or {}
+        running = st.get("Status") not in ("exited", "dead")
+        return ContainerState(running, None if running else int(st.get("ExitCode", 0)))
+
+    def logs(self, container: str) -> str | None:
+        try:
+            return self.client.api.logs(container, stdout=True, stderr=True).decode("utf-8", "replace")
+        except docker.errors.NotFound:
+            return None
+        except (docker.errors.DockerException, requests.RequestException) as exc:
+            raise EngineError(f"cannot read the logs of {container[:12]}: {_short(exc)}") from None
+
+    def follow(self, container: str) -> Iterator[str]:
+        buf = b""
+        try:
+            for chunk in self.client.api.logs(container, stream=True, follow=True):
+                buf += chunk
+                while b"\n" in buf:
+                    line, buf = buf.split(b"\n", 1)
+                    yield line.decode("utf-8", "replace")
+        except (docker.errors.DockerException, requests.RequestException):
+            return  # the container went away: its output ends here
+
+    def remove(self, container: str) -> None:
+        try:
+            self.client.api.remove_container(container, force=True)
+        except docker.errors.NotFound:
+            pass
+        except docker.errors.APIError as exc:
+            if exc.status_code != 409:  # 409: removal already in progress (someone else is removing it)
+                raise EngineError(f"cannot remove container {container[:12]}: {_short(exc)}") from None
+
+    def create_network(self, name: str, labels: Mapping[str, str]) -> None:
+        with _refusals(f"cannot create network {name}"):
+            self.client.api.create_network(name, driver="bridge", labels=dict(labels))
+
+    def remove_network(self, name: str) -> None:
+        try:
+            self.client.api.remove_network(name)
+        except docker.errors.APIError:
+            pass  # gone already, or a container still being removed holds it: the next run's reaper takes it
+
+    def containers(self, label: str) -> list[Listed]:
+        with _refusals("cannot list containers"):
+            found = self.client.api.containers(all=True, filters={"label": label})
+        return [Listed(c["Id"], (c.get("Names") or ["/"])[0].lstrip("/"), dict(c.get("Labels") or {}))
+                for c in found]
+
+    def networks(self, label: str) -> list[Listed]:
+        with _refusals("cannot list networks"):
+            found = self.client.api.networks(filters={"label": label})
+        return [Listed(n["Id"], n.get("Name", ""), dict(n.get("Labels") or {})) for n in found]
+
+    def gpu_runtime(self) -> bool:
+        with _refusals("cannot read the engine's settings"):
+            return "nvidia" in (self.client.info().get("Runtimes") or {})
+
+    def push(self, repository: str, tag: str, auth: Mapping[str, str] | None) -> Iterable[dict[str, Any]]:
+        """The SDK's push stream; a connection lost mid-stream is EngineLost (the push may be retried)."""
+        try:
+            yield from self.client.api.push(repository, tag=tag, stream=True, decode=True,
+                                            auth_config=dict(auth) if auth else None)
+        except requests.RequestException as exc:
+            raise EngineLost(f"the engine stopped reporting on the push of {repository}:{tag}: "
+                             f"{type(exc).__name__}") from None
+        except docker.errors.DockerException as exc:
+            raise EngineError(f"the engine refused to push {repository}:{tag}: {_short(exc)}") from None
+
+    def plain_http(self, host: str) -> bool:
+        try:
+            registry_config = self.client.info().get("RegistryConfig") or {}
+        except (docker.errors.DockerException, requests.RequestException):
+            return False
+        index = (registry_config.get("IndexConfigs") or {}).get(host)
+        if index is not None:
+            return not index.get("Secure", True)
+        try:
+            address = ipaddress.ip_address(host.rsplit(":", 1)[0])
+        except ValueError:
+            return False
+        return any(address in ipaddress.ip_network(cidr) for cidr in registry_config.get("InsecureRegistryCIDRs")
+                   or [])
+
+    def login(self, host: str, username: str, password: str) -> None:
+        """`docker login` with the password on stdin, so later pushes find it in the CLI's config.json."""
+        out = subprocess.run([self.cli, "login", host, "-u", username, "--password-stdin"], input=password,
+                             text=True, capture_output=True)
+        if out.returncode != 0:
+            raise EngineError(f"docker login {host} failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}")
+
+
+def device_requests(gpus: GpuRequest) -> list[docker.types.DeviceRequest]:
+    """`--gpus all` or `--gpus device=<i>,...` as the engine API spells it."""
+    if gpus.indexes is None:
+        return [docker.types.DeviceRequest(count=-1, capabilities=[["gpu"]])]
+    return [docker.types.DeviceRequest(device_ids=[str(i) for i in gpus.indexes], capabilities=[["gpu"]])]
+
+
+def _build_command(cli: str, req: BuildRequest, iidfile: Path) -> list[str]:
+    cmd = [cli, "build", "--progress", "plain", "-f", str(req.dockerfile), "--target", req.target,
+           "--iidfile", str(iidfile)]
+    if req.network_host:
+        cmd += ["--network", "host"]
+    for key, value in sorted({**req.build_args, INLINE_CACHE_ARG: "1"}.items()):
+        cmd += ["--build-arg", f"{key}={value}"]
+    for key, value in sorted(req.labels.items()):
+        cmd += ["--label", f"{key}={value}"]
+    for ref in req.cache_from:
+        cmd += ["--cache-from", ref]
+    for sid, path in sorted(req.secrets.items()):
+        cmd += ["--secret", f"id={sid},src={path}"]
+    cmd.append(str(req.context))
+    return cmd
 
 
 def _failure(log: list[str], target: str) -> str:

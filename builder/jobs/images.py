@@ -15,8 +15,8 @@ A name that is neither a known variant nor a reference with a path is refused, n
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from typing import Any
 
+from ..engine.base import ImageInfo
 from ..errors import UserInputError
 from ..runtime.contract import (
     ABSENT_LABEL,
@@ -33,7 +33,7 @@ from .shape import ImageFacts
 FRAMEWORK_CHOICES = ("pytorch", "tensorflow", "jax", "none")
 _REDUCTION_SERVER_PACKAGE = "google-reduction-server"
 
-Inspect = Callable[[str], Mapping[str, Any] | None]
+Inspect = Callable[[str], ImageInfo | None]
 
 
 def facts_from_variant(v: Variant) -> ImageFacts:
@@ -72,7 +72,7 @@ def resolve_image(image: str, *, variants: Mapping[str, Variant], lock: Mapping[
     if info is None:
         raise UserInputError(f"{image} is not a local image, so its labels cannot say its framework; "
                              f"add --framework {{{','.join(FRAMEWORK_CHOICES)}}}", where="--image")
-    facts = facts_from_labels((info.get("Config") or {}).get("Labels") or {})
+    facts = facts_from_labels(info.labels)
     if facts is None:
         raise UserInputError(f"{image} has no trainimg labels; add --framework {{{','.join(FRAMEWORK_CHOICES)}}}",
                              where="--image")

@@ -32,7 +32,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..conformance import inimage
-from ..engine.docker import DockerEngine
+from ..engine.base import Engine
 from ..errors import UserInputError
 from ..options import ENV_NAME, LOCAL, NO_TIMEOUT, JobOptions
 from ..conformance.replicas import ReplicaJob, ReplicaResult, ReplicaRunner
@@ -152,14 +152,14 @@ class Cancelled(Exception):
 class JobRunner(ReplicaRunner):
     """A ReplicaRunner that refuses to start replicas once `cancel` is set (an interrupted tune)."""
 
-    def __init__(self, engine: DockerEngine, on_log: OnLog | None, cancel: threading.Event | None = None) -> None:
+    def __init__(self, engine: Engine, on_log: OnLog | None, cancel: threading.Event | None = None) -> None:
         super().__init__(engine, on_log)
         self.cancel = cancel
 
-    def _start(self, job, spec, network, labels, started):  # type: ignore[override]
+    def _start(self, job: ReplicaJob, spec: ReplicaSpec, network: str, labels: Mapping[str, str]) -> str:
         if self.cancel is not None and self.cancel.is_set():
             raise Cancelled()
-        return super()._start(job, spec, network, labels, started)
+        return super()._start(job, spec, network, labels)
 
 
 def check_shape(opts: JobOptions) -> str:
@@ -188,11 +188,11 @@ def _specs(platform: str, replicas: int, ps: int | None, evaluators: int, trial:
         raise UserInputError(str(exc), where="--replicas") from None
 
 
-def image_id_of(engine: DockerEngine, image: str, verb: str) -> str:
+def image_id_of(engine: Engine, image: str, verb: str) -> str:
     info = engine.image(image)
     if info is None:
         raise UserInputError(f"no image {image!r} on this engine: build it (`trainimg build`) or pull it", where=verb)
-    return info["Id"]
+    return info.id
 
 
 def serialized(on_log: OnLog | None, prefix: str = "") -> OnLog | None:
@@ -208,7 +208,7 @@ def serialized(on_log: OnLog | None, prefix: str = "") -> OnLog | None:
     return log
 
 
-def run_job(engine: DockerEngine, image: str, opts: JobOptions, *, on_log: OnLog | None = None,
+def run_job(engine: Engine, image: str, opts: JobOptions, *, on_log: OnLog | None = None,
             state: Path | None = None) -> JobResult:
     """Run one job as `opts.platform` would (see the module doc).
     Raises UserInputError for bad input, EngineError when the engine refuses a container; a failing command is
@@ -218,7 +218,7 @@ def run_job(engine: DockerEngine, image: str, opts: JobOptions, *, on_log: OnLog
     return run_replicas(engine, image_id, image, opts, platform=platform, on_log=serialized(on_log), state=state)
 
 
-def run_replicas(engine: DockerEngine, image_id: str, image: str, opts: JobOptions, *, platform: str,
+def run_replicas(engine: Engine, image_id: str, image: str, opts: JobOptions, *, platform: str,
          on_log: OnLog | None, state: Path | None, chief_env: Mapping[str, str] | None = None,
          chief_volumes: Mapping[str, str] | None = None, cancel: threading.Event | None = None,
          started: Callable[[JobRunner], None] | None = None) -> JobResult:

@@ -28,10 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import docker.errors
-
 from ..conformance.replicas import purge
-from ..engine.docker import DockerEngine
+from ..engine.base import Engine
 from ..errors import EngineError, UserInputError
 from ..options import LOCAL, TuneOptions
 from ..state import state_dir
@@ -183,7 +181,7 @@ def last_value(records: Sequence[Mapping[str, Any]], tag: str) -> float | None:
     return None
 
 
-def tune(engine: DockerEngine, image: str, opts: TuneOptions, *, on_log: OnLog | None = None,
+def tune(engine: Engine, image: str, opts: TuneOptions, *, on_log: OnLog | None = None,
          on_trial: Callable[[Trial], None] | None = None, state: Path | None = None) -> TuneResult:
     """Grid-search `opts.params` (see the module doc). Trials run in threads, at most `opts.parallel` at once;
     without a platform each trial is one container, with one it is a distributed job (`run_job`). `on_log(name,
@@ -238,7 +236,7 @@ def _check(opts: TuneOptions) -> tuple[str | None, str]:
 class _Trials:
     """What every trial of one tune shares, the job runners now active (to purge on Ctrl-C), and the cancel flag."""
 
-    engine: DockerEngine
+    engine: Engine
     image_id: str
     image: str
     opts: TuneOptions
@@ -262,7 +260,7 @@ class _Trials:
             self._run_job(t, folder)
         except Cancelled:
             t.status, t.reason = "cancelled", "interrupted before it started"
-        except (docker.errors.DockerException, EngineError) as exc:
+        except EngineError as exc:
             t.status = "cancelled" if self.cancel.is_set() else "error"
             t.reason = "interrupted" if self.cancel.is_set() else str(exc)[:300]
         finally:
@@ -311,8 +309,8 @@ class _Trials:
             runners = list(self._active.values())
         for runner in runners:
             try:
-                purge(self.engine.client, runner.run_id)
-            except (docker.errors.DockerException, EngineError):
+                purge(self.engine, runner.run_id)
+            except EngineError:
                 pass
 
 

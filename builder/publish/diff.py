@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from ..engine.base import Engine, ImageInfo
 from ..errors import UserInputError
 from ..runtime.contract import VERSION_PREFIX
 
@@ -32,13 +33,13 @@ def _norm(value: Any) -> str | None:
     return None if value in (None, "", "none") else str(value)
 
 
-def _from_inspect(info: dict[str, Any]) -> dict[str, Any]:
-    labels = dict((info.get("Config") or {}).get("Labels") or {})
+def _from_inspect(info: ImageInfo) -> dict[str, Any]:
+    labels = dict(info.labels)
     return {
-        "image_id": info.get("Id"),
+        "image_id": info.id,
         "labels": {k: v for k, v in labels.items() if not k.startswith(VERSION_PREFIX)},
-        "layers": list((info.get("RootFS") or {}).get("Layers") or []),
-        "size": int(info.get("Size") or 0),
+        "layers": list(info.layers),
+        "size": info.size,
         "_versions": {k[len(VERSION_PREFIX):]: _norm(v) for k, v in labels.items() if k.startswith(VERSION_PREFIX)},
     }
 
@@ -52,7 +53,7 @@ def _lock_ref(ref: str, lock_path: str | os.PathLike[str] | None) -> tuple[Path,
     return None
 
 
-def load_side(engine: Any, ref: str, lock_path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
+def load_side(engine: Engine, ref: str, lock_path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """One side of a diff: {ref, source ('image'|'lock'), image_id, versions, labels, layers, size}."""
     from .lock import read_lock
 

@@ -18,12 +18,10 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-import docker
-import docker.errors
 import requests
-from docker.models.containers import Container
 
-from ..errors import RegistryError, UserInputError
+from ..engine.base import ContainerSpec, Engine, Listed
+from ..errors import EngineError, RegistryError, UserInputError
 from ..runtime.contract import REGISTRY_LABEL as _CONTAINER_LABEL
 
 REGISTRY_BINARY = "/usr/bin/docker-registry"
@@ -75,7 +73,8 @@ class RegistryStatus:
 class LocalRegistry:
     """A registry bound to 127.0.0.1:`port` whose whole state lives in `state_dir`."""
 
-    def __init__(self, state_dir: Path, port: int = 5000, username: str = "trainimg") -> None:
+    def __init__(self, state_dir: Path, port: int = 5000, username: str = "trainimg",
+                 engine: Engine | None = None) -> None:
         if not 1 <= port <= 65535:
             raise UserInputError(f"--port {port}: must be from 1 to 65535")
         self.state_dir = Path(state_dir)
@@ -89,6 +88,16 @@ class LocalRegistry:
         self.pid_path = self.state_dir / "registry.pid"
         self.log_path = self.state_dir / "registry.log"
         self.container_name = f"trainimg-registry-{port}"
+        self._engine = engine
+
+    @property
+    def engine(self) -> Engine:
+        """The engine for the fallback container; Docker unless one was given (created only when needed)."""
+        if self._engine is None:
+            from ..engine.docker import DockerEngine
+
+            self._engine = DockerEngine()
+        return self._engine
 
     # -- state ------------------------------------------------------------------------------------------------
 
@@ -120,14 +129,22 @@ class LocalRegistry:
             return None
         return pid
 
-    def _container(self) -> Container | None:
-        """Our fallback container, when the engine is reachable and has it running."""
+    def _containers(self) -> list[Listed]:
+        """Our fallback container(s), running or not; none when the engine is unreachable (status() must still
+        answer without one)."""
         try:
-            client = docker.from_env()
-            found = client.containers.list(filters={"name": self.container_name, "label": _CONTAINER_LABEL})
-        except docker.errors.DockerException:  # no engine means no container backend: status() must still answer
-            return None
-        return found[0] if found else None
+            found = self.engine.containers(_CONTAINER_LABEL)
+        except EngineError:
+            return []
+        return [c for c in found if c.name == self.container_name]
+
+    def _container(self) -> Listed | None:
+        """Our fallback container, when the engine is reachable and has it running."""
+        for c in self._containers():
+            state = self.engine.state(c.id)
+            if state is not None and state.running:
+                return c
+        return None
 
     def status(self) -> RegistryStatus:
         """Whether our registry runs, looked up from the pid file or the fallback container."""
@@ -188,25 +205,20 @@ class LocalRegistry:
 
     def _start_container(self) -> None:
         try:
-            client = docker.from_env()
-            client.images.get(REGISTRY_IMAGE)
-        except docker.errors.ImageNotFound:
-            raise RegistryError(f"no registry to run: install Debian's docker-registry package (apt-get install "
-                                f"docker-registry) or load the {REGISTRY_IMAGE} image") from None
-        except docker.errors.DockerException as exc:
-            raise RegistryError(f"{REGISTRY_BINARY} is missing and the Docker engine is unreachable: {exc}") from None
-        stale = client.containers.list(all=True, filters={"name": self.container_name, "label": _CONTAINER_LABEL})
-        for container in stale:
-            container.remove(force=True)
-        client.containers.run(
-            REGISTRY_IMAGE, detach=True, name=self.container_name, labels={_CONTAINER_LABEL: "1"},
-            ports={"5000/tcp": ("127.0.0.1", self.port)},
-            volumes={str(self.data_dir.resolve()): {"bind": "/var/lib/registry", "mode": "rw"},
-                     str(self.htpasswd_path.resolve()): {"bind": "/auth/htpasswd", "mode": "ro"}},
-            environment={"REGISTRY_AUTH": "htpasswd", "REGISTRY_AUTH_HTPASSWD_REALM": "trainimg",
-                         "REGISTRY_AUTH_HTPASSWD_PATH": "/auth/htpasswd",
-                         "REGISTRY_STORAGE_DELETE_ENABLED": "true"},
-        )
+            if self.engine.image(REGISTRY_IMAGE) is None:
+                raise RegistryError(f"no registry to run: install Debian's docker-registry package (apt-get install "
+                                    f"docker-registry) or load the {REGISTRY_IMAGE} image")
+        except EngineError as exc:
+            raise RegistryError(f"{REGISTRY_BINARY} is missing and the engine is unreachable: {exc}") from None
+        for stale in self._containers():
+            self.engine.remove(stale.id)
+        self.engine.start(ContainerSpec(
+            image=REGISTRY_IMAGE, command=(), entrypoint=None, name=self.container_name,
+            network="bridge", labels={_CONTAINER_LABEL: "1"}, ports={5000: ("127.0.0.1", self.port)},
+            mounts={str(self.data_dir.resolve()): "/var/lib/registry"},
+            ro_mounts={str(self.htpasswd_path.resolve()): "/auth/htpasswd"},
+            env={"REGISTRY_AUTH": "htpasswd", "REGISTRY_AUTH_HTPASSWD_REALM": "trainimg",
+                 "REGISTRY_AUTH_HTPASSWD_PATH": "/auth/htpasswd", "REGISTRY_STORAGE_DELETE_ENABLED": "true"}))
 
     def _wait_ready(self, timeout: float, process: subprocess.Popen[bytes] | None) -> None:
         """Poll `GET /v2/` until it answers 401 or 200; a registry that exits early reports its last log line."""
@@ -246,9 +258,8 @@ class LocalRegistry:
             except ProcessLookupError:
                 pass
             self.pid_path.unlink(missing_ok=True)
-        container = self._container()
-        if container is not None:
-            container.remove(force=True)
+        for container in self._containers():
+            self.engine.remove(container.id)
 
 
 def _is_zombie(pid: int) -> bool:

@@ -39,6 +39,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..engine.base import Engine
 from ..errors import CheckFailed, UserInputError
 from ..recipe.grammar import DIGEST_RE, VARIANT_TAG_RE
 
@@ -145,14 +146,13 @@ def cache_sources(entries: Mapping[str, LockEntry], variants: Iterable[str]) -> 
     return tuple(sorted(entries[name].pushed)[0] for name in variants if name in entries and entries[name].pushed)
 
 
-def base_digest(engine: Any, ref: str) -> str:
+def base_digest(engine: Engine, ref: str) -> str:
     """The resolved base: the image's first RepoDigest (``repo@sha256:...``) when it came from a registry, else its
-    image ID (``sha256:...``). `engine` is a DockerEngine (anything with `.image(ref) -> inspect dict | None`)."""
+    image ID (``sha256:...``)."""
     info = engine.image(ref)
     if info is None:
         raise UserInputError(f"base image {ref} is not on this engine", where="lock")
-    digests = info.get("RepoDigests") or []
-    return digests[0] if digests else info["Id"]
+    return info.repo_digests[0] if info.repo_digests else info.id
 
 
 def _digest_hex(digest: str) -> str:
@@ -163,7 +163,7 @@ def locked_base_tag(variant: str, digest: str) -> str:
     return f"{LOCKED_REPOSITORY}/{variant}:{_digest_hex(digest)[:12]}"
 
 
-def locked_bases(engine: Any, lock_path: str | os.PathLike[str], variants: Iterable[Any]) -> dict[str, str]:
+def locked_bases(engine: Engine, lock_path: str | os.PathLike[str], variants: Iterable[Any]) -> dict[str, str]:
     """For `build --locked`: {variant name: a local tag of the recorded base} for every root variant among
     `variants` (recipe Variants; those that `extends` another are skipped: they build on their parent).
 
@@ -189,7 +189,7 @@ def locked_bases(engine: Any, lock_path: str | os.PathLike[str], variants: Itera
             raise UserInputError(f"the locked base of {v.name}, {digest}, is not on this engine ({how})",
                                  where=str(lock_path))
         tag = locked_base_tag(v.name, digest)
-        engine.tag(info["Id"], tag)
+        engine.tag(info.id, tag)
         out[v.name] = tag
     if missing:
         raise UserInputError(f"no entry for {', '.join(missing)}: release them with --lock first, or build "
@@ -229,7 +229,7 @@ def lock_entry(build: Any, *, recipe: str, base_digest: str, suite: Any = None,
     )
 
 
-def record_release(path: str | os.PathLike[str], engine: Any, recipes: Any, builds: Iterable[Any],
+def record_release(path: str | os.PathLike[str], engine: Engine, recipes: Any, builds: Iterable[Any],
                    suites: Iterable[Any], pushed: Mapping[str, Any]) -> dict[str, LockEntry]:
     """What `release --lock FILE` calls after a successful push: an entry per build (suites matched by variant
     name, pushes by local tag: `pushed` as push_release returns it) merged into FILE."""
@@ -278,7 +278,7 @@ def moving_tags(tags: Iterable[str]) -> dict[str, str]:
     return best
 
 
-def push_release(client: Any, builds: Iterable[Any], target: Any, credentials: dict[str, str] | None,
+def push_release(engine: Engine, builds: Iterable[Any], target: Any, credentials: dict[str, str] | None,
                  gate: Callable[[str, str], Any] | None = None, *,
                  on_pushed: Callable[[str, Any], None] | None = None, **push_kwargs: Any) -> dict[str, Any]:
     """Push every build's immutable tag, then the moving tags; {local tag: registry.PushResult} in push order.
@@ -295,11 +295,11 @@ def push_release(client: Any, builds: Iterable[Any], target: Any, credentials: d
     results: dict[str, Any] = {}
 
     def one(local: str, image_id: str) -> Any:
-        image = client.images.get(local)
-        if image.id != image_id:
-            raise CheckFailed(f"{local} now points at {image.id[7:19]}, not the released {image_id[7:19]}: "
+        image = engine.image(local)
+        if image is None or image.id != image_id:
+            raise CheckFailed(f"{local} now points at {image.id[7:19] if image else 'nothing'}, not the released {image_id[7:19]}: "
                               "did another build retag it? nothing more pushed")
-        res = push(client, local, target, local, credentials=credentials,
+        res = push(engine, local, target, local, credentials=credentials,
                    gate=(lambda iid, t=local: gate(iid, t)) if gate else None, **push_kwargs)
         results[local] = res
         if on_pushed:
@@ -311,7 +311,7 @@ def push_release(client: Any, builds: Iterable[Any], target: Any, credentials: d
     for mt, tag in sorted(moving_tags(by_tag).items()):
         b = by_tag[tag]
         repo, _, version = mt.rpartition(":")
-        client.api.tag(b.image_id, repo, version, force=True)
+        engine.tag(b.image_id, mt)
         res = one(mt, b.image_id)
         if res.digest != results[tag].digest:
             raise CheckFailed(f"moving tag {res.ref} got digest {res.digest} but {results[tag].ref} is "

@@ -1,6 +1,6 @@
 """Pushing images to a registry and reading back what the registry holds.
 
-The Docker engine does the upload (it owns the layers); this module drives it through docker-py, reads the errors
+The engine does the upload (it owns the layers); this module drives it through the `Engine` interface, reads the errors
 that arrive *inside* the push stream, retries what is transient, and then asks the registry's own HTTP API (v2)
 which manifest digest it stores, so a push only counts when the registry and the engine agree on the digest and
 every blob of the manifest is really there.
@@ -13,21 +13,20 @@ from __future__ import annotations
 
 import base64
 import hashlib
-import ipaddress
 import logging
+import os
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urljoin
 
-import docker
-import docker.auth
-import docker.errors
 import requests
 
-from ..errors import EngineError, RegistryError, UserInputError
+from ..engine.base import Engine, EngineLost
+from ..errors import RegistryError, UserInputError
+from .credentials import stored_credentials
 from .references import RegistryTarget, split_tag
 
 log = logging.getLogger(__name__)
@@ -76,13 +75,11 @@ def resolve_credentials(
     username: str | None,
     password: str | None,
     docker_config_dir: str | None = None,
+    env: Mapping[str, str] | None = None,
 ) -> dict[str, str] | None:
-    """Credentials for `target`: explicit username+password, else the docker CLI's store, else None.
-
-    Falling back to `~/.docker/config.json` (plain `auths` entries and `credsStore`/`credHelpers` helpers) means a
-    person who ran `docker login` needs to pass nothing. Keys come back lowercase (`username`, `password`,
-    `identitytoken`, `serveraddress`), the form the engine's X-Registry-Auth header takes.
-    """
+    """Credentials for `target`: explicit username+password, else what `docker login` stored (found as the
+    docker CLI finds it, `credentials.stored_credentials`; `docker_config_dir` stands for `$DOCKER_CONFIG`),
+    else None. A person who ran `docker login` needs to pass nothing."""
     if username and password:
         return {"username": username, "password": password, "serveraddress": target.host}
     if username and not password:
@@ -90,19 +87,10 @@ def resolve_credentials(
                              "use --password-stdin")
     if password and not username:
         raise UserInputError("a registry password was given without --username")
-    config_path = f"{docker_config_dir.rstrip('/')}/config.json" if docker_config_dir else None
-    try:
-        config = docker.auth.load_config(config_path=config_path)
-        found = docker.auth.resolve_authconfig(config, target.host)
-    except docker.errors.DockerException as exc:
-        raise UserInputError(f"could not read docker credentials for {target.host}: {exc}") from None
-    if not found:
-        return None
-    creds = {k.lower(): v for k, v in found.items() if isinstance(v, str) and v}
-    if not creds.get("password") and not creds.get("identitytoken"):
-        return None
-    creds.setdefault("serveraddress", target.host)
-    return creds
+    env = dict(os.environ if env is None else env)
+    if docker_config_dir:
+        env["DOCKER_CONFIG"] = docker_config_dir
+    return stored_credentials(target.host, env)
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -335,23 +323,6 @@ def missing_blobs(target: RegistryTarget, tag: str, credentials: dict[str, str] 
 # Push
 
 
-def _engine_insecure(client: docker.DockerClient, target: RegistryTarget) -> bool:
-    """Whether the engine talks plain http to `target` (loopback, or listed in its insecure-registries)."""
-    try:
-        registry_config = client.info().get("RegistryConfig") or {}
-    except docker.errors.DockerException:
-        return False
-    index = (registry_config.get("IndexConfigs") or {}).get(target.host)
-    if index is not None:
-        return not index.get("Secure", True)
-    hostname = target.host.rsplit(":", 1)[0]
-    try:
-        address = ipaddress.ip_address(hostname)
-    except ValueError:
-        return False
-    return any(address in ipaddress.ip_network(cidr) for cidr in registry_config.get("InsecureRegistryCIDRs") or [])
-
-
 @dataclass
 class _StreamOutcome:
     digest: str | None = None
@@ -383,7 +354,7 @@ def _consume_push_stream(events: Iterable[dict[str, Any]], pushed: dict[str, int
     return outcome
 
 
-def _attempt(client: docker.DockerClient, api: _RegistryAPI, tag: str, pushed: dict[str, int],
+def _attempt(engine: Engine, api: _RegistryAPI, tag: str, pushed: dict[str, int],
              on_progress: Callable[[str], None] | None) -> str:
     """One push attempt; returns the digest the registry and the engine agree on or raises RegistryError."""
     target, creds = api.target, api.credentials
@@ -392,19 +363,16 @@ def _attempt(client: docker.DockerClient, api: _RegistryAPI, tag: str, pushed: d
     repository = target.repository(split_tag(tag)[0])
     api.check_access()
     try:
-        stream = client.api.push(repository_ref, tag=tag_part, stream=True, decode=True, auth_config=creds)
-        outcome = _consume_push_stream(stream, pushed, on_progress, creds)
-    except requests.RequestException as exc:
-        raise _Transient(f"the engine stopped reporting on the push to {target.host}: {type(exc).__name__}"
-                         ) from None
-    except docker.errors.APIError as exc:
-        raise EngineError(f"the engine refused to push {ref}: {_redact(str(exc.explanation or exc), creds)}") from None
+        outcome = _consume_push_stream(engine.push(repository_ref, tag_part, creds), pushed, on_progress, creds)
+    except EngineLost as exc:
+        raise _Transient(_redact(exc.message, creds)) from None
     if outcome.error is not None:
         raise _classify_stream_error(outcome.error, target.host, creds)
     remote = _remote_digest(api, repository, tag_part)
     if remote is None:
         raise _Transient(f"registry {target.host} does not list {ref} right after the push")
-    local_digests = {d.split("@", 1)[1] for d in client.images.get(ref).attrs.get("RepoDigests") or []
+    pushed_image = engine.image(ref)
+    local_digests = {d.split("@", 1)[1] for d in (pushed_image.repo_digests if pushed_image else ())
                      if d.split("@", 1)[0] == repository_ref}
     if remote not in local_digests or (outcome.digest and outcome.digest != remote):
         raise RegistryError(f"registry {target.host} serves {remote} for {ref} but the engine pushed "
@@ -417,7 +385,7 @@ def _attempt(client: docker.DockerClient, api: _RegistryAPI, tag: str, pushed: d
 
 
 def push(
-    client: docker.DockerClient,
+    engine: Engine,
     local_ref: str,
     target: RegistryTarget,
     tag: str,
@@ -437,29 +405,23 @@ def push(
     `timeout` bounds each HTTP call to the registry. The result's digest is what the registry serves and what the
     engine recorded, and every blob of that manifest answered 200.
     """
-    try:
-        image = client.images.get(local_ref)
-    except docker.errors.ImageNotFound:
-        raise UserInputError(f"no local image {local_ref}: build it first") from None
-    except docker.errors.APIError as exc:
-        raise EngineError(f"could not inspect {local_ref}: {exc.explanation or exc}") from None
+    image = engine.image(local_ref)
+    if image is None:
+        raise UserInputError(f"no local image {local_ref}: build it first")
     if gate is not None:
         gate(image.id)
     ref = target.ref(tag)
     repository_ref, _, tag_part = ref.rpartition(":")
-    if not target.insecure and _engine_insecure(client, target):
+    if not target.insecure and engine.plain_http(target.host):
         target = replace(target, insecure=True)
-    try:
-        image.tag(repository_ref, tag_part)
-    except docker.errors.APIError as exc:
-        raise EngineError(f"could not tag {local_ref} as {ref}: {exc.explanation or exc}") from None
+    engine.tag(image.id, ref)
     api = _RegistryAPI(target, credentials, timeout)
     pushed: dict[str, int] = {}
     attempts = 0
     while True:
         attempts += 1
         try:
-            digest = _attempt(client, api, tag, pushed, on_progress)
+            digest = _attempt(engine, api, tag, pushed, on_progress)
         except _Transient as exc:
             if attempts > retries:
                 raise RegistryError(f"{exc.message} (gave up after {attempts} attempts)") from None

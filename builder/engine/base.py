@@ -1,0 +1,196 @@
+"""The engine interface: the one door between trainimg and whatever runs containers.
+
+repo2docker's ContainerEngine is the model: a narrow abstract class with typed values in and out and one error
+(`EngineError`). `DockerEngine` (engine/docker.py) is the real implementation; tests also drive the conformance
+replicas through a small in-memory engine. Nothing above this package sees an SDK object, an SDK exception or the
+docker CLI, so no caller can make the engine's racy calls (list-then-inspect) by accident.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..errors import EngineError
+
+MANAGED_LABEL = "trainimg.managed"
+
+
+@dataclass(frozen=True)
+class BuildRequest:
+    """Everything one BuildKit build needs. Secrets are files passed by id; they never enter a layer."""
+
+    dockerfile: Path
+    context: Path
+    target: str
+    build_args: Mapping[str, str] = field(default_factory=dict)
+    secrets: Mapping[str, Path] = field(default_factory=dict)
+    network_host: bool = False
+    # Image labels: BuildKit writes them into the final config only, outside every step's cache key.
+    labels: Mapping[str, str] = field(default_factory=dict)
+    # Registry images whose inline cache metadata this build may reuse (ephemeral CI runners start empty).
+    cache_from: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class BuildResult:
+    image_id: str
+    steps: int
+    cached: int
+    seconds: float
+    log: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ImageInfo:
+    """What trainimg reads about a local image."""
+
+    id: str
+    labels: Mapping[str, str]
+    size: int = 0
+    repo_digests: tuple[str, ...] = ()
+    layers: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class GpuRequest:
+    """GPUs for one container: the devices with these indexes, or every GPU when `indexes` is None."""
+
+    indexes: tuple[int, ...] | None = None
+
+
+@dataclass(frozen=True)
+class ContainerSpec:
+    """One detached container. `network` names a network to join with `hostname`; `share_network_of` names a
+    container whose network namespace it joins instead (a pod's pause container); neither means no network."""
+
+    image: str
+    command: tuple[str, ...]
+    name: str | None = None
+    hostname: str | None = None
+    network: str | None = None
+    share_network_of: str | None = None
+    env: Mapping[str, str] = field(default_factory=dict)
+    labels: Mapping[str, str] = field(default_factory=dict)
+    mounts: Mapping[str, str] = field(default_factory=dict)  # host path -> container path, read-write
+    ro_mounts: Mapping[str, str] = field(default_factory=dict)  # host path -> container path, read-only
+    ports: Mapping[int, tuple[str, int]] = field(default_factory=dict)  # container port -> (host address, port)
+    entrypoint: tuple[str, ...] | None = ()  # () clears the image's ENTRYPOINT; None keeps it
+    gpus: GpuRequest | None = None
+
+
+@dataclass(frozen=True)
+class ContainerState:
+    """A container as the engine reports it now; `exit_code` is set once it has stopped."""
+
+    running: bool
+    exit_code: int | None
+
+
+@dataclass(frozen=True)
+class CommandResult:
+    """What a command run to completion in an image said."""
+
+    exit_code: int
+    stdout: str
+    stderr: str
+
+
+@dataclass(frozen=True)
+class Listed:
+    """A container or network from a listing: its id, name and labels as the listing gave them (no inspect)."""
+
+    id: str
+    name: str
+    labels: Mapping[str, str]
+
+
+class EngineLost(EngineError):
+    """The engine stopped answering in the middle of a stream (a push): the operation may be tried again."""
+
+
+class Engine(ABC):
+    """Build, inspect, run and push. Every failure the engine reports is raised as `EngineError`; absences that
+    callers expect (no such image, a container removed by someone else) are values, not exceptions."""
+
+    # -- images --------------------------------------------------------------------------------------------
+    @abstractmethod
+    def build(self, req: BuildRequest, on_line: Callable[[str], None] | None = None) -> BuildResult:
+        """Build `req.target`; the image is not tagged (the caller tags only what fully succeeded)."""
+
+    @abstractmethod
+    def image(self, ref: str) -> ImageInfo | None:
+        """The image named `ref` (tag or id), or None when the engine has none."""
+
+    @abstractmethod
+    def tag(self, image_id: str, ref: str) -> None:
+        """Point `ref` (``repo[:tag]``) at `image_id`, moving it if it exists."""
+
+    @abstractmethod
+    def run_command(self, spec: ContainerSpec, timeout: float = 300.0) -> CommandResult:
+        """Run `spec` to completion and remove its container, whatever happens (a timeout is EngineError)."""
+
+    def read_file(self, image: str, path: str) -> str:
+        """A file's text from inside an image, through a throwaway container without network."""
+        out = self.run_command(ContainerSpec(image=image, command=("cat", path)))
+        if out.exit_code != 0:
+            raise EngineError(f"{path} is not readable in {image}: {out.stderr.strip()[:300] or out.exit_code}")
+        return out.stdout
+
+    # -- containers and networks ---------------------------------------------------------------------------
+    @abstractmethod
+    def start(self, spec: ContainerSpec) -> str:
+        """Create and start a detached container; returns its id."""
+
+    @abstractmethod
+    def state(self, container: str) -> ContainerState | None:
+        """The container's state, or None when it no longer exists."""
+
+    @abstractmethod
+    def logs(self, container: str) -> str | None:
+        """Everything it printed (stdout and stderr), or None when it no longer exists."""
+
+    @abstractmethod
+    def follow(self, container: str) -> Iterator[str]:
+        """Its output lines as they come, until it stops or vanishes."""
+
+    @abstractmethod
+    def remove(self, container: str) -> None:
+        """Force-remove a container; one already gone is not an error."""
+
+    @abstractmethod
+    def create_network(self, name: str, labels: Mapping[str, str]) -> None:
+        """A fresh bridge network whose containers resolve each other by name."""
+
+    @abstractmethod
+    def remove_network(self, name: str) -> None:
+        """Remove a network; one already gone (or still in use by a container being removed) is not an error."""
+
+    @abstractmethod
+    def containers(self, label: str) -> list[Listed]:
+        """Containers carrying `label` (``key`` or ``key=value``), running or not, from one listing call: it
+        never inspects them one by one, so containers removed meanwhile cannot make it fail."""
+
+    @abstractmethod
+    def networks(self, label: str) -> list[Listed]:
+        """Networks carrying `label`, from one listing call (same guarantee as `containers`)."""
+
+    @abstractmethod
+    def gpu_runtime(self) -> bool:
+        """Whether the engine can give containers GPUs (it has the NVIDIA runtime)."""
+
+    # -- registries ----------------------------------------------------------------------------------------
+    @abstractmethod
+    def push(self, repository: str, tag: str, auth: Mapping[str, str] | None) -> Iterable[dict[str, Any]]:
+        """Push ``repository:tag``; yields the engine's progress events (``status``, ``error``, ``aux``)."""
+
+    @abstractmethod
+    def plain_http(self, host: str) -> bool:
+        """Whether the engine talks plain http to registry `host` (its insecure-registries, or loopback)."""
+
+    @abstractmethod
+    def login(self, host: str, username: str, password: str) -> None:
+        """Log the engine's client in (its config.json), as `docker login` does."""
