@@ -9,7 +9,7 @@ REGISTRY ?= localhost:5000
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test lint setup install render check registry-start registry-stop clean bench
+.PHONY: demo test lint setup install render check registry-start registry-stop clean bench stress
 
 demo: setup install
 	trainimg validate
@@ -35,6 +35,10 @@ lint: install
 
 bench: setup install
 	$(PYTHON) benchmarks/bench.py $(BENCH_ARGS)
+
+# Not in CI: 60 concurrent `trainimg test` runs of a good image; false failures and leftovers must both be 0.
+stress: setup install
+	$(PYTHON) benchmarks/stress.py
 
 setup:
 	bash .ci/setup-host

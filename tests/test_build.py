@@ -8,7 +8,9 @@ history and the build log are searched for them.
 
 from __future__ import annotations
 
+import base64
 import json
+import os
 import re
 import subprocess
 import tarfile
@@ -369,6 +371,44 @@ def test_push_without_credentials_fails_with_its_own_message(cpu_image: str, sta
     assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
     line = one_line(r.stderr)
     assert "asks for credentials" in line and "rejected" not in line, line
+
+
+def test_docker_config_set_means_that_folder_only(cpu_image: str, state_env: dict[str, str], registry: RegistryLogin,
+                                                 pushed_refs: None, tmp_path: Path) -> None:
+    """As the docker CLI: with DOCKER_CONFIG set, a login in ~/.docker/config.json is not used; that folder's
+    config.json is, with its `auths`, or a `credHelpers` program (which wins over `auths`)."""
+    t = trainimg("test", CPU_TAG, "--replicas", "2", "--progress", "quiet", env=state_env, timeout=300)
+    assert t.returncode == 0, t.stderr[-3000:]
+    auth = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
+    login = json.dumps({"auths": {f"http://{registry.host}": {"auth": auth}}})
+    home = tmp_path / "home"
+    (home / ".docker").mkdir(parents=True)
+    (home / ".docker" / "config.json").write_text(login)
+    isolated = tmp_path / "ci-docker-config"
+    isolated.mkdir()
+    env = {k: v for k, v in state_env.items() if k != "TRAINIMG_REGISTRY_PASSWORD"}
+    env.update(HOME=str(home), DOCKER_CONFIG=str(isolated))
+    r, _ = push(CPU_VARIANT, registry, env)
+    assert r.returncode == 1, (r.returncode, r.stdout, r.stderr)
+    assert "asks for credentials" in one_line(r.stderr), r.stderr
+    (isolated / "config.json").write_text(login)
+    r, _ = push(CPU_VARIANT, registry, env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert one_line(r.stdout).startswith(f"pushed {registry.host}/{CPU_TAG}@sha256:"), r.stdout
+    # A credential helper named for the host replaces the auths entry (here a wrong one), as in the CLI.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    helper = bin_dir / "docker-credential-trainimgtest"
+    answer = json.dumps({"ServerURL": registry.host, "Username": registry.username, "Secret": registry.password})
+    helper.write_text(f"#!/bin/sh\n[ \"$1\" = get ] && read host && [ \"$host\" = {registry.host} ] && "
+                      f"echo '{answer}' && exit 0\necho 'credentials not found in native keychain'; exit 1\n")
+    helper.chmod(0o755)
+    wrong = base64.b64encode(f"{registry.username}:wrong".encode()).decode()
+    (isolated / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": wrong}},
+                                                      "credHelpers": {registry.host: "trainimgtest"}}))
+    r, _ = push(CPU_VARIANT, registry, {**env, "PATH": f"{bin_dir}:{env.get('PATH', os.environ['PATH'])}"})
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert registry.password not in r.stdout + r.stderr
 
 
 def test_push_to_an_unreachable_registry_fails_within_60s(cpu_image: str, state_env: dict[str, str],

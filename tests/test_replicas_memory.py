@@ -184,7 +184,8 @@ def test_allreduce_verdicts(got: Callable[[int], int | None], exit_code: int, st
                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(ReplicaRunner, "poll", 0.01)
     engine = MemoryEngine(script=allreduce_script(got, exit_code), images={"mem:latest": IMAGE})
-    suite = conformance.Conformance(engine).run("mem:latest", conformance.TestOptions(platform="aiplatform", replicas=2, timeout=30))
+    opts = conformance.TestOptions(platform="aiplatform", replicas=2, timeout=30)
+    suite = conformance.Conformance(engine).run("mem:latest", opts)
     check = next(c for c in suite.checks if c.name == "allreduce_aiplatform_x2")
     assert check.status == status and reason in check.reason, check.reason
     assert engine.leftovers() == []
@@ -198,7 +199,8 @@ def test_a_replica_that_vanished_is_a_failed_check(monkeypatch: pytest.MonkeyPat
         return Outcome(vanish=True, seconds=0.02)
 
     engine = MemoryEngine(script=script, images={"mem:latest": IMAGE})
-    suite = conformance.Conformance(engine).run("mem:latest", conformance.TestOptions(platform="vertex", replicas=2, timeout=30))
+    opts = conformance.TestOptions(platform="vertex", replicas=2, timeout=30)
+    suite = conformance.Conformance(engine).run("mem:latest", opts)
     check = next(c for c in suite.checks if c.name.startswith("allreduce_vertex"))
     assert check.status == "failed" and f"exited {VANISHED}" in check.reason
     assert engine.leftovers() == []

@@ -63,7 +63,7 @@ def _owner_alive(owner: str) -> bool:
         return True  # another machine's run: not ours to judge
     try:
         os.kill(int(pid), 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: no process can have that id
         return False
     except PermissionError:
         return True

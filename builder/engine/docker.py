@@ -100,7 +100,15 @@ class DockerEngine(Engine):
         with tempfile.TemporaryDirectory(prefix="trainimg-build-") as tmp:
             iidfile = Path(tmp) / "iid"
             start = time.monotonic()
-            code, log = self._run_build(_build_command(self.cli, req, iidfile), on_line)
+            cmd = _build_command(self.cli, req, iidfile)
+            code, log = self._run_build(cmd, on_line)
+            if code != 0 and lost_session(log):
+                # BuildKit shares identical steps between concurrent builds (other users' included); when the
+                # client session a shared step reads from goes away, the build fails with a transport error
+                # instead of its own. Failures are not cached: once more re-runs the step and shows its verdict.
+                if on_line:
+                    on_line(f"trainimg: BuildKit lost a session ({lost_session(log)}); building once more")
+                code, log = self._run_build(cmd, on_line)
             seconds = time.monotonic() - start
             if code != 0 or not iidfile.exists():
                 raise EngineError(_failure(log, req.target), where=f"build {req.dockerfile.name}")
@@ -307,8 +315,26 @@ def _build_command(cli: str, req: BuildRequest, iidfile: Path) -> list[str]:
     return cmd
 
 
+_TRANSPORT_RE = re.compile(r"rpc error: code = (?:Internal|Unavailable|Canceled) desc = (.*(?:EOF|transport is closing"
+                           r"|connection reset|context canceled).*)$")
+
+
+def lost_session(log: list[str]) -> str:
+    """The transport error a failed build ended with when BuildKit hid the build's own error behind it; "" when
+    the log ends with a step's real failure (an executor error) or nothing of the kind."""
+    tail = [line for line in log[-15:] if line.strip()]
+    if any("executor failed running" in line or "did not complete successfully" in line for line in tail):
+        return ""
+    found = next((m for line in reversed(tail) if (m := _TRANSPORT_RE.search(line))), None)
+    return found.group(0)[:200] if found else ""
+
+
 def _failure(log: list[str], target: str) -> str:
     """One line saying why a build failed, from BuildKit's plain log."""
+    lost = lost_session(log)
+    if lost:
+        return (f"stage {target} failed: BuildKit lost its client session twice ({lost}), so the build's own "
+                "error is unknown: run the build again")
     for line in reversed(log):
         m = _COMPONENT_RE.search(line)
         if m:
