@@ -15,8 +15,16 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from trainimg.engine.base import (BuildRequest, BuildResult, CommandResult, ContainerSpec, ContainerState, Engine,
-                                  ImageInfo, Listed)
+from trainimg.engine.base import (
+    BuildRequest,
+    BuildResult,
+    CommandResult,
+    ContainerSpec,
+    ContainerState,
+    Engine,
+    ImageInfo,
+    Listed,
+)
 from trainimg.errors import EngineError
 
 

@@ -14,7 +14,6 @@ import uuid
 from pathlib import Path
 
 import pytest
-
 from trainimg.engine.base import BuildRequest
 from trainimg.engine.docker import DockerEngine, lost_session
 from trainimg.errors import EngineError

@@ -17,7 +17,6 @@ from collections.abc import Iterator
 
 import docker
 import pytest
-
 from brokenimages import owned_by
 from trainimg.conformance.replicas import OWNER_LABEL, RUN_LABEL, reap_leftovers
 from trainimg.engine.docker import DockerEngine

@@ -16,11 +16,16 @@ import time
 from collections.abc import Callable
 
 import pytest
-
 from memory_engine import MemoryEngine, Outcome
-from trainimg.conformance.replicas import (OWNER_LABEL, RUN_LABEL, VANISHED, ReplicaJob, ReplicaRunner,
-                                           reap_leftovers)
 from trainimg.conformance import suite as conformance
+from trainimg.conformance.replicas import (
+    OWNER_LABEL,
+    RUN_LABEL,
+    VANISHED,
+    ReplicaJob,
+    ReplicaRunner,
+    reap_leftovers,
+)
 from trainimg.engine.base import ContainerSpec, ImageInfo
 from trainimg.errors import EngineError
 from trainimg.runtime.topology import replica_specs

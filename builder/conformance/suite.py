@@ -17,14 +17,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from . import inimage
 from ..build.builder import versions_from_labels
 from ..engine.base import ContainerSpec, Engine, GpuRequest
 from ..errors import UserInputError
 from ..options import TestOptions
-from .structure import structure_checks
-from .replicas import ReplicaJob, ReplicaResult, ReplicaRunner
-from .report import Check, Suite
 from ..recipe.compat import load_compat
 from ..runtime.contract import (
     ABSENT_LABEL,
@@ -36,7 +32,10 @@ from ..runtime.contract import (
 )
 from ..runtime.gpus import gpu_count
 from ..runtime.topology import ReplicaSpec, replica_specs
-
+from . import inimage
+from .replicas import ReplicaJob, ReplicaResult, ReplicaRunner
+from .report import Check, Suite
+from .structure import structure_checks
 
 
 def expectations(labels: Mapping[str, str]) -> dict[str, Any]:
@@ -124,7 +123,7 @@ class Conformance:
 
     def _job(self, image_id: str, expect: dict[str, Any], opts: TestOptions, runner: ReplicaRunner,
              gpus: bool = False) -> ReplicaJob:
-        framework = expect.get("framework")
+        framework = str(expect.get("framework"))
         specs = replica_specs(opts.platform, opts.replicas, hosts=runner.host)
         backend = "nccl" if gpus else "gloo"
         # --framework tells the launcher how to start N local processes (torchrun, itself, or one TF worker).

@@ -27,8 +27,18 @@ import docker.types
 import requests
 
 from ..errors import EngineError, UserInputError
-from .base import (BuildRequest, BuildResult, CommandResult, ContainerSpec, ContainerState, Engine, EngineLost,
-                   GpuRequest, ImageInfo, Listed)
+from .base import (
+    BuildRequest,
+    BuildResult,
+    CommandResult,
+    ContainerSpec,
+    ContainerState,
+    Engine,
+    EngineLost,
+    GpuRequest,
+    ImageInfo,
+    Listed,
+)
 
 # A build step as BuildKit's plain log names it; FROM only resolves an image, and `[auth]` (credentials shared
 # for a registry cache import) is no step either.
@@ -52,9 +62,10 @@ def _find_cli() -> str:
         return explicit
     candidates = [c for c in (shutil.which("docker"), "/usr/bin/docker") if c and os.access(c, os.X_OK)]
     for cli in dict.fromkeys(candidates):
-        if subprocess.run([cli, "buildx", "version"], capture_output=True).returncode == 0:
+        if subprocess.run([cli, "buildx", "version"], capture_output=True, check=False).returncode == 0:
             return cli
-        out = subprocess.run([cli, "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True)
+        out = subprocess.run([cli, "version", "--format", "{{.Client.Version}}"], capture_output=True, text=True,
+                             check=False)
         major = out.stdout.strip().split(".")[0]
         if major.isdigit() and int(major) < 23:
             return cli
@@ -96,7 +107,7 @@ class DockerEngine(Engine):
         return _find_cli()
 
     def build(self, req: BuildRequest, on_line: Callable[[str], None] | None = None) -> BuildResult:
-        self.client  # fail early, with the engine message, when no daemon answers
+        _ = self.client  # fail early, with the engine message, when no daemon answers
         with tempfile.TemporaryDirectory(prefix="trainimg-build-") as tmp:
             iidfile = Path(tmp) / "iid"
             start = time.monotonic()
@@ -286,7 +297,7 @@ class DockerEngine(Engine):
     def login(self, host: str, username: str, password: str) -> None:
         """`docker login` with the password on stdin, so later pushes find it in the CLI's config.json."""
         out = subprocess.run([self.cli, "login", host, "-u", username, "--password-stdin"], input=password,
-                             text=True, capture_output=True)
+                             text=True, capture_output=True, check=False)
         if out.returncode != 0:
             raise EngineError(f"docker login {host} failed: {(out.stderr.strip().splitlines() or ['?'])[-1]}")
 

@@ -310,7 +310,6 @@ def push_release(engine: Engine, builds: Iterable[Any], target: Any, credentials
         one(b.tag, b.image_id)
     for mt, tag in sorted(moving_tags(by_tag).items()):
         b = by_tag[tag]
-        repo, _, version = mt.rpartition(":")
         engine.tag(b.image_id, mt)
         res = one(mt, b.image_id)
         if res.digest != results[tag].digest:

@@ -411,7 +411,6 @@ def push(
     if gate is not None:
         gate(image.id)
     ref = target.ref(tag)
-    repository_ref, _, tag_part = ref.rpartition(":")
     if not target.insecure and engine.plain_http(target.host):
         target = replace(target, insecure=True)
     engine.tag(image.id, ref)
