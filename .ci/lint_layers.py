@@ -24,7 +24,8 @@ Rules checked (each violation is printed as `file:line: message`; exit 1 if any)
 3. the runtime imports nothing from the host package: at module level only the standard library and its own
    modules (it runs in images as `trainimg_runtime`); inside a function it may also import the frameworks it
    exercises in the image (FRAMEWORKS below);
-4. inside the package, imports of the package itself are relative (mypy checks the folder, images rename it).
+4. inside the package, imports of the package itself are relative (mypy checks the folder, images rename it);
+5. only the engine implementation (ENGINE_MODULE) imports the docker SDK: everything else takes `engine.base.Engine`.
 A top-level module missing from LAYERS is a violation too: place it in the table when you add it.
 Standard library only.
 """
@@ -54,6 +55,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("pipeline",),
     ("cli", "__main__", "__init__"),
 )
+ENGINE_MODULE = f"{PACKAGE}.engine.docker"
 RANK = {name: rank for rank, names in enumerate(LAYERS) for name in names}
 # Imported by the runtime only inside the checks that exercise them, in an image that has them.
 FRAMEWORKS = frozenset({"torch", "tensorflow", "jax", "numpy", "hypertune"})
@@ -126,6 +128,9 @@ def edges_of(path: Path, package_dir: Path, known: set[str], problems: list[str]
         for name in names:
             if name.split(".")[0] == PACKAGE:
                 problems.append(f"{rel}:{node.lineno}: absolute import of {name}: use a relative import")
+            elif name.split(".")[0] == "docker" and module != ENGINE_MODULE:
+                problems.append(f"{rel}:{node.lineno}: imports {name}: only {ENGINE_MODULE} talks to Docker; "
+                                "take an engine.base.Engine")
             elif top(module) == "runtime":
                 check_runtime_import(name, in_function, f"{rel}:{node.lineno}", problems)
     return edges

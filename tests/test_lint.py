@@ -72,6 +72,20 @@ def test_layer_violations_are_each_reported_with_file_and_line(tmp_path: Path) -
     assert len(lines) == 8, lines
 
 
+def test_only_the_engine_implementation_imports_docker(tmp_path: Path) -> None:
+    package = make_package(tmp_path, CLEAN | {
+        "engine/__init__.py": "",
+        "engine/docker.py": "import docker\nimport docker.errors\n",
+        "conformance/__init__.py": "",
+        "conformance/replicas.py": "from ..engine import docker as engine_docker\n\n\ndef f() -> None:\n"
+                                   "    from docker.errors import NotFound\n",
+    })
+    rc, lines = lint("lint_layers.py", package)
+    assert rc == 1
+    assert lines == ["builder/conformance/replicas.py:5: imports docker.errors: only trainimg.engine.docker talks "
+                     "to Docker; take an engine.base.Engine"], lines
+
+
 @pytest.mark.parametrize("hidden", ["def later() -> None:\n    from .a import x\n",
                                     "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n    from .a import x\n"])
 def test_a_cycle_is_found_even_when_an_import_is_hidden(tmp_path: Path, hidden: str) -> None:
