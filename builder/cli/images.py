@@ -53,7 +53,7 @@ def _installed(variants: list[Variant]) -> dict[str, dict[str, str | None]]:
     try:
         for v in variants:
             info = engine.image(v.tag)
-            labels = (info or {}).get("Config", {}).get("Labels") or {}
+            labels = info.labels if info else {}
             if labels.get(VARIANT_LABEL) == v.name:
                 out[v.tag] = versions_from_labels(labels)
     except EngineError:
