@@ -21,8 +21,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from trainimg.conformance.replicas import OWNER_LABEL, RUN_LABEL
 from trainimg.engine.docker import DockerEngine
+from trainimg.runtime.contract import OWNER_LABEL, RUN_LABEL
 from trainimg.runtime.topology import PLATFORMS
 
 ROOT = Path(__file__).resolve().parent.parent

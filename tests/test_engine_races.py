@@ -18,8 +18,9 @@ from collections.abc import Iterator
 import docker
 import pytest
 from brokenimages import owned_by
-from trainimg.conformance.replicas import OWNER_LABEL, RUN_LABEL, reap_leftovers
+from trainimg.conformance.replicas import reap_leftovers
 from trainimg.engine.docker import DockerEngine
+from trainimg.runtime.contract import OWNER_LABEL, RUN_LABEL
 
 pytestmark = pytest.mark.engine
 LOCAL_BASE = "local/debian:bookworm"

@@ -18,9 +18,9 @@ import docker
 import pytest
 from conftest_registry import RegistryLogin
 from faultproxy import FaultProxy
-
 from trainimg.engine.docker import DockerEngine
 from trainimg.errors import RegistryError, UserInputError
+from trainimg.publish.credentials import resolve_credentials
 from trainimg.publish.localregistry import LocalRegistry
 from trainimg.publish.push import (
     PushResult,
@@ -29,7 +29,6 @@ from trainimg.publish.push import (
     push,
     remote_digest,
     remote_tags,
-    resolve_credentials,
 )
 
 BLOB_OR_MANIFEST = r"^(HEAD|GET|PUT|POST|PATCH) /v2/.+/(manifests|blobs)/"

@@ -91,7 +91,7 @@ def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: i
 
 
 def _credentials(registry, username: str | None, password_stdin: bool, env: Mapping[str, str]):
-    from ..publish.push import resolve_credentials
+    from ..publish.credentials import resolve_credentials
 
     password = None
     if password_stdin:

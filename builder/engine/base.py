@@ -16,8 +16,6 @@ from typing import Any
 
 from ..errors import EngineError
 
-MANAGED_LABEL = "trainimg.managed"
-
 
 @dataclass(frozen=True)
 class BuildRequest:

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserInputError
+from .references import RegistryTarget
 
 HELPER_PREFIX = "docker-credential-"
 _IDENTITY_TOKEN_USER = "<token>"  # a helper's Username when Secret is an identity token
@@ -108,3 +109,26 @@ def stored_credentials(host: str, env: Mapping[str, str]) -> dict[str, str] | No
         return None
     creds.setdefault("serveraddress", host)
     return creds
+
+
+def resolve_credentials(
+    target: RegistryTarget,
+    username: str | None,
+    password: str | None,
+    docker_config_dir: str | None = None,
+    env: Mapping[str, str] | None = None,
+) -> dict[str, str] | None:
+    """Credentials for `target`: explicit username+password, else what `docker login` stored (found as the
+    docker CLI finds it, `stored_credentials`; `docker_config_dir` stands for `$DOCKER_CONFIG`),
+    else None. A person who ran `docker login` needs to pass nothing."""
+    if username and password:
+        return {"username": username, "password": password, "serveraddress": target.host}
+    if username and not password:
+        raise UserInputError(f"--username {username} given without a password: set TRAINIMG_REGISTRY_PASSWORD or "
+                             "use --password-stdin")
+    if password and not username:
+        raise UserInputError("a registry password was given without --username")
+    env = dict(os.environ if env is None else env)
+    if docker_config_dir:
+        env["DOCKER_CONFIG"] = docker_config_dir
+    return stored_credentials(target.host, env)

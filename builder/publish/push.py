@@ -14,10 +14,9 @@ from __future__ import annotations
 import base64
 import hashlib
 import logging
-import os
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field, replace
 from typing import Any
 from urllib.parse import urljoin
@@ -26,7 +25,6 @@ import requests
 
 from ..engine.base import Engine, EngineLost
 from ..errors import RegistryError, UserInputError
-from .credentials import stored_credentials
 from .references import RegistryTarget, split_tag
 
 log = logging.getLogger(__name__)
@@ -68,29 +66,6 @@ class PushResult:
     digest: str
     bytes_uploaded: int
     attempts: int
-
-
-def resolve_credentials(
-    target: RegistryTarget,
-    username: str | None,
-    password: str | None,
-    docker_config_dir: str | None = None,
-    env: Mapping[str, str] | None = None,
-) -> dict[str, str] | None:
-    """Credentials for `target`: explicit username+password, else what `docker login` stored (found as the
-    docker CLI finds it, `credentials.stored_credentials`; `docker_config_dir` stands for `$DOCKER_CONFIG`),
-    else None. A person who ran `docker login` needs to pass nothing."""
-    if username and password:
-        return {"username": username, "password": password, "serveraddress": target.host}
-    if username and not password:
-        raise UserInputError(f"--username {username} given without a password: set TRAINIMG_REGISTRY_PASSWORD or "
-                             "use --password-stdin")
-    if password and not username:
-        raise UserInputError("a registry password was given without --username")
-    env = dict(os.environ if env is None else env)
-    if docker_config_dir:
-        env["DOCKER_CONFIG"] = docker_config_dir
-    return stored_credentials(target.host, env)
 
 
 # ----------------------------------------------------------------------------------------------------------------
