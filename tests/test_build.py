@@ -400,7 +400,8 @@ def test_docker_config_set_means_that_folder_only(cpu_image: str, state_env: dic
     bin_dir.mkdir()
     helper = bin_dir / "docker-credential-trainimgtest"
     answer = json.dumps({"ServerURL": registry.host, "Username": registry.username, "Secret": registry.password})
-    helper.write_text(f"#!/bin/sh\n[ \"$1\" = get ] && read host && [ \"$host\" = {registry.host} ] && "
+    # The CLI writes the server to the helper's stdin without a newline, as trainimg does.
+    helper.write_text(f"#!/bin/sh\n[ \"$1\" = get ] && host=$(cat) && [ \"$host\" = {registry.host} ] && "
                       f"echo '{answer}' && exit 0\necho 'credentials not found in native keychain'; exit 1\n")
     helper.chmod(0o755)
     wrong = base64.b64encode(f"{registry.username}:wrong".encode()).decode()
