@@ -64,7 +64,9 @@ def one(run: Run, env: dict[str, str], replicas: int, stagger: Stagger) -> Run:
     run.pid = proc.pid
     out, err = proc.communicate()
     run.code, run.seconds = proc.returncode, time.monotonic() - began
-    run.tail = (err.strip() or out.strip()).splitlines()[-1:][0][:300] if (err.strip() or out.strip()) else ""
+    said = (err.strip() or out.strip()).splitlines()
+    run.tail = said[-1][:300] if said else ""
+    print(f"run {run.index:>3} {run.platform:<10} exit {run.code} in {run.seconds:5.1f}s", flush=True)
     return run
 
 
