@@ -9,8 +9,8 @@ Only a fully built and labelled image gets a tag.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
-import re
 import shutil
 import subprocess
 import tempfile
@@ -18,7 +18,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -203,7 +203,7 @@ class Builder:
                         self.progress.start(task)
                         res = self.engine.build(
                             BuildRequest(df, target=stage.name, build_args=self._args(plan, opts, {}), **common),
-                            lambda line, t=task: self.progress.line(t, line))
+                            functools.partial(self.progress.line, task))
                         self.progress.done(task, f"built {task} in {res.seconds:.1f}s")
                         done_parents.add(stage.key)
             # Then the variants, concurrently once their shared parents are in the cache: BuildKit runs the

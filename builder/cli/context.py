@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -30,6 +30,8 @@ class Ctx:
 
 
 pass_ctx = click.make_pass_decorator(Ctx)
+#: A verb's callback, as the shared flag groups (`build_flags`, `test_flags`, `registry_flags`) take and return it.
+Callback = TypeVar("Callback", bound=Callable[..., Any])
 
 
 def emit_json(data: Any, path: str | None) -> None:

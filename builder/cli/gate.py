@@ -13,7 +13,7 @@ from ..options import NPROC_PER_NODE, REPLICAS, TestOptions, default
 from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
 from ..conformance.report import Suite
 from ..runtime.contract import PLATFORMS
-from .context import Ctx, emit_json, pass_ctx
+from .context import Callback, Ctx, emit_json, pass_ctx
 from .images import _build_options, _engine, build_flags
 
 
@@ -30,7 +30,7 @@ def _resolve_image(c: Ctx, ref: str) -> tuple[str, str | None]:
     return ref, None
 
 
-def test_flags(fn):
+def test_flags(fn: Callback) -> Callback:
     """The test flags `test` and `release` share."""
     for deco in reversed([
         click.option("--platform", type=click.Choice(PLATFORMS), default=default(TestOptions, "platform"),
@@ -106,7 +106,7 @@ def _credentials(registry, username: str | None, password_stdin: bool, env: Mapp
     return resolve_credentials(registry, username, password, env=env)
 
 
-def registry_flags(fn):
+def registry_flags(fn: Callback) -> Callback:
     for deco in reversed([
         click.option("--registry", "registry", required=True, metavar="HOST[:PORT][/PREFIX]"),
         click.option("--username", help="Registry user; the password comes from TRAINIMG_REGISTRY_PASSWORD."),

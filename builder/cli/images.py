@@ -11,9 +11,10 @@ from ..errors import CheckFailed, UserInputError
 from ..options import BUILD_JOBS, BuildOptions, default
 from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
 from ..runtime.contract import VARIANT_LABEL
-from .context import Ctx, emit_json, pass_ctx
+from .context import Callback, Ctx, emit_json, pass_ctx
 
 if TYPE_CHECKING:
+    from ..engine.docker import DockerEngine
     from ..recipe.loading import Variant
 
 
@@ -120,7 +121,7 @@ def _build_options(c: Ctx, base_image: str | None, ca_bundle: Path | None, wheel
     )
 
 
-def build_flags(fn):
+def build_flags(fn: Callback) -> Callback:
     """The build flags `build` and `release` share."""
     for deco in reversed([
         click.option("--base-image", help="Replace the root FROM (mirrors, offline machines)."),
@@ -143,7 +144,7 @@ def build_flags(fn):
     return fn
 
 
-def _engine():
+def _engine() -> DockerEngine:
     from ..engine.docker import DockerEngine
 
     return DockerEngine()
