@@ -15,7 +15,7 @@ from typing import Any
 
 from .build.builder import Builder, VariantBuild
 from .conformance import records
-from .conformance.report import Suite
+from .runtime.report import Suite
 from .conformance.suite import Conformance
 from .engine.base import Engine
 from .errors import CheckFailed

@@ -22,6 +22,7 @@ torch pay nothing). A ``sitecustomize.py`` in the venv would never run: Debian's
 from __future__ import annotations
 
 import io
+import json
 import subprocess
 import tarfile
 import textwrap
@@ -31,12 +32,18 @@ from pathlib import Path
 
 import docker
 import docker.errors
+from trainimg.runtime.contract import LABELS_PATH
 
 TEST_LABEL = {"trainimg.test": "1"}
 SITE_PACKAGES = "/opt/venv/lib/python3.11/site-packages"
 
 GPU_LABELS = {"trainimg.recipe.cuda": "13.0", "trainimg.recipe.nccl": "2.30.7",
               "trainimg.recipe.cudnn": "9.24.0.43"}
+
+# argv: the labels file, a JSON object of labels to set in it.
+MERGE_LABELS = ("import json, os, sys; path, new = sys.argv[1], json.loads(sys.argv[2]); "
+                "old = json.load(open(path)) if os.path.exists(path) else {}; "
+                "json.dump({**old, **new}, open(path, 'w'), sort_keys=True)")
 
 FAKE_NCCL_C = "int ncclGetVersion(int *v) { *v = 2604; return 0; }\n"
 
@@ -133,8 +140,14 @@ class TestImages:
 
     def build(self, kind: str, lines: list[str], labels: Mapping[str, str] | None = None,
               files: Mapping[str, bytes] | None = None, base: str | None = None) -> str:
-        """Build ``FROM base`` + `lines`, labelled trainimg.test=1 plus `labels`; returns the tag."""
+        """Build ``FROM base`` + `lines`, labelled trainimg.test=1 plus `labels`; returns the tag.
+
+        trainimg `labels` are also merged into the image's labels file, as a build writes both: the in-image
+        selftest, which reads the file, must see the same relabelled image `trainimg test` sees."""
         tag = f"trainimg-test/{kind}:{uuid.uuid4().hex[:10]}"
+        ours = {k: v for k, v in (labels or {}).items() if k.startswith("trainimg.")}
+        if ours:
+            lines = [*lines, "RUN " + json.dumps(["python3", "-c", MERGE_LABELS, LABELS_PATH, json.dumps(ours)])]
         dockerfile = f"FROM {base or self.base}\n" + "".join(line + "\n" for line in lines)
         image, _ = self.client.images.build(fileobj=_context(dockerfile, files or {}), custom_context=True,
                                             labels={**TEST_LABEL, **(labels or {})}, tag=tag, rm=True,

@@ -15,8 +15,7 @@ import pytest
 from conftest import trainimg
 
 from trainimg.cli.app import main
-from trainimg.conformance.report import write_json, write_junit
-from trainimg.errors import UserInputError
+from trainimg.runtime.report import ReportPathError, write_json, write_junit
 
 # A remote reference: its framework comes from --framework (its labels cannot be read).
 SPEC = ("spec", "--platform", "vertex", "--image", "example.com/team/train:1", "--framework", "pytorch",
@@ -148,9 +147,10 @@ def test_tune_gives_the_programs_flags_to_the_program(cpu_image, state_env, tmp_
 
 @pytest.mark.parametrize("writer", [write_json, write_junit])
 def test_report_path_that_cannot_be_written_is_user_input(tmp_path: Path, writer):
+    """The runtime's writer (stdlib, used in images too) raises ReportPathError; the CLI maps it to exit 2."""
     (tmp_path / "blocker").write_text("a file\n")
     target = tmp_path / "blocker" / "report.out"
-    with pytest.raises(UserInputError, match=f"cannot write {target}: "):
+    with pytest.raises(ReportPathError, match=f"cannot write {target}: "):
         writer([], str(target))
     writer([], str(tmp_path / "reports" / "report.out"))  # a folder that does not exist yet is made
     assert (tmp_path / "reports" / "report.out").stat().st_size > 0

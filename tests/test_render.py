@@ -6,7 +6,9 @@ Golden files live in tests/golden/<name>.txt. After an intended template change,
 
 from __future__ import annotations
 
+import json
 import os
+import shlex
 import shutil
 import subprocess
 import textwrap
@@ -224,7 +226,10 @@ def test_block_labels(rs, compat):
     v = rs.by_name["pytorch-2.14.1-cu130-py3.12"]
     text = blocks.labels(static_labels(v, compat)).text
     golden("labels", text)
-    lines = text.splitlines()
+    comment, run, *lines = text.splitlines()
+    # The same labels as a file for the in-image selftest: what the image says of itself, in both places.
+    assert run.startswith("RUN mkdir -p /etc/trainimg && printf '%s\\n' ")
+    assert json.loads(shlex.split(run)[7]) == dict(static_labels(v, compat))
     assert lines[0] == "LABEL \\"
     assert all(line.startswith("      ") for line in lines[1:])
     assert all(line.endswith(" \\") for line in lines[:-1]) and not lines[-1].endswith("\\")

@@ -245,7 +245,7 @@ def test_conformance_command() -> None:
     for p in body["jobSpec"]["workerPoolSpecs"]:
         assert p["containerSpec"]["command"] == [
             "trainimg-launch", "--nproc-per-node", "8", "--",
-            "python", "-m", "trainimg_runtime", "allreduce", "--framework", "pytorch",
+            "python", "-m", "trainimg_runtime", "selftest", "--cluster", "--framework", "pytorch",
         ]
         assert p["containerSpec"]["args"] == []
     jax = make_variant(framework="jax", name="jax-0.7")
@@ -382,7 +382,7 @@ def test_aiplatform_conformance() -> None:
     assert body["jobId"] == "trainimg_pytorch_2_9_cu128_py3_12_conformance"
     assert body["trainingInput"]["workerConfig"]["containerCommand"] == [
         "trainimg-launch", "--nproc-per-node", "1", "--framework", "pytorch", "--",
-        "python", "-m", "trainimg_runtime", "allreduce", "--framework", "pytorch"]
+        "python", "-m", "trainimg_runtime", "selftest", "--cluster", "--framework", "pytorch"]
 
 
 def test_aiplatform_job_id_grammar() -> None:

@@ -143,12 +143,6 @@ def installed_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:
     }
 
 
-def versions_from_labels(labels: Mapping[str, str]) -> dict[str, str | None]:
-    """The versions a built image holds, from the labels `labels_from_manifest` gave it ("none" is None)."""
-    return {k[len(VERSION_PREFIX):]: (None if v == "none" else v) for k, v in sorted(labels.items())
-            if k.startswith(VERSION_PREFIX)}
-
-
 def _waves(plans: list[Plan]) -> list[list[Plan]]:
     """Plans grouped so that every variant comes in a later wave than the variant it extends."""
     depth: dict[str, int] = {}

@@ -11,7 +11,7 @@ import click
 from ..errors import CheckFailed, UserInputError
 from ..options import NPROC_PER_NODE, REPLICAS, TestOptions, default
 from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
-from ..conformance.report import Suite
+from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
 from .context import Callback, Ctx, emit_json, pass_ctx
 from .images import _build_options, _engine, build_flags
@@ -62,12 +62,15 @@ def _print_suite(suite: Suite) -> None:
 
 
 def _write_reports(suites: list[Suite], json_path: str | None, junit_path: str | None) -> None:
-    from ..conformance.report import write_json, write_junit
+    from ..runtime.report import ReportPathError, write_json, write_junit
 
-    if json_path:
-        write_json(suites, json_path)
-    if junit_path:
-        write_junit(suites, junit_path)
+    try:
+        if json_path:
+            write_json(suites, json_path)
+        if junit_path:
+            write_junit(suites, junit_path)
+    except ReportPathError as err:
+        raise UserInputError(str(err)) from None
 
 
 @click.command("test")

@@ -46,7 +46,7 @@ def list_cmd(c: Ctx, as_json: bool) -> None:
 def _installed(variants: list[Variant]) -> dict[str, dict[str, str | None]]:
     """Tag -> the versions its built image holds (read back at build time, kept in its labels); `versions` is
     what the recipe asks for. No engine, or no image under the tag: nothing for it."""
-    from ..build.builder import versions_from_labels
+    from ..runtime.expect import versions_from_labels
     from ..engine.docker import DockerEngine
     from ..errors import EngineError
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import CheckFailed
-from .report import Suite
+from ..runtime.report import Suite
 from ..state import state_dir
 
 

@@ -18,7 +18,7 @@ from typing import Any
 import yaml
 
 from ..errors import UserInputError
-from .report import Check
+from ..runtime.report import Check
 
 FLAG = "--structure-tests"
 SCHEMA_VERSION = "2.0.0"

@@ -17,58 +17,25 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from ..build.builder import versions_from_labels
 from ..engine.base import ContainerSpec, Engine, GpuRequest
 from ..errors import UserInputError
 from ..options import TestOptions
 from ..recipe.compat import load_compat
-from ..runtime.contract import (
-    ABSENT_LABEL,
-    FRAMEWORK_LABEL,
-    NCCL_MINIMUM_LABEL,
-    RECIPE_VERSION_PREFIX,
-    REDUCTION_SERVER_LABEL,
-    VARIANT_LABEL,
-)
+from ..runtime.contract import VARIANT_LABEL
+from ..runtime.expect import expectations as image_expectations
+from ..runtime.report import Check, Suite
 from ..runtime.gpus import gpu_count
 from ..runtime.topology import ReplicaSpec, replica_specs
+from ..runtime.verdict import judge_allreduce
 from . import inimage
-from .replicas import ReplicaJob, ReplicaResult, ReplicaRunner
-from .report import Check, Suite
+from .replicas import ReplicaJob, ReplicaRunner
 from .structure import structure_checks
 
 
 def expectations(labels: Mapping[str, str]) -> dict[str, Any]:
-    """What the probe compares against, from the image's trainimg labels (a team's image built FROM a
-    trainimg base inherits them). An image without them gets empty expectations: checks then skip."""
-    if FRAMEWORK_LABEL not in labels:
-        return {}
-    absent = set(filter(None, labels.get(ABSENT_LABEL, "").split(",")))
-    rs = labels.get(REDUCTION_SERVER_LABEL, "none")
-
-    def asked(key: str) -> str | None:
-        return labels.get(f"{RECIPE_VERSION_PREFIX}{key}")
-
-    return {
-        "python": asked("python"),
-        "framework": labels[FRAMEWORK_LABEL],
-        "framework_version": asked("framework"),
-        "cuda": asked("cuda"),
-        "cudnn": asked("cudnn"),
-        "nccl": asked("nccl"),
-        # Rendered into GPU images; an image from before that label gets today's compatibility data.
-        "nccl_minimum": labels.get(NCCL_MINIMUM_LABEL) or load_compat().nccl.minimum,
-        # What the build read back from the image (labels_from_manifest): the image must still hold it.
-        "nccl_built": _built(labels, "nccl"),
-        "cudnn_built": _built(labels, "cudnn"),
-        "reduction_server": "none" if rs == "none" else ("absent" if "google-reduction-server" in absent
-                                                         else "present"),
-        "hypertune": asked("hypertune"),
-    }
-
-
-def _built(labels: Mapping[str, str], kind: str) -> str | None:
-    return versions_from_labels(labels).get(kind) or None
+    """The runtime's expectations (one derivation, shared with the in-image selftest); an image from before
+    its NCCL floor label is held to today's compatibility data."""
+    return image_expectations(labels, nccl_minimum=load_compat().nccl.minimum)
 
 
 def gpu_ready(engine: Engine) -> tuple[int, str]:
@@ -184,51 +151,3 @@ class Conformance:
         result = parse_benchmark_output(run.stdout)
         return ("passed" if result.get("ok") else "failed",
                 f"{n} GPUs: busbw {result.get('busbw_gbps', 0):.1f} GB/s", result)
-
-
-def replica_records(results: list[ReplicaResult]) -> dict[str, dict[str, Any]]:
-    """The JSON line each replica's all-reduce printed, by replica name."""
-    out: dict[str, dict[str, Any]] = {}
-    for r in results:
-        for line in r.logs.splitlines():
-            line = line.strip()
-            if line.startswith("{") and '"framework"' in line:
-                try:
-                    out.setdefault(r.name, {}).setdefault("lines", []).append(json.loads(line))
-                except json.JSONDecodeError:
-                    pass
-    return out
-
-
-def judge_allreduce(name: str, results: list[ReplicaResult], world: int, seconds: float) -> Check:
-    """Passed only if every chief/worker process exited 0 and reported the exact expected sum."""
-    expected = world * (world + 1) // 2
-    records = replica_records(results)
-    details: dict[str, Any] = {"world_size": world, "expected": expected, "replicas": {}}
-    problems = []
-    for r in results:
-        lines = records.get(r.name, {}).get("lines", [])
-        details["replicas"][r.name] = {"exit_code": r.exit_code, "timed_out": r.timed_out,
-                                       "results": lines, "log_tail": r.logs.strip().splitlines()[-5:]}
-        if r.role not in ("chief", "worker"):
-            continue
-        # A rank that timed out reports got=None: that is a timeout (exit code below), not a wrong sum.
-        wrong = [line["got"] for line in lines if line.get("got") is not None and line["got"] != expected]
-        if r.timed_out:
-            problems.append(f"{r.name} timed out")
-        elif wrong:
-            problems.append(f"{r.name} got {wrong}, expected {expected}")
-        elif r.exit_code is None:
-            problems.append(f"{r.name} did not finish")
-        elif r.exit_code != 0:
-            tail = (r.logs.strip().splitlines() or ["no output"])[-1][:200]
-            problems.append(f"{r.name} exited {r.exit_code}: {tail}")
-        elif not lines or not all(line.get("ok") for line in lines):
-            problems.append(f"{r.name} reported no result, expected {expected}")
-    ranks = sorted(line.get("rank") for r in results if r.role in ("chief", "worker")
-                   for line in records.get(r.name, {}).get("lines", []) if line.get("rank") is not None)
-    if not problems and ranks != list(range(world)):
-        problems.append(f"ranks {ranks} reported, expected 0..{world - 1}")
-    if problems:
-        return Check(name, "failed", "; ".join(problems)[:1000], round(seconds, 3), details)
-    return Check(name, "passed", f"sum {expected} on all {world} ranks", round(seconds, 3), details)

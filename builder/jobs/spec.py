@@ -81,8 +81,10 @@ def validate(opts: SpecOptions) -> JobShape:
 
 
 def conformance_command(framework: str) -> list[str]:
-    """The in-image check a conformance job runs on every replica instead of the user's program."""
-    return ["python", "-m", "trainimg_runtime", "allreduce", "--framework", framework]
+    """The in-image gate a conformance job runs on every replica instead of the user's program, under the
+    launcher: local rank 0 runs the image's checks, every process its rank of the all-reduce across the replicas,
+    and each replica prints its JSON report as one log line (`runtime.selftest`, ``--cluster``)."""
+    return ["python", "-m", "trainimg_runtime", "selftest", "--cluster", "--framework", framework]
 
 
 def _conformance(opts: SpecOptions) -> list[str]:

@@ -19,6 +19,7 @@ from ..runtime.contract import (
     ABSENT_DIR,
     CONSTRAINTS_PATH,
     ETC_DIR,
+    LABELS_PATH,
     LAUNCH_BIN,
     MANIFEST_PATH,
     RUNTIME_BAKED,
@@ -156,4 +157,7 @@ def runtime(v: Variant) -> Block:
 
 
 def labels(pairs: list[tuple[str, str]]) -> Block:
-    return Block("labels", _render("labels", labels=pairs))
+    """The image's labels, and the same labels as a file in it: `selftest` runs where no engine reads labels."""
+    text = json.dumps(dict(pairs), sort_keys=True, separators=(",", ":"))
+    return Block("labels", _render("labels", labels=pairs, labels_json=text, etc_dir=ETC_DIR,
+                                      labels_file=LABELS_PATH))

@@ -39,6 +39,7 @@ ETC_DIR = "/etc/trainimg"
 MANIFEST_PATH = f"{ETC_DIR}/manifest.json"
 CONSTRAINTS_PATH = f"{ETC_DIR}/constraints.txt"
 ABSENT_DIR = f"{ETC_DIR}/absent"  # one empty file per component the build was allowed to miss
+LABELS_PATH = f"{ETC_DIR}/labels.json"  # the static labels again, for the in-image selftest (no engine to ask)
 RUNTIME_PACKAGE = "trainimg_runtime"
 RUNTIME_ROOT = "/opt/trainimg"  # on sys.path (a .pth file in the venv) in every trainimg image
 RUNTIME_BAKED = f"{RUNTIME_ROOT}/{RUNTIME_PACKAGE}"

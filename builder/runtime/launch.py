@@ -72,7 +72,7 @@ FRAMEWORKS = ("auto", "pytorch", "tensorflow", "jax")
 _FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "jax": "jax"}
 
 # Everything launch_env may set for a process in the all-reduce group; removed for ps/evaluator (see module doc).
-_GROUP_VARIABLES = (
+GROUP_VARIABLES = (
     "MASTER_ADDR",
     "MASTER_PORT",
     "WORLD_SIZE",
@@ -104,7 +104,7 @@ def launch_env(info: ClusterInfo, env: Mapping[str, str], local_rank: int = 0) -
         out["TF_CONFIG"] = json.dumps(info.tf_config, sort_keys=True)
     out["TRAINIMG_ROLE"] = info.role
     if info.rank is None:
-        for name in _GROUP_VARIABLES:
+        for name in GROUP_VARIABLES:
             out.pop(name, None)
         return out
     rank = info.rank * nproc + local_rank
@@ -233,7 +233,7 @@ def _terminate(children: list[subprocess.Popen[bytes]]) -> None:
             child.wait()
 
 
-def _nproc(text: str) -> int | str:
+def nproc_argument(text: str) -> int | str:
     """argparse type for ``--nproc-per-node``: a positive int or ``auto``."""
     return text if text == "auto" else positive_int(text)
 
@@ -245,7 +245,7 @@ def _parser() -> argparse.ArgumentParser:
               "-- CMD...",
         description="Map the platform's cluster variables to framework variables and run CMD.",
     )
-    parser.add_argument("--nproc-per-node", type=_nproc, default=1, metavar="N|auto")
+    parser.add_argument("--nproc-per-node", type=nproc_argument, default=1, metavar="N|auto")
     parser.add_argument("--framework", choices=FRAMEWORKS, default="auto")
     parser.add_argument("--reduction-server", action="store_true",
                         help="workerpool2 holds Reduction Server replicas: keep them out of TF_CONFIG")

@@ -510,7 +510,7 @@ def run_checks(expect: dict, only: set[str] | None = None, roots: list[str] | No
 
 
 @contextlib.contextmanager
-def _stdout_to_stderr() -> Iterator[None]:
+def stdout_to_stderr() -> Iterator[None]:
     """Point file descriptor 1 (and sys.stdout) at stderr, so nothing but the JSON document reaches stdout."""
     sys.stdout.flush()
     saved = os.dup(1)
@@ -552,7 +552,7 @@ def main(argv: list[str]) -> int:
     only = {c.strip() for c in args.checks.split(",") if c.strip()} if args.checks else None
     roots = [r for r in re.split(r"[,%s]" % re.escape(os.pathsep), args.roots) if r] if args.roots else None
     try:
-        with _stdout_to_stderr():
+        with stdout_to_stderr():
             results = run_checks(expect, only, roots=roots)
     except ValueError as err:
         print(f"probe: {err}", file=sys.stderr)

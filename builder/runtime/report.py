@@ -13,9 +13,12 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..errors import UserInputError
-
 STATUSES = ("passed", "failed", "skipped", "warning")
+
+
+class ReportPathError(ValueError):
+    """A report path that cannot be written: bad input (the CLI raises it as a UserInputError, selftest exits 2).
+    Standard library only, so the runtime cannot raise the host's error itself."""
 
 
 @dataclass
@@ -111,4 +114,4 @@ def _write(path: str, text: str) -> None:
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(text, encoding="utf-8")
     except OSError as exc:  # a report path the user gave that cannot be written: bad input, one line
-        raise UserInputError(f"cannot write {path}: {exc.strerror or exc}; choose a file you can write") from None
+        raise ReportPathError(f"cannot write {path}: {exc.strerror or exc}; choose a file you can write") from None

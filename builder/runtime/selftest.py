@@ -1,0 +1,299 @@
+"""``trainimg-runtime selftest``: the conformance gate run inside the image itself, where there is no Docker.
+
+GPU CI runners, Kubernetes pods and Vertex replicas run *inside* the image, so the gate must too. `selftest`
+runs every check of `trainimg test`'s probe (the same `probe.run_checks`, against the expectations the image's own
+labels file gives, `expect.image_labels`), then a real all-reduce of N local processes under the launcher, with
+the chosen platform's cluster variables emulated on 127.0.0.1 (`topology.replica_specs`, each replica's address
+rewritten to a free local port): PyTorch and JAX as one replica of N processes (torchrun or the launcher's own
+children), TensorFlow as N one-process replicas, as ``MultiWorkerMirroredStrategy`` expects. NCCL when GPUs are
+visible, gloo otherwise; the NCCL all-reduce is reported skipped, with the reason, where it could not run.
+Skipped is never passed. The report is `trainimg test`'s (`report`, JSON and JUnit) and so are the exit codes:
+0 every check passed or warned, 1 one failed, 2 bad usage.
+
+``--cluster`` is the form a ``spec --conformance`` job runs under ``trainimg-launch`` on every replica: the
+platform's own cluster is used as it is, local rank 0 runs the checks, every process runs its rank of the
+cross-replica all-reduce, and local rank 0 prints the replica's JSON report as one log line.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from contextlib import ExitStack
+from dataclasses import dataclass
+from typing import IO
+
+from . import probe
+from .cluster import ClusterError, parse_cluster
+from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, LABELS_PATH, OCI_TITLE, VARIANT_LABEL
+from .expect import expectations, image_labels
+from .gpus import visible_gpus
+from .launch import FRAMEWORKS as LAUNCH_FRAMEWORKS
+from .launch import GROUP_VARIABLES, nproc_argument
+from .report import Check, ReportPathError, Suite, write_json, write_junit
+from .topology import PLATFORMS, replica_specs
+from .verdict import judge_allreduce
+
+FRAMEWORKS = tuple(f for f in LAUNCH_FRAMEWORKS if f != "auto")
+#: Processes per node and seconds a run may take, as `trainimg test` accepts them.
+NPROC_RANGE = (1, 16)
+TIMEOUT_RANGE = (5.0, 7200.0)
+PLATFORM_VARIABLES = ("CLUSTER_SPEC", "TF_CONFIG")
+_PORT = 2222  # the port the emulated platform names; each replica's address is then rewritten
+_HOST_SUFFIX = ".selftest.invalid"  # a placeholder host no resolver answers, replaced before anything runs
+
+
+@dataclass(frozen=True)
+class LocalRun:
+    """One emulated replica's launcher process, as `verdict.judge_allreduce` reads it."""
+
+    name: str
+    role: str
+    exit_code: int | None
+    timed_out: bool
+    logs: str
+
+
+def _free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def local_replicas(platform: str, replicas: int) -> list[tuple[str, str, dict[str, str]]]:
+    """(name, role, env) of each training replica of a `platform` job, every address on 127.0.0.1.
+
+    The platform's shapes come from `topology.replica_specs` (no ps or evaluator: they are not in the all-reduce
+    group); each replica's placeholder host is then replaced by 127.0.0.1 and a port of its own, since the
+    replicas share this machine's network.
+    """
+    specs = replica_specs(platform, replicas, ps=0, hosts=lambda role, index: f"{role}-{index}{_HOST_SUFFIX}",
+                          port=_PORT)
+    addresses = {f"{s.role}-{s.index}{_HOST_SUFFIX}:{_PORT}": f"127.0.0.1:{_free_port()}" for s in specs}
+    out = []
+    for spec in specs:
+        env = dict(spec.env)
+        for variable, text in env.items():
+            for placeholder, address in addresses.items():
+                text = text.replace(f'"{placeholder}"', f'"{address}"')
+            env[variable] = text
+        out.append((spec.name, spec.role, env))
+    return out
+
+
+def base_env() -> dict[str, str]:
+    """This process's environment without any cluster variable: the emulated platform's are the only ones."""
+    return {k: v for k, v in os.environ.items() if k not in PLATFORM_VARIABLES and k not in GROUP_VARIABLES}
+
+
+def _runtime_argv(*args: str) -> list[str]:
+    return [sys.executable, "-m", __package__ or "trainimg_runtime", *args]
+
+
+def _child_env(env: dict[str, str]) -> dict[str, str]:
+    """`env` with this package importable by the launcher and the ranks it starts (a carried runtime too)."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    return {**env, "PYTHONPATH": os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)}
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How the local all-reduce runs: `replicas` emulated replicas of `nproc` processes each, over `backend`."""
+
+    framework: str
+    backend: str
+    replicas: int
+    nproc: int
+
+    @property
+    def world(self) -> int:
+        return self.replicas * self.nproc
+
+    def check_name(self, platform: str) -> str:
+        per_node = f"x{self.nproc}" if self.nproc > 1 else ""
+        return f"allreduce_{self.backend}_{platform}_x{self.replicas}{per_node}"
+
+
+def plan_allreduce(framework: str, nproc: int | str, gpus: int) -> Plan:
+    """N local processes (``auto``: the visible GPUs, 1 without): TensorFlow as N one-process replicas."""
+    n = (visible_gpus(os.environ) if gpus else 1) if nproc == "auto" else int(nproc)
+    backend = "nccl" if gpus else "gloo"
+    if framework == "tensorflow":
+        return Plan(framework, backend, replicas=n, nproc=1)
+    return Plan(framework, backend, replicas=1, nproc=n)
+
+
+def run_local(plan: Plan, platform: str, timeout: float) -> list[LocalRun]:
+    """Start every emulated replica's launcher at once and wait for all of them, `timeout` seconds at most."""
+    worker = _runtime_argv("allreduce", "--framework", plan.framework, "--backend", plan.backend,
+                           "--timeout", str(max(5, int(timeout) - 10)))
+    launch = _runtime_argv("launch", "--nproc-per-node", str(plan.nproc), "--framework", plan.framework, "--",
+                           *worker)
+    started: list[tuple[str, str, subprocess.Popen[bytes], IO[bytes]]] = []
+    with ExitStack() as stack:
+        for index, (name, role, cluster_env) in enumerate(local_replicas(platform, plan.replicas)):
+            env = _child_env({**base_env(), **cluster_env})
+            if plan.backend == "nccl" and plan.framework == "tensorflow":
+                env["CUDA_VISIBLE_DEVICES"] = str(index)  # one GPU per one-process replica
+            log = stack.enter_context(tempfile.TemporaryFile())
+            proc = subprocess.Popen(launch, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            stack.callback(_kill_group, proc)
+            started.append((name, role, proc, log))
+        return [_finish(name, role, proc, log, time.monotonic() + timeout) for name, role, proc, log in started]
+
+
+def _finish(name: str, role: str, proc: subprocess.Popen[bytes], log: IO[bytes],
+            deadline: float) -> LocalRun:
+    timed_out = False
+    try:
+        proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+    except subprocess.TimeoutExpired:
+        timed_out = True
+        _kill_group(proc)
+    log.seek(0)
+    text = log.read().decode("utf-8", "replace")
+    sys.stderr.write("".join(f"  [{name}] {line}\n" for line in text.splitlines() if not line.startswith("{")))
+    return LocalRun(name, role, None if timed_out else proc.returncode, timed_out, text)
+
+
+def _kill_group(proc: subprocess.Popen[bytes]) -> None:
+    """End a launcher and every rank it started (its own session), if still running."""
+    if proc.poll() is None:
+        try:
+            os.killpg(proc.pid, 9)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def allreduce_checks(expect: dict[str, object], plan: Plan | None, platform: str, timeout: float) -> list[Check]:
+    """The local all-reduce's verdict, and the NCCL all-reduce skipped with its reason where it could not run."""
+    if plan is None:
+        reason = "no framework in this image (no trainimg.framework label)"
+        return [Check("allreduce", "skipped", reason), Check("allreduce_nccl", "skipped", reason)]
+    start = time.monotonic()
+    runs = run_local(plan, platform, timeout)
+    verdict = judge_allreduce(plan.check_name(platform), runs, plan.world, time.monotonic() - start)
+    verdict.details["backend"] = plan.backend
+    if plan.backend == "nccl":
+        return [verdict]
+    reason = "no GPU" if expect.get("cuda") else "CPU variant: no NCCL all-reduce"
+    return [verdict, Check("allreduce_nccl", "skipped", reason)]
+
+
+def probe_checks(expect: dict[str, object]) -> list[Check]:
+    """Every probe check, run here exactly as `trainimg test`'s probe container runs them."""
+    with probe.stdout_to_stderr():
+        results = probe.run_checks(expect)
+    return [Check(r["name"], r["status"], r["reason"], r["duration"], r["details"]) for r in results]
+
+
+def gpus_seen(checks: list[Check]) -> int:
+    """The GPUs the probe's ``gpu`` check saw (0 where it was skipped or failed)."""
+    gpu = next((c for c in checks if c.name == "gpu"), None)
+    if gpu is None or gpu.status not in ("passed", "warning"):
+        return 0
+    return int(gpu.details.get("count") or 0)
+
+
+def cluster_checks(expect: dict[str, object], framework: str, timeout: float) -> list[Check]:
+    """``--cluster``: this process's rank of the platform's all-reduce (after the checks, on local rank 0)."""
+    checks = probe_checks(expect) if os.environ.get("LOCAL_RANK", "0") == "0" else []
+    if framework == "none":
+        return [*checks, Check("allreduce_cluster", "skipped", "no framework in this image")]
+    start = time.monotonic()
+    proc = subprocess.run(_runtime_argv("allreduce", "--framework", framework, "--timeout", str(timeout)),
+                          env=_child_env(dict(os.environ)), stdout=subprocess.PIPE, check=False)
+    seconds = round(time.monotonic() - start, 3)
+    lines = [json.loads(line) for line in proc.stdout.decode("utf-8", "replace").splitlines()
+             if line.startswith("{")]
+    line = lines[-1] if lines else {}
+    details = {"exit_code": proc.returncode, "result": line}
+    if proc.returncode == 0 and line.get("ok"):
+        reason = f"rank {line['rank']} of {line['world_size']}: sum {line['got']} over {line['backend']}"
+        return [*checks, Check("allreduce_cluster", "passed", reason, seconds, details)]
+    got = "timed out waiting for peers" if line.get("error") == "timeout" else (
+        f"got {line.get('got')!r}, expected {line.get('expected')!r}" if line else "no result")
+    return [*checks, Check("allreduce_cluster", "failed", f"exit {proc.returncode}: {got}", seconds, details)]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="trainimg-runtime selftest",
+                                     description="Run trainimg's conformance checks and all-reduce in this image.")
+    parser.add_argument("--platform", choices=PLATFORMS, default="vertex",
+                        help="whose cluster variables to emulate on 127.0.0.1")
+    parser.add_argument("--nproc-per-node", type=nproc_argument, default="auto", metavar="N|auto",
+                        help="local processes of the all-reduce (auto: the visible GPUs, 1 without)")
+    parser.add_argument("--framework", choices=FRAMEWORKS, default=None,
+                        help="the all-reduce's framework (default: the image's trainimg.framework label)")
+    parser.add_argument("--timeout", type=float, default=240.0, help="seconds the all-reduce may take")
+    parser.add_argument("--json", default=None, metavar="FILE", help="write the JSON report here")
+    parser.add_argument("--junit", default=None, metavar="FILE", help="write the JUnit XML report here")
+    parser.add_argument("--labels", default=LABELS_PATH, metavar="FILE",
+                        help="the image's labels file, whence the expectations (default: %(default)s)")
+    parser.add_argument("--cluster", action="store_true",
+                        help="run under trainimg-launch on a real cluster (spec --conformance): no emulation; "
+                             "local rank 0 prints the report as one JSON line")
+    return parser
+
+
+def _cluster_main(suite: Suite, expect: dict[str, object], framework: str, timeout: float) -> int:
+    """``--cluster``: the checks and this rank of the all-reduce; local rank 0 prints the report as one line."""
+    try:
+        info = parse_cluster(os.environ)
+    except ClusterError as err:
+        return _usage_error(str(err))
+    suite.checks = cluster_checks(expect, framework, timeout)
+    if os.environ.get("LOCAL_RANK", "0") == "0":
+        suite.name += f" {info.role}-{info.index}"
+        print(json.dumps({"passed": suite.passed, "suites": [suite.to_json()]}, sort_keys=True), flush=True)
+    return EXIT_OK if suite.passed else EXIT_FAILED
+
+
+def _usage_error(message: str) -> int:
+    print(f"trainimg-runtime selftest: {message}", file=sys.stderr)
+    return EXIT_USAGE
+
+
+def main(argv: list[str]) -> int:
+    try:
+        args = _parser().parse_args(argv)
+    except SystemExit as stop:
+        return stop.code if isinstance(stop.code, int) else EXIT_USAGE
+    if args.nproc_per_node != "auto" and not NPROC_RANGE[0] <= args.nproc_per_node <= NPROC_RANGE[1]:
+        return _usage_error(f"--nproc-per-node: {args.nproc_per_node}: use {NPROC_RANGE[0]} to {NPROC_RANGE[1]}")
+    if not TIMEOUT_RANGE[0] <= args.timeout <= TIMEOUT_RANGE[1]:
+        return _usage_error(f"--timeout: {args.timeout:g}s: use {TIMEOUT_RANGE[0]:g} to {TIMEOUT_RANGE[1]:g}")
+    try:
+        labels = image_labels(args.labels)
+    except (OSError, ValueError) as err:
+        return _usage_error(f"--labels: {err}")
+    expect = expectations(labels)
+    suite = Suite(labels.get(VARIANT_LABEL) or "selftest", labels.get(OCI_TITLE, ""),
+                  "", "cluster" if args.cluster else args.platform, 1)
+    framework = args.framework or str(expect.get("framework") or "none")
+    if args.cluster:
+        return _cluster_main(suite, expect, framework, args.timeout)
+    suite.checks = probe_checks(expect)
+    plan = None if framework == "none" else plan_allreduce(framework, args.nproc_per_node, gpus_seen(suite.checks))
+    suite.replicas = plan.replicas if plan else 1
+    suite.checks += allreduce_checks(expect, plan, args.platform, args.timeout)
+    for line in probe.summary_lines([{"name": c.name, "status": c.status, "reason": c.reason}
+                                     for c in suite.checks]):
+        print(line, file=sys.stderr)
+    try:
+        if args.json:
+            write_json([suite], args.json)
+        if args.junit:
+            write_junit([suite], args.junit)
+    except ReportPathError as err:
+        return _usage_error(str(err))
+    return EXIT_OK if suite.passed else EXIT_FAILED
