@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 from collections.abc import Mapping
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -15,6 +16,10 @@ from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
 from .context import Callback, Ctx, emit_json, pass_ctx
 from .images import _build_options, _engine, build_flags
+
+if TYPE_CHECKING:
+    from ..publish.push import PushResult
+    from ..publish.references import RegistryTarget
 
 
 def _resolve_image(c: Ctx, ref: str) -> tuple[str, str | None]:
@@ -93,7 +98,8 @@ def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: i
         raise CheckFailed(f"{image} failed conformance: " + ", ".join(ch.name for s in suites for ch in s.failed))
 
 
-def _credentials(registry, username: str | None, password_stdin: bool, env: Mapping[str, str]):
+def _credentials(registry: RegistryTarget, username: str | None, password_stdin: bool,
+                 env: Mapping[str, str]) -> dict[str, str] | None:
     from ..publish.credentials import resolve_credentials
 
     password = None
@@ -119,7 +125,8 @@ def registry_flags(fn: Callback) -> Callback:
     return fn
 
 
-def _push(c: Ctx, tags: list[str], registry: str, username: str | None, password_stdin: bool):
+def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
+          password_stdin: bool) -> list[PushResult]:
     from ..conformance import records
     from ..publish.push import push
     from ..publish.references import RegistryTarget
@@ -132,8 +139,11 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None, password
         info = engine.image(tag)
         if info is None:
             raise UserInputError(f"no image {tag} on this engine: run `trainimg build` first", where="push")
-        result = push(engine, tag, target, tag, credentials=creds,
-                      gate=lambda image_id, ref=tag: records.require_pass(image_id, ref, c.env))
+
+        def passed(image_id: str, ref: str = tag) -> None:
+            records.require_pass(image_id, ref, c.env)
+
+        result = push(engine, tag, target, tag, credentials=creds, gate=passed)
         click.echo(f"pushed {result.ref}@{result.digest} ({result.bytes_uploaded} bytes uploaded)")
         results.append(result)
     return results

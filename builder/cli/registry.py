@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import click
 
 from ..errors import CheckFailed
 from .context import Ctx, pass_ctx
+
+if TYPE_CHECKING:
+    from ..publish.localregistry import LocalRegistry
 
 
 @click.group()
@@ -13,7 +18,7 @@ def registry() -> None:
     """The embedded local registry (localhost, htpasswd auth): push and release without an account anywhere."""
 
 
-def _local_registry(c: Ctx, port: int):
+def _local_registry(c: Ctx, port: int) -> LocalRegistry:
     from ..publish.localregistry import LocalRegistry
     from ..state import state_dir
 

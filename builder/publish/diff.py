@@ -68,7 +68,7 @@ def load_side(engine: Engine, ref: str, lock_path: str | os.PathLike[str] | None
             raise UserInputError(f"{path} has no entry for {variant!r} (it has: {known})", where=ref)
         entry = entries[variant]
         info = engine.image(entry.image_id)
-        side = _from_inspect(info) if info else {"labels": None, "layers": None, "size": None}
+        side: dict[str, Any] = _from_inspect(info) if info else {"labels": None, "layers": None, "size": None}
         side.pop("_versions", None)
         return {**side, "ref": ref, "source": "lock", "tag": entry.tag, "image_id": entry.image_id,
                 "versions": {k: _norm(entry.versions.get(k)) for k in VERSION_KEYS}, "base_digest": entry.base_digest,

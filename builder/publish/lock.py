@@ -299,8 +299,12 @@ def push_release(engine: Engine, builds: Iterable[Any], target: Any, credentials
         if image is None or image.id != image_id:
             raise CheckFailed(f"{local} now points at {image.id[7:19] if image else 'nothing'}, not the released {image_id[7:19]}: "
                               "did another build retag it? nothing more pushed")
-        res = push(engine, local, target, local, credentials=credentials,
-                   gate=(lambda iid, t=local: gate(iid, t)) if gate else None, **push_kwargs)
+        def gate_this(iid: str) -> None:
+            if gate is not None:
+                gate(iid, local)
+
+        res = push(engine, local, target, local, credentials=credentials, gate=gate_this if gate else None,
+                   **push_kwargs)
         results[local] = res
         if on_pushed:
             on_pushed(local, res)
