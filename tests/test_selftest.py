@@ -20,7 +20,7 @@ import pytest
 import xmlschema
 from brokenimages import TestImages
 from conftest import LOCAL_BASE, ROOT, trainimg
-from test_gpu_image import cuda_image  # noqa: F401  (the CUDA torch image fixture)
+from test_gpu_image import cuda_image, gpu_images  # noqa: F401  (the CUDA torch image fixture and what builds it)
 from trainimg.runtime.cluster import parse_cluster
 from trainimg.runtime.expect import expectations, image_labels
 from trainimg.runtime.probe import CHECK_NAMES
