@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from venvs import venv
-from trainimg.runtime import libs, manifest, probe
+from trainimg.runtime import libs, manifest, probe, probe_platform
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME = REPO / "builder" / "runtime"
@@ -211,7 +211,7 @@ def test_duplicate_libs_scan(tmp_path):
     assert scan["duplicates"]["libcublasLt.so.13"]["wasted"] == 50
     assert scan["wasted_bytes"] == 650
 
-    status, reason, details = probe.check_duplicate_libs({}, roots=[str(root)])
+    status, reason, details = probe_platform.check_duplicate_libs({}, roots=[str(root)])
     assert status == "warning" and "libcudnn.so.9" in reason
     assert details["wasted_bytes"] == 650
 
@@ -220,7 +220,7 @@ def test_duplicate_libs_scan(tmp_path):
     os.symlink(real2, only_links / "lib/libcudart.so.13")
     (only_links / "other").mkdir()
     os.symlink(real2, only_links / "other/libcudart.so.13")
-    status, reason, details = probe.check_duplicate_libs({}, roots=[str(only_links)])
+    status, reason, details = probe_platform.check_duplicate_libs({}, roots=[str(only_links)])
     assert status == "passed", reason
     assert details["duplicates"] == {}
 

@@ -22,6 +22,7 @@ from ..runtime.contract import (
     ABSENT_LABEL,
     FRAMEWORK_LABEL,
     REDUCTION_SERVER_LABEL,
+    REDUCTION_SERVER_PACKAGE,
     VARIANT_LABEL,
     VERSION_PREFIX,
 )
@@ -31,7 +32,6 @@ from ..recipe.loading import Variant
 from .shape import ImageFacts
 
 FRAMEWORK_CHOICES = ("pytorch", "tensorflow", "jax", "none")
-_REDUCTION_SERVER_PACKAGE = "google-reduction-server"
 
 Inspect = Callable[[str], ImageInfo | None]
 
@@ -49,7 +49,7 @@ def facts_from_labels(labels: Mapping[str, str]) -> ImageFacts | None:
     return ImageFacts(source="labels", name=labels.get(VARIANT_LABEL), framework=labels[FRAMEWORK_LABEL],
                       nccl=labels.get(f"{VERSION_PREFIX}nccl", "none"),
                       reduction_server=labels.get(REDUCTION_SERVER_LABEL) == "wanted"
-                      and _REDUCTION_SERVER_PACKAGE not in absent)
+                      and REDUCTION_SERVER_PACKAGE not in absent)
 
 
 def resolve_image(image: str, *, variants: Mapping[str, Variant], lock: Mapping[str, LockEntry],

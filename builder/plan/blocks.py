@@ -22,6 +22,7 @@ from ..runtime.contract import (
     LABELS_PATH,
     LAUNCH_BIN,
     MANIFEST_PATH,
+    REDUCTION_SERVER_PACKAGE,
     RUNTIME_BAKED,
     RUNTIME_BIN,
     RUNTIME_PACKAGE,
@@ -105,8 +106,8 @@ def nccl(v: Variant, compat: Compat) -> Block:
 
 def reduction_server() -> Block:
     return Block("reduction_server", _render("reduction_server", key_url=GOOGLE_APT_KEY, repo_url=GOOGLE_APT_REPO,
-                                   absent_dir=ABSENT_DIR),
-                 components=("google-reduction-server",))
+                                   absent_dir=ABSENT_DIR, package=REDUCTION_SERVER_PACKAGE),
+                 components=(REDUCTION_SERVER_PACKAGE,))
 
 
 def framework(v: Variant, compat: Compat) -> Block:

@@ -14,6 +14,7 @@ VARIANT_LABEL = "trainimg.variant"
 RECIPE_LABEL = "trainimg.recipe"  # the recipe file the variant came from
 FRAMEWORK_LABEL = "trainimg.framework"
 REDUCTION_SERVER_LABEL = "trainimg.reduction-server"  # "wanted" or "none"
+REDUCTION_SERVER_PACKAGE = "google-reduction-server"  # the Debian package Google's apt repository serves
 ABSENT_LABEL = "trainimg.absent"  # components the build was allowed to miss, comma-separated
 RECIPE_VERSION_PREFIX = "trainimg.recipe."  # + python, framework, cuda, cudnn, nccl, hypertune: what was asked
 VERSION_PREFIX = "trainimg.version."  # + the same keys: what the image holds, read back after the build

@@ -23,6 +23,7 @@ from .contract import (
     NCCL_MINIMUM_LABEL,
     RECIPE_VERSION_PREFIX,
     REDUCTION_SERVER_LABEL,
+    REDUCTION_SERVER_PACKAGE,
     VERSION_PREFIX,
 )
 from .manifest import absent_components
@@ -58,7 +59,7 @@ def expectations(labels: Mapping[str, str], nccl_minimum: str | None = None) -> 
         # What the build read back from the image (labels_from_manifest): the image must still hold it.
         "nccl_built": built.get("nccl") or None,
         "cudnn_built": built.get("cudnn") or None,
-        "reduction_server": "none" if rs == "none" else ("absent" if "google-reduction-server" in absent
+        "reduction_server": "none" if rs == "none" else ("absent" if REDUCTION_SERVER_PACKAGE in absent
                                                          else "present"),
         "hypertune": asked("hypertune"),
     }

@@ -13,7 +13,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-STATUSES = ("passed", "failed", "skipped", "warning")
+PASSED, FAILED, SKIPPED, WARNING = "passed", "failed", "skipped", "warning"
+STATUSES = (PASSED, FAILED, SKIPPED, WARNING)
 
 
 class ReportPathError(ValueError):

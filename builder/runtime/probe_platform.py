@@ -1,0 +1,286 @@
+"""The probe's checks of what a training platform relies on: the Reduction Server's files, a real hypertune metric
+report, the cluster variables every platform injects, the GPUs the image sees, duplicated CUDA libraries.
+
+Each check takes the expectations the host derived from the recipe (`probe.DEFAULT_EXPECT` merged with them) and
+returns ``(status, reason, details)``; `probe` runs them beside its version checks.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from . import libs
+from .contract import REDUCTION_SERVER_PACKAGE
+from .gpus import nvidia_smi_gpus
+from .report import FAILED, PASSED, SKIPPED, WARNING
+from .versions import parse_version, versions_equal
+
+
+def _dpkg(*args: str) -> subprocess.CompletedProcess | None:
+    dpkg_query = shutil.which("dpkg-query")
+    if not dpkg_query:
+        return None
+    try:
+        return subprocess.run([dpkg_query, *args], capture_output=True, text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError):
+        return None
+
+
+def reduction_server_state() -> dict:
+    """Is google-reduction-server installed (dpkg) with all its listed files on disk?"""
+    state: dict = {"present": False, "version": None, "files": 0, "missing_files": [], "libraries": []}
+    query = _dpkg("-W", "-f", "${Version}", REDUCTION_SERVER_PACKAGE)
+    if query is None:
+        state["error"] = "dpkg-query is not available"
+        return state
+    if query.returncode != 0 or not query.stdout.strip():
+        state["error"] = (query.stderr.strip() or f"{REDUCTION_SERVER_PACKAGE} is not installed").splitlines()[0]
+        return state
+    state["version"] = query.stdout.strip()
+    listing = _dpkg("-L", REDUCTION_SERVER_PACKAGE)
+    paths = []
+    if listing is not None and listing.returncode == 0:
+        for line in listing.stdout.splitlines():
+            line = line.strip()
+            # "diverted by ..."/"package diverts ..." lines describe diversions, not files; "/." is the root.
+            if line.startswith("/") and line != "/.":
+                paths.append(line)
+    missing = [p for p in paths if not os.path.lexists(p)]
+    state.update(files=len(paths), missing_files=missing[:50],
+                 libraries=sorted(p for p in paths if ".so" in os.path.basename(p)))
+    state["present"] = bool(paths) and not missing
+    if not paths:
+        state["error"] = f"dpkg lists no files for {REDUCTION_SERVER_PACKAGE}"
+    return state
+
+
+def check_reduction_server(expect: dict) -> tuple[str, str, dict]:
+    want = (expect.get("reduction_server") or "none").lower()
+    if want == "none":
+        return SKIPPED, f"this variant does not use {REDUCTION_SERVER_PACKAGE}", {"present": None}
+    state = reduction_server_state()
+    if want == "absent":
+        if state["present"]:
+            return (WARNING, f"the build declared {REDUCTION_SERVER_PACKAGE} missing (--allow-missing) but "
+                    f"version {state['version']} is installed; the image labels are stale", state)
+        return (SKIPPED, f"absent: the build declared {REDUCTION_SERVER_PACKAGE} missing (--allow-missing)",
+                {**state, "present": False})
+    if want != "present":
+        return FAILED, f"unknown reduction_server expectation {want!r} (present, absent or none)", state
+    if state["present"]:
+        return PASSED, f"{REDUCTION_SERVER_PACKAGE} {state['version']}: {state['files']} files present", state
+    if state["version"] and state["missing_files"]:
+        return (FAILED, f"{REDUCTION_SERVER_PACKAGE} {state['version']} is registered but "
+                f"{len(state['missing_files'])} of its files are missing", state)
+    return FAILED, f"{REDUCTION_SERVER_PACKAGE}: {state.get('error', 'not installed')}", state
+
+
+_HYPERTUNE_SCRIPT = r"""
+import json, os, sys
+try:
+    import hypertune
+except Exception as err:
+    print(json.dumps({"import_error": "%s: %s" % (type(err).__name__, err)}))
+    sys.exit(0)
+version = None
+try:
+    import importlib.metadata as md
+    version = md.version("cloudml-hypertune")
+except Exception:
+    version = getattr(hypertune, "__version__", None)
+value = float(sys.argv[1])
+hypertune.HyperTune().report_hyperparameter_tuning_metric(
+    hyperparameter_metric_tag="trainimg_probe", metric_value=value, global_step=1)
+print(json.dumps({"version": version, "module": getattr(hypertune, "__file__", None)}))
+"""
+
+
+def check_hypertune(expect: dict) -> tuple[str, str, dict]:
+    want = expect.get("hypertune")
+    rng = random.SystemRandom()
+    value = round(rng.uniform(0.001, 1000.0), 6)
+    trial = str(rng.randrange(1, 10**6))
+    details: dict = {"expected_version": want, "trial": trial, "value": value}
+    with tempfile.TemporaryDirectory(prefix="trainimg-hypertune-") as tmp:
+        metric_file = os.path.join(tmp, "metrics", "hptuning_metric")
+        os.makedirs(os.path.dirname(metric_file))
+        env = dict(os.environ, CLOUD_ML_HP_METRIC_FILE=metric_file, CLOUD_ML_TRIAL_ID=trial)
+        try:
+            proc = subprocess.run([sys.executable, "-c", _HYPERTUNE_SCRIPT, repr(value)], cwd=tmp, env=env,
+                                  capture_output=True, text=True, timeout=120, check=False)
+        except subprocess.TimeoutExpired:
+            return FAILED, "hypertune: reporting a metric did not finish within 120 s", details
+        lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
+        report = json.loads(lines[-1]) if lines else {}
+        if proc.returncode != 0 or not lines:
+            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+            return FAILED, f"hypertune: reporting a metric raised ({tail})", {**details, "rc": proc.returncode}
+        if "import_error" in report:
+            return FAILED, f"hypertune is not importable: {report['import_error']}", details
+        details.update(version=report.get("version"), module=report.get("module"))
+        try:
+            with open(metric_file, encoding="utf-8") as fh:
+                text = fh.read()
+        except OSError:
+            text = ""
+    records = []
+    for line in text.splitlines():
+        try:
+            records.append(json.loads(line))
+        except ValueError:
+            continue
+    details["records"] = len(records)
+    match = [r for r in records if isinstance(r, dict) and "trainimg_probe" in r]
+    if not match:
+        return FAILED, "hypertune silent: the report wrote no 'trainimg_probe' metric to CLOUD_ML_HP_METRIC_FILE", details
+    record = match[-1]
+    try:
+        got = float(record["trainimg_probe"])
+    except (TypeError, ValueError):
+        got = None
+    details.update(got_value=record.get("trainimg_probe"), got_trial=record.get("trial"))
+    if got is None or abs(got - value) > 1e-9 * max(1.0, abs(value)):
+        return FAILED, f"hypertune silent: wrote {record.get('trainimg_probe')!r}, expected {value!r}", details
+    if str(record.get("trial")) != trial:
+        return FAILED, f"hypertune wrote trial {record.get('trial')!r}, expected CLOUD_ML_TRIAL_ID {trial}", details
+    version = report.get("version")
+    if want:
+        if not version:
+            return FAILED, f"hypertune works but its version is unknown (no cloudml-hypertune metadata); expected {want}", details
+        if not versions_equal(version, want):
+            return FAILED, f"cloudml-hypertune {version} is installed; the recipe asks for {want}", details
+    return PASSED, f"cloudml-hypertune {version or '(version unknown)'} reported a metric for trial {trial}", details
+
+
+def _cluster_samples() -> list[tuple[str, dict, dict]]:
+    """(label, env, expected facts) for each platform's environment shape."""
+    vertex = {
+        "cluster": {
+            "workerpool0": ["cmle-training-workerpool0-1a2b3c-0:2222"],
+            "workerpool1": ["cmle-training-workerpool1-1a2b3c-0:2222", "cmle-training-workerpool1-1a2b3c-1:2222"],
+            "workerpool2": ["cmle-training-workerpool2-1a2b3c-0:2222"],
+            "workerpool3": ["cmle-training-workerpool3-1a2b3c-0:2222"],
+        },
+        "environment": "cloud",
+        "task": {"type": "workerpool1", "index": 1},
+        "job": '{"python_module":"","package_uris":[],"job_args":[]}',
+    }
+    aiplatform = {
+        "cluster": {
+            "master": ["master-0.job:2222"],
+            "worker": ["worker-0.job:2222", "worker-1.job:2222", "worker-2.job:2222"],
+            "ps": ["ps-0.job:2222"],
+        },
+        "environment": "cloud",
+        "task": {"type": "worker", "index": 2, "trial": "7"},
+    }
+    uai = {
+        "cluster": {
+            "master": ["10.9.0.1:2222"],
+            "worker": ["10.9.0.2:2222"],
+            "ps": ["10.9.0.1:2223", "10.9.0.2:2223"],
+        },
+        "task": {"type": "ps", "index": 1},
+    }
+    return [
+        ("vertex", {"CLUSTER_SPEC": json.dumps(vertex)},
+         {"platform": "vertex", "role": "worker", "index": 1, "rank": 2, "world_size": 3,
+          "master_addr": "cmle-training-workerpool0-1a2b3c-0", "master_port": 2222}),
+        ("vertex_ps", {"CLUSTER_SPEC": json.dumps({**vertex, "task": {"type": "workerpool2", "index": 0}})},
+         {"platform": "vertex", "role": "ps", "index": 0, "rank": None, "world_size": 3,
+          "master_addr": "cmle-training-workerpool0-1a2b3c-0", "master_port": 2222}),
+        ("aiplatform", {"CLUSTER_SPEC": json.dumps(aiplatform), "TF_CONFIG": json.dumps(aiplatform)},
+         {"platform": "aiplatform", "role": "worker", "index": 2, "rank": 3, "world_size": 4,
+          "master_addr": "master-0.job", "master_port": 2222}),
+        ("uai", {"TF_CONFIG": json.dumps(uai)},
+         {"platform": "tf_config", "role": "ps", "index": 1, "rank": None, "world_size": 2,
+          "master_addr": "10.9.0.1", "master_port": 2222}),
+        ("uai_master", {"TF_CONFIG": json.dumps({**uai, "task": {"type": "master", "index": 0}})},
+         {"platform": "tf_config", "role": "chief", "index": 0, "rank": 0, "world_size": 2,
+          "master_addr": "10.9.0.1", "master_port": 2222}),
+    ]
+
+
+def check_cluster_parsing(expect: dict) -> tuple[str, str, dict]:
+    try:
+        from .cluster import parse_cluster  # noqa: PLC0415 - written alongside; imported only here
+    except ImportError as err:
+        return FAILED, f"the runtime's cluster parser is not importable: {err}", {}
+    details: dict = {}
+    problems = []
+    for label, env, want in _cluster_samples():
+        try:
+            info = parse_cluster(env)
+        except Exception as err:  # noqa: BLE001 - any failure to parse a platform's sample is the finding
+            problems.append(f"{label}: {type(err).__name__}: {err}")
+            details[label] = {"error": str(err)}
+            continue
+        got = {key: getattr(info, key, None) for key in want}
+        details[label] = got
+        wrong = [f"{k}={got[k]!r} (expected {v!r})" for k, v in want.items() if got[k] != v]
+        if wrong:
+            problems.append(f"{label}: " + ", ".join(wrong))
+    if problems:
+        return FAILED, "cluster parsing: " + "; ".join(problems), details
+    return PASSED, f"parsed {len(details)} platform samples (Vertex, AI Platform, UAI)", details
+
+
+def _gpus_from_libcuda() -> tuple[int | None, int | None, str | None]:
+    """(device count, driver CUDA version code, error) through libcuda.so.1."""
+    import ctypes  # noqa: PLC0415
+
+    try:
+        cuda = ctypes.CDLL("libcuda.so.1")
+    except OSError as err:
+        return None, None, f"libcuda.so.1: {err}"
+    status = cuda.cuInit(0)
+    driver = ctypes.c_int(0)
+    cuda.cuDriverGetVersion(ctypes.byref(driver))
+    if status != 0:
+        return 0, driver.value or None, f"cuInit returned {status}"
+    count = ctypes.c_int(0)
+    status = cuda.cuDeviceGetCount(ctypes.byref(count))
+    if status != 0:
+        return 0, driver.value or None, f"cuDeviceGetCount returned {status}"
+    return count.value, driver.value or None, None
+
+
+def check_gpu(expect: dict) -> tuple[str, str, dict]:
+    names, smi_error = nvidia_smi_gpus()
+    count, driver, cuda_error = _gpus_from_libcuda()
+    details: dict = {"nvidia_smi": names, "nvidia_smi_error": smi_error, "libcuda_count": count,
+                     "libcuda_error": cuda_error}
+    if driver:
+        details["driver_cuda"] = f"{driver // 1000}.{(driver % 1000) // 10}"
+    total = len(names) if names else (count or 0)
+    details["count"] = total
+    if not total:
+        return SKIPPED, "no GPU", details
+    want = expect.get("cuda")
+    if want and driver:
+        need = parse_version(str(want))[0]
+        have = (driver // 1000, (driver % 1000) // 10)
+        if have < need[:2] + (0,) * (2 - len(need[:2])):
+            return (WARNING, f"{total} GPU(s), but the driver supports CUDA {details['driver_cuda']} and the image "
+                    f"is built for CUDA {want} (needs cuda-compat or a newer driver)", details)
+    return PASSED, f"{total} GPU(s)" + (f": {names[0].split(' (UUID')[0]}" if names else ""), details
+
+
+def check_duplicate_libs(expect: dict, roots: list[str] | None = None) -> tuple[str, str, dict]:
+    scan = libs.scan_duplicates(roots)
+    dups = scan["duplicates"]
+    if not dups:
+        return PASSED, f"no duplicated CUDA libraries ({scan['scanned_files']} files scanned)", scan
+    worst = sorted(dups, key=lambda s: -dups[s]["wasted"])
+    listing = ", ".join(f"{s} x{len(dups[s]['copies'])}" for s in worst[:5])
+    more = f" and {len(worst) - 5} more" if len(worst) > 5 else ""
+    return (WARNING, f"{len(dups)} soname(s) in several directories ({listing}{more}); "
+            f"{libs.human_bytes(scan['wasted_bytes'])} wasted", scan)
