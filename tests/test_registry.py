@@ -25,11 +25,9 @@ from trainimg.publish.localregistry import LocalRegistry
 from trainimg.publish.push import (
     PushResult,
     RegistryTarget,
-    missing_blobs,
     push,
-    remote_digest,
-    remote_tags,
 )
+from registryread import missing_blobs, remote_digest, remote_tags
 
 BLOB_OR_MANIFEST = r"^(HEAD|GET|PUT|POST|PATCH) /v2/.+/(manifests|blobs)/"
 BLOB_UPLOAD = r"^(PATCH|PUT) /v2/.+/blobs/uploads/"
