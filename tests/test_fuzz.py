@@ -26,7 +26,7 @@ from trainimg.recipe.compat import load_compat
 from trainimg.errors import RecipeError
 from trainimg.plan.stages import make_plan
 from trainimg.recipe.loading import expand_file, load_recipes, resolve
-from trainimg.render.dockerfile import dockerfile
+from trainimg.render.dockerfile import render_plan
 
 SHOWN = "recipes/f.yaml"
 PARENT = "pytorch-2.14.1-cu130-py3.12"
@@ -188,7 +188,7 @@ def _baseline(env, field: str) -> str:
     if field not in env["baselines"]:
         make, _, good = FIELDS[field]
         _, plan = _load(env, make(good))
-        env["baselines"][field] = dockerfile(plan)
+        env["baselines"][field] = render_plan(plan)
     return env["baselines"][field]
 
 
@@ -228,7 +228,7 @@ def try_value(env, field: str, value: object) -> str:
     except RecipeError as exc:
         _check_rejected(str(exc), field)
         return "rejected"
-    _check_accepted(env, field, value, dockerfile(plan))
+    _check_accepted(env, field, value, render_plan(plan))
     return "accepted"
 
 

@@ -21,7 +21,7 @@ from trainimg.cli.app import main
 from trainimg.recipe.compat import load_compat
 from trainimg.plan.stages import make_plan, static_labels
 from trainimg.recipe.loading import load_recipes
-from trainimg.render.dockerfile import GENERATED_MARK, check, dockerfile, render_all, write
+from trainimg.render.dockerfile import GENERATED_MARK, check, render_all, render_plan, write
 
 REPO = Path(__file__).resolve().parents[1]
 GOLDEN = Path(__file__).resolve().parent / "golden"
@@ -242,7 +242,7 @@ def test_block_labels(rs, compat):
 def test_whole_dockerfiles_golden(rs, compat):
     for name in ("pytorch-2.13.0-cpu-py3.11", "pytorch-2.14.1-cu130-py3.12", "my-trainer", "base-base-cu126-py3.11"):
         v = rs.by_name[name]
-        golden(f"dockerfile_{name}", dockerfile(make_plan(v, compat, rs.by_name.get(v.extends or ""))).rstrip("\n"))
+        golden(f"dockerfile_{name}", render_plan(make_plan(v, compat, rs.by_name.get(v.extends or ""))).rstrip("\n"))
 
 
 def test_golden_files_are_all_used():

@@ -16,7 +16,7 @@ from typing import Any
 from ..plan.stages import CA_SECRET, PIP_CONF_SECRET
 from ..recipe.loading import RecipeSet
 from ..render.bake import BakeInputs, bake_file
-from ..render.dockerfile import dockerfile, plans
+from ..render.dockerfile import plans, render_plan
 from ..state import state_dir
 from .builder import provenance, provenance_labels, runtime_context
 from .wheelhouse import default_ca_bundle, pip_conf, write_secret
@@ -48,7 +48,7 @@ def write_bake(recipes: RecipeSet, names: list[str], env: Mapping[str, str], rep
     dockerfiles = {}
     for plan in selected:
         dockerfiles[plan.variant.name] = folder / "dockerfiles" / f"{plan.variant.name}.Dockerfile"
-        dockerfiles[plan.variant.name].write_text(dockerfile(plan), encoding="utf-8")
+        dockerfiles[plan.variant.name].write_text(render_plan(plan), encoding="utf-8")
     secrets_dir = folder / "secrets"
     secrets_dir.mkdir(mode=0o700)
     ca = default_ca_bundle(env)

@@ -31,7 +31,7 @@ from ..options import BuildOptions
 from ..plan.stages import BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET, Plan, plans as plans_of
 from ..progress import Progress
 from ..recipe.loading import RecipeSet, Variant
-from ..render.dockerfile import dockerfile
+from ..render.dockerfile import render_plan
 from ..runtime.manifest import distribution_key
 from ..runtime.contract import (
     ABSENT_LABEL,
@@ -189,7 +189,7 @@ class Builder:
             used: dict[str, list[str]] = {}
             for plan in plans:
                 df = files[plan.variant.name] = Path(tmp) / f"{plan.variant.name}.Dockerfile"
-                df.write_text(dockerfile(plan), encoding="utf-8")
+                df.write_text(render_plan(plan), encoding="utf-8")
                 used[plan.variant.name] = [f"{s.name}:{s.key[:12]}" for s in plan.parents if s.key in shared]
                 for stage in plan.parents:
                     if stage.key in shared and stage.key not in done_parents:

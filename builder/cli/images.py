@@ -81,12 +81,12 @@ def validate(c: Ctx, paths: tuple[Path, ...]) -> None:
 @pass_ctx
 def render(c: Ctx, out: Path | None, check: bool) -> None:
     """Render every variant's Dockerfile into images/<variant>/Dockerfile."""
-    from ..render import dockerfile as r
+    from ..render.dockerfile import HAND_WRITTEN, check as drift_of, render_all, write
 
-    files = r.render_all(c.recipes())
+    files = render_all(c.recipes())
     root = out or c.root
-    found = r.check(files, root)
-    kept = [d for d in found if d.kind == r.HAND_WRITTEN and d.path not in files]
+    found = drift_of(files, root)
+    kept = [d for d in found if d.kind == HAND_WRITTEN and d.path not in files]
     for d in kept:
         click.echo(f"{d.path}: kept (hand-written: no trainimg header, no recipe renders it)")
     if check:
@@ -97,7 +97,7 @@ def render(c: Ctx, out: Path | None, check: bool) -> None:
             raise CheckFailed(f"{len(drift)} file(s) under images/ differ from the recipes; run `trainimg render`")
         click.echo(f"{len(files)} Dockerfiles up to date")
         return
-    changed = r.write(files, root)
+    changed = write(files, root)
     click.echo(f"{len(files)} Dockerfiles rendered, {len(changed)} changed")
 
 

@@ -26,7 +26,7 @@ class Drift:
     kind: str  # "differs", "missing", "extra" (generated, no recipe renders it) or HAND_WRITTEN (no mark: kept)
 
 
-def dockerfile(plan: Plan) -> str:
+def render_plan(plan: Plan) -> str:
     """The Dockerfile text of one plan. Same plan, same bytes: nothing here reads the clock or the machine."""
     v = plan.variant
     return environment().get_template("Dockerfile.j2").render(
@@ -36,7 +36,7 @@ def dockerfile(plan: Plan) -> str:
 
 def render_all(recipes: RecipeSet, compat: Compat | None = None) -> dict[str, str]:
     """Every file under images/ the recipes produce, keyed by path relative to the repository root."""
-    return {p.dockerfile_path(): dockerfile(p) for p in plans(recipes, compat=compat)}
+    return {p.dockerfile_path(): render_plan(p) for p in plans(recipes, compat=compat)}
 
 
 def write(files: dict[str, str], root: Path) -> list[str]:
