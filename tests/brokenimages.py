@@ -139,14 +139,15 @@ class TestImages:
         self.made: list[tuple[str, str]] = []  # (tag, image id)
 
     def build(self, kind: str, lines: list[str], labels: Mapping[str, str] | None = None,
-              files: Mapping[str, bytes] | None = None, base: str | None = None) -> str:
+              files: Mapping[str, bytes] | None = None, base: str | None = None, labels_file: bool = True) -> str:
         """Build ``FROM base`` + `lines`, labelled trainimg.test=1 plus `labels`; returns the tag.
 
         trainimg `labels` are also merged into the image's labels file, as a build writes both: the in-image
-        selftest, which reads the file, must see the same relabelled image `trainimg test` sees."""
+        selftest, which reads the file, must see the same relabelled image `trainimg test` sees. An image that only
+        carries labels for the host to read (no python3 in its base) passes `labels_file=False`."""
         tag = f"trainimg-test/{kind}:{uuid.uuid4().hex[:10]}"
         ours = {k: v for k, v in (labels or {}).items() if k.startswith("trainimg.")}
-        if ours:
+        if ours and labels_file:
             lines = [*lines, "RUN " + json.dumps(["python3", "-c", MERGE_LABELS, LABELS_PATH, json.dumps(ours)])]
         dockerfile = f"FROM {base or self.base}\n" + "".join(line + "\n" for line in lines)
         image, _ = self.client.images.build(fileobj=_context(dockerfile, files or {}), custom_context=True,

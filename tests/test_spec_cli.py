@@ -92,14 +92,15 @@ def labelled() -> Iterator[TestImages]:
 def test_local_reference_reads_the_image_labels(labelled: TestImages) -> None:
     cpu = labelled.build("spec-cpu", [], labels={"trainimg.framework": "tensorflow", "trainimg.variant": "tf-cpu",
                                                   "trainimg.version.nccl": "none",
-                                                  "trainimg.reduction-server": "none"})
+                                                  "trainimg.reduction-server": "none"}, labels_file=False)
     pool = pool0(spec("--platform", "vertex", "--image", cpu, *SHAPE, "--", "python", "t.py"))
     assert pool["containerSpec"]["command"][3:5] == ["--framework", "tensorflow"]
     # a CPU image's labels say it has no NCCL: no Reduction Server for it
     one_line_error(spec("--platform", "vertex", "--image", cpu, *SHAPE, "--reduction-servers", "2"),
                    "--reduction-servers", "no NCCL")
     gpu = labelled.build("spec-gpu", [], labels={"trainimg.framework": "pytorch", "trainimg.version.nccl": "2.27.7",
-                                                  "trainimg.reduction-server": "wanted", "trainimg.absent": ""})
+                                                  "trainimg.reduction-server": "wanted", "trainimg.absent": ""},
+                         labels_file=False)
     assert pool0(spec("--platform", "vertex", "--image", gpu, *SHAPE, "--reduction-servers", "2"))
     plain = labelled.build("spec-plain", [])
     one_line_error(spec("--platform", "vertex", "--image", plain, *SHAPE), "--image", "no trainimg labels")
