@@ -5,7 +5,8 @@ Why: the folders are meant to read as the pipeline, and that only stays true if 
 top-level module or subpackage of builder/ sits in one layer, lowest first:
 
     runtime                                   the in-image runtime: standard library only, copied into images
-    errors, state, progress, options          small shared foundations (options: typed per-verb options)
+    errors, state, progress, options,         small shared foundations (options: typed per-verb options;
+    userfiles                                 userfiles: the JSON files users hand trainimg)
     recipe                                    recipes, grammar, rules, compatibility data
     plan                                      build stages and blocks
     render                                    Dockerfiles, bake files
@@ -43,7 +44,7 @@ PACKAGE = "trainimg"
 
 LAYERS: tuple[tuple[str, ...], ...] = (
     ("runtime",),
-    ("errors", "state", "progress", "options"),
+    ("errors", "state", "progress", "options", "userfiles"),
     ("recipe",),
     ("plan",),
     ("render",),

@@ -1,4 +1,4 @@
-"""The pure helpers of benchmarks/bench.py: formatting, goals, README table, push output, recipe pin change.
+"""The pure helpers of benchmarks/bench.py (benchmarks/figures.py): formatting, goals, README table, push output, recipe pin change.
 No engine needed; the bench itself (`make bench`) is never run from here."""
 
 from __future__ import annotations
@@ -10,6 +10,9 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT / "benchmarks"))  # as when bench.py runs: its own folder is on the path
+import figures  # noqa: E402
+
 _spec = importlib.util.spec_from_file_location("trainimg_bench", ROOT / "benchmarks" / "bench.py")
 bench = importlib.util.module_from_spec(_spec)
 sys.modules["trainimg_bench"] = bench
@@ -17,7 +20,7 @@ _spec.loader.exec_module(bench)
 
 
 def test_figure_names_are_the_contract() -> None:
-    assert bench.FIGURE_NAMES == (
+    assert figures.FIGURE_NAMES == (
         "matrix_build_ratio", "noop_rebuild_ratio", "pin_change_rebuild_ratio", "size_vs_naive", "size_overhead",
         "allreduce_4_vs_1", "repush_bytes", "render_ms_per_variant", "ci_rebuild_ratio")
 
@@ -25,7 +28,7 @@ def test_figure_names_are_the_contract() -> None:
 @pytest.mark.parametrize("num, den, expected", [
     (1.0, 4.0, 0.25), (3, 3, 1.0), (None, 2.0, None), (2.0, None, None), (1.0, 0.0, None), (1.0, -1.0, None)])
 def test_ratio(num, den, expected) -> None:
-    assert bench.ratio(num, den) == expected
+    assert figures.ratio(num, den) == expected
 
 
 @pytest.mark.parametrize("value, unit, status, text", [
@@ -40,62 +43,62 @@ def test_ratio(num, den, expected) -> None:
     (None, "bytes", "failed", "failed"),
 ])
 def test_format_value(value, unit, status, text) -> None:
-    assert bench.format_value(value, unit, status) == text
+    assert figures.format_value(value, unit, status) == text
 
 
 def test_goal_met_is_an_upper_bound_and_unmeasured_is_none() -> None:
-    assert bench.goal_met("matrix_build_ratio", 0.5) is True
-    assert bench.goal_met("matrix_build_ratio", 0.5001) is False
-    assert bench.goal_met("repush_bytes", 0) is True
-    assert bench.goal_met("repush_bytes", 1) is False
-    assert bench.goal_met("size_overhead", 1.1) is True
-    assert bench.goal_met("render_ms_per_variant", None) is None
-    assert bench.format_goal("repush_bytes") == "0"
-    assert bench.format_goal("size_overhead") == "≤ 1.1"
+    assert figures.goal_met("matrix_build_ratio", 0.5) is True
+    assert figures.goal_met("matrix_build_ratio", 0.5001) is False
+    assert figures.goal_met("repush_bytes", 0) is True
+    assert figures.goal_met("repush_bytes", 1) is False
+    assert figures.goal_met("size_overhead", 1.1) is True
+    assert figures.goal_met("render_ms_per_variant", None) is None
+    assert figures.format_goal("repush_bytes") == "0"
+    assert figures.format_goal("size_overhead") == "≤ 1.1"
 
 
 def test_parse_pushed_bytes_reads_the_cli_line() -> None:
     out = ("PASSED   x: y\n"
            "pushed localhost:5123/trainimg-bench/pytorch:2.13.0-cpu-py3.11@sha256:"
            + "ab" * 32 + " (0 bytes uploaded)\n")
-    assert bench.parse_pushed_bytes(out) == 0
+    assert figures.parse_pushed_bytes(out) == 0
     first = "pushed localhost:5123/trainimg-bench/pytorch:2.13.0-cpu-py3.11@sha256:" + "cd" * 32 + \
         " (1073741824 bytes uploaded)\n"
-    assert bench.parse_pushed_bytes(first) == 1073741824
-    assert bench.parse_pushed_bytes(first + first) == 2 * 1073741824
+    assert figures.parse_pushed_bytes(first) == 1073741824
+    assert figures.parse_pushed_bytes(first + first) == 2 * 1073741824
 
 
 @pytest.mark.parametrize("out", ["", "trainimg: no image x on this engine\n", "pushed x (12 bytes)\n",
                                  "pushed x (twelve bytes uploaded)\n"])
 def test_parse_pushed_bytes_refuses_output_without_the_line(out) -> None:
     with pytest.raises(ValueError):
-        bench.parse_pushed_bytes(out)
+        figures.parse_pushed_bytes(out)
 
 
 def test_change_pin_changes_exactly_one_pin() -> None:
     text = 'extras: ["six==1.16.0"]\nmatrix: []\n'
-    assert bench.change_pin(text, "six==1.16.0", "six==1.17.0") == 'extras: ["six==1.17.0"]\nmatrix: []\n'
+    assert figures.change_pin(text, "six==1.16.0", "six==1.17.0") == 'extras: ["six==1.17.0"]\nmatrix: []\n'
     with pytest.raises(ValueError):
-        bench.change_pin("extras: []\n", "six==1.16.0", "six==1.17.0")
+        figures.change_pin("extras: []\n", "six==1.16.0", "six==1.17.0")
     with pytest.raises(ValueError):
-        bench.change_pin("six==1.16.0 six==1.16.0", "six==1.16.0", "six==1.17.0")
+        figures.change_pin("six==1.16.0 six==1.16.0", "six==1.16.0", "six==1.17.0")
 
 
 def test_the_bench_recipe_holds_the_pin_once() -> None:
     text = (ROOT / "benchmarks" / "recipes" / "pytorch.yaml").read_text()
-    assert bench.change_pin(text, bench.PIN_FROM, bench.PIN_TO).count(bench.PIN_TO) == 1
+    assert figures.change_pin(text, bench.PIN_FROM, bench.PIN_TO).count(bench.PIN_TO) == 1
 
 
 def test_parse_meminfo_and_du() -> None:
-    assert bench.parse_meminfo("MemTotal:       24684084 kB\nMemFree: 1 kB\n") == 24684084 * 1024
+    assert figures.parse_meminfo("MemTotal:       24684084 kB\nMemFree: 1 kB\n") == 24684084 * 1024
     with pytest.raises(ValueError):
-        bench.parse_meminfo("MemFree: 1 kB\n")
-    assert bench.parse_du_total("123\t/opt/venv\n") == 123
-    assert bench.parse_du_total("1\t/a\n2\t/b\n456\ttotal\n") == 456
+        figures.parse_meminfo("MemFree: 1 kB\n")
+    assert figures.parse_du_total("123\t/opt/venv\n") == 123
+    assert figures.parse_du_total("1\t/a\n2\t/b\n456\ttotal\n") == 456
     with pytest.raises(ValueError):
-        bench.parse_du_total("")
+        figures.parse_du_total("")
     with pytest.raises(ValueError):
-        bench.parse_du_total("du: cannot access\n")
+        figures.parse_du_total("du: cannot access\n")
 
 
 def test_bench_refs_only_removes_bench_images() -> None:
@@ -104,7 +107,7 @@ def test_bench_refs_only_removes_bench_images() -> None:
         "trainimg/pytorch:2.13.0-cpu-py3.11", "local/debian:bookworm", "<none>:<none>",
         "localhost:5000/trainimg-bench/pytorch:2.13.0-cpu-py3.11", "trainimg-benchmark/x:1", "trainimg-test/x:1",
     ])
-    assert bench.bench_refs(listing) == ["trainimg-bench/pytorch:2.13.0-cpu-py3.11",
+    assert figures.bench_refs(listing) == ["trainimg-bench/pytorch:2.13.0-cpu-py3.11",
                                          "trainimg-bench/alone:jax-0.10.2-cpu-py3.11"]
 
 
@@ -113,7 +116,7 @@ MACHINE = {"nproc": 2, "memory_bytes": 25 * 2**30, "docker_server": "20.10.24", 
 
 
 def _figures() -> dict:
-    figs = {name: {"value": None, "status": "skipped", "met": None} for name in bench.FIGURE_NAMES}
+    figs = {name: {"value": None, "status": "skipped", "met": None} for name in figures.FIGURE_NAMES}
     figs["matrix_build_ratio"] = {"value": 0.42, "status": "ok", "met": True}
     figs["size_overhead"] = {"value": 1.25, "status": "ok", "met": False}
     figs["repush_bytes"] = {"value": 0, "status": "ok", "met": True}
@@ -122,10 +125,10 @@ def _figures() -> dict:
 
 
 def test_render_table_has_every_figure_the_date_and_the_machine() -> None:
-    table = bench.render_table(_figures(), "2026-01-02 03:04 UTC", MACHINE)
+    table = figures.render_table(_figures(), "2026-01-02 03:04 UTC", MACHINE)
     assert "2026-01-02 03:04 UTC" in table
     assert "2 CPUs (nproc)" in table and "25.0 GiB" in table and "20.10.24" in table
-    for name in bench.FIGURE_NAMES:
+    for name in figures.FIGURE_NAMES:
         assert f"| `{name}` |" in table
     assert "| `matrix_build_ratio` | 0.420 | ≤ 0.5 | yes |" in table
     assert "| `size_overhead` | 1.250 | ≤ 1.1 | **no** |" in table
@@ -136,14 +139,14 @@ def test_render_table_has_every_figure_the_date_and_the_machine() -> None:
 
 def test_update_readme_replaces_only_between_the_markers() -> None:
     text = "# x\n\nintro\n\n## Benchmarks\n\nprose\n\n<!-- bench:start -->\nold table\n<!-- bench:end -->\n\nafter\n"
-    new = bench.update_readme(text, "NEW TABLE\n")
+    new = figures.update_readme(text, "NEW TABLE\n")
     assert new == ("# x\n\nintro\n\n## Benchmarks\n\nprose\n\n<!-- bench:start -->\nNEW TABLE\n<!-- bench:end -->"
                    "\n\nafter\n")
-    assert bench.update_readme(new, "NEW TABLE") == new  # idempotent
+    assert figures.update_readme(new, "NEW TABLE") == new  # idempotent
 
 
 def test_update_readme_appends_a_section_when_markers_are_missing() -> None:
-    new = bench.update_readme("# x\n\ntext\n", "T")
+    new = figures.update_readme("# x\n\ntext\n", "T")
     assert new == "# x\n\ntext\n\n## Benchmarks\n\n<!-- bench:start -->\nT\n<!-- bench:end -->\n"
 
 
@@ -154,14 +157,14 @@ def test_update_readme_appends_a_section_when_markers_are_missing() -> None:
 ])
 def test_update_readme_refuses_broken_markers(text) -> None:
     with pytest.raises(ValueError):
-        bench.update_readme(text, "T")
+        figures.update_readme(text, "T")
 
 
 def test_the_repository_readme_has_the_markers_once() -> None:
     text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert text.count(bench.START_MARKER) == 1 and text.count(bench.END_MARKER) == 1
-    updated = bench.update_readme(text, bench.render_table(_figures(), "d", MACHINE))
-    assert updated.split(bench.START_MARKER)[0] == text.split(bench.START_MARKER)[0]
+    assert text.count(figures.START_MARKER) == 1 and text.count(figures.END_MARKER) == 1
+    updated = figures.update_readme(text, figures.render_table(_figures(), "d", MACHINE))
+    assert updated.split(figures.START_MARKER)[0] == text.split(figures.START_MARKER)[0]
 
 
 def test_the_bench_matrix_shares_the_shipped_parents() -> None:
@@ -172,7 +175,7 @@ def test_the_bench_matrix_shares_the_shipped_parents() -> None:
     shipped = {p.variant.name: p for p in plans(load_recipes(ROOT / "recipes"))}
     mine = plans(load_recipes(ROOT / "benchmarks" / "recipes"))
     assert len(mine) >= 3
-    assert all(p.variant.tag.startswith(bench.BENCH_PREFIX) for p in mine)
+    assert all(p.variant.tag.startswith(figures.BENCH_PREFIX) for p in mine)
     assert len({p.parents[0].key for p in mine}) == 1  # one shared python stage
     for p in mine:
         assert [s.key for s in p.parents] == [s.key for s in shipped[p.variant.name].parents]
@@ -210,29 +213,29 @@ def test_gpu_figure_lines_and_table() -> None:
 def test_manifest_bytes_adds_config_and_layers() -> None:
     manifest = {"schemaVersion": 2, "config": {"size": 7023, "digest": "sha256:c"},
                 "layers": [{"size": 32654, "digest": "sha256:a"}, {"size": 16724, "digest": "sha256:b"}]}
-    assert bench.manifest_bytes(manifest) == 7023 + 32654 + 16724
+    assert figures.manifest_bytes(manifest) == 7023 + 32654 + 16724
     with pytest.raises(ValueError, match="sized blobs"):
-        bench.manifest_bytes({"manifests": []})  # an index, not an image manifest
+        figures.manifest_bytes({"manifests": []})  # an index, not an image manifest
 
 
 @pytest.mark.parametrize("values, expected", [
     ([3.0], (3.0, 3.0, 3.0)), ([5.0, 1.0, 3.0], (3.0, 1.0, 5.0)), ([4.0, 1.0, 2.0, 3.0], (2.5, 1.0, 4.0)),
     ([0.44, 0.72, 0.53], (0.53, 0.44, 0.72))])
 def test_median_spread(values, expected) -> None:
-    assert bench.median_spread(values) == pytest.approx(expected)
+    assert figures.median_spread(values) == pytest.approx(expected)
 
 
 def test_median_of_nothing_is_an_error() -> None:
     with pytest.raises(ValueError):
-        bench.median_spread([])
+        figures.median_spread([])
 
 
 def test_spread_note_names_the_runs_and_the_range() -> None:
-    assert bench.spread_note([100.0, 80.0, 120.0]) == "median of 3 cold runs 100.0 s (spread 80.0-120.0 s, 40% of the median)"
+    assert figures.spread_note([100.0, 80.0, 120.0]) == "median of 3 cold runs 100.0 s (spread 80.0-120.0 s, 40% of the median)"
 
 
 def test_ci_rebuild_ratio_goal() -> None:
     # A cache-fed rebuild of 30 s against a 200 s cold build meets the goal (<= 0.2); 50 s does not.
-    assert bench.goal_met("ci_rebuild_ratio", bench.ratio(30.0, 200.0)) is True
-    assert bench.goal_met("ci_rebuild_ratio", bench.ratio(50.0, 200.0)) is False
-    assert bench.format_goal("ci_rebuild_ratio") == "≤ 0.2"
+    assert figures.goal_met("ci_rebuild_ratio", figures.ratio(30.0, 200.0)) is True
+    assert figures.goal_met("ci_rebuild_ratio", figures.ratio(50.0, 200.0)) is False
+    assert figures.format_goal("ci_rebuild_ratio") == "≤ 0.2"

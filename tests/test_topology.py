@@ -98,19 +98,22 @@ def test_aiplatform_shape() -> None:
         "environment": "cloud",
         "task": {"type": "master", "index": 0},
     }
+    # A custom container's default (no useChiefInTfConfig): the deprecated `master`, which TensorFlow 2 rejects.
     tf_config = json.loads(chief.env["TF_CONFIG"])
-    assert tf_config["cluster"]["chief"] == ["job-chief-0:2222"]
-    assert tf_config["task"] == {"type": "chief", "index": 0}
+    assert tf_config["cluster"]["master"] == ["job-chief-0:2222"] and "chief" not in tf_config["cluster"]
+    assert tf_config["task"] == {"type": "master", "index": 0}
+    assert parse_cluster({"TF_CONFIG": chief.env["TF_CONFIG"]}).role == "chief"
 
 
-def test_aiplatform_always_sends_tf_config_and_can_send_deprecated_master() -> None:
+def test_aiplatform_always_sends_tf_config_and_names_chief_when_the_job_opts_in() -> None:
     (only,) = replica_specs("aiplatform", 1, hosts=hosts)
     assert "TF_CONFIG" in only.env
-    specs = by_name(replica_specs("aiplatform", 2, hosts=hosts, tf_config_master=True))
+    specs = by_name(replica_specs("aiplatform", 2, hosts=hosts, use_chief_in_tf_config=True))
     tf_config = json.loads(specs["chief-0"].env["TF_CONFIG"])
-    assert tf_config["cluster"] == {"master": ["job-chief-0:2222"], "worker": ["job-worker-0:2222"]}
-    assert tf_config["task"]["type"] == "master"
-    assert parse_cluster({"TF_CONFIG": specs["chief-0"].env["TF_CONFIG"]}).role == "chief"
+    assert tf_config["cluster"] == {"chief": ["job-chief-0:2222"], "worker": ["job-worker-0:2222"]}
+    assert tf_config["task"] == {"type": "chief", "index": 0}
+    # CLUSTER_SPEC is not affected: it always says master.
+    assert json.loads(specs["chief-0"].env["CLUSTER_SPEC"])["task"]["type"] == "master"
 
 
 def test_uai_shape_matches_seed_004() -> None:
@@ -158,7 +161,7 @@ def test_ipv6_hosts_are_bracketed() -> None:
         ({"platform": "uai", "replicas": 2, "port": 65535}, "port"),
         ({"platform": "uai", "replicas": 2, "ps": 3}, "ps=3"),
         ({"platform": "uai", "replicas": 2, "evaluators": 1}, "evaluator"),
-        ({"platform": "vertex", "replicas": 2, "tf_config_master": True}, "tf_config_master"),
+        ({"platform": "vertex", "replicas": 2, "use_chief_in_tf_config": True}, "use_chief_in_tf_config"),
     ],
 )
 def test_validation(kwargs: dict, message: str) -> None:

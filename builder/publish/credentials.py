@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import UserInputError
+from ..userfiles import read_json_object
 from .references import RegistryTarget
 
 HELPER_PREFIX = "docker-credential-"
@@ -40,22 +41,6 @@ def _hostname(key: str) -> str:
     """`https://host:5000/v1/` -> `host:5000`: auths keys may carry a scheme and a path (docker's
     ConvertToHostname)."""
     return key.removeprefix("http://").removeprefix("https://").split("/", 1)[0]
-
-
-def _load(path: Path) -> dict[str, Any]:
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError:
-        return {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserInputError(f"cannot read docker credentials: {exc}", where=str(path)) from None
-    try:
-        config = json.loads(text) if text.strip() else {}
-    except json.JSONDecodeError as exc:
-        raise UserInputError(f"not valid JSON (line {exc.lineno}): fix or remove it", where=str(path)) from None
-    if not isinstance(config, dict):
-        raise UserInputError("not a JSON object: fix or remove it", where=str(path))
-    return config
 
 
 def _from_auths(config: Mapping[str, Any], host: str, path: Path) -> dict[str, str] | None:
@@ -102,7 +87,7 @@ def _from_helper(name: str, host: str) -> dict[str, str] | None:
 def stored_credentials(host: str, env: Mapping[str, str]) -> dict[str, str] | None:
     """What `docker login host` stored, looked up as the docker CLI does (see the module doc); None if nothing."""
     path = config_path(env)
-    config = _load(path)
+    config = read_json_object(path, "docker credentials", "fix or remove it") or {}
     helper = (config.get("credHelpers") or {}).get(host) or config.get("credsStore")
     creds = _from_helper(str(helper), host) if helper else _from_auths(config, host, path)
     if not creds or not (creds.get("password") or creds.get("identitytoken")):

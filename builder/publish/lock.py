@@ -41,6 +41,7 @@ from typing import Any
 
 from ..engine.base import Engine
 from ..errors import CheckFailed, UserInputError
+from ..userfiles import read_json_object
 from ..recipe.grammar import DIGEST_RE, VARIANT_TAG_RE
 
 LOCK_FORMAT = 1
@@ -88,18 +89,10 @@ class LockEntry:
 def read_lock(path: str | os.PathLike[str]) -> dict[str, LockEntry]:
     """Entries by variant name; a missing file is an empty lock, a malformed one a UserInputError naming it."""
     p = Path(path)
-    try:
-        text = p.read_text(encoding="utf-8")
-    except FileNotFoundError:
+    data = read_json_object(p, "the lockfile", "fix or delete it and release again")
+    if data is None:
         return {}
-    except (OSError, UnicodeDecodeError) as exc:
-        raise UserInputError(f"cannot read the lockfile: {exc}", where=str(p)) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as exc:
-        raise UserInputError(f"not valid JSON (line {exc.lineno}: {exc.msg}); fix or delete it and release again",
-                             where=str(p)) from None
-    if not isinstance(data, dict) or not isinstance(data.get("variants"), dict):
+    if not isinstance(data.get("variants"), dict):
         raise UserInputError("not a trainimg lockfile (expected an object with a 'variants' object)", where=str(p))
     if data.get("format", LOCK_FORMAT) != LOCK_FORMAT:
         raise UserInputError(f"lockfile format {data.get('format')!r}; this trainimg reads format {LOCK_FORMAT}",

@@ -6,9 +6,10 @@ green local run proves nothing about the cloud one. The shapes follow the platfo
 * ``vertex``: pools ``workerpool0`` (one chief), ``workerpool1`` (``replicas - 1`` workers), ``workerpool2``
   (``ps``), ``workerpool3`` (``evaluators``) in ``CLUSTER_SPEC`` on every replica; ``TF_CONFIG`` (chief/worker/ps,
   evaluator never in the cluster) only when the job has more than one replica in total.
-* ``aiplatform``: ``CLUSTER_SPEC`` with ``master``/``worker``/``ps`` and ``TF_CONFIG`` on every replica; TF_CONFIG
-  names the chief ``chief`` (runtime 2.1+ and custom containers) or, with ``tf_config_master=True``, the deprecated
-  ``master`` that older configurations receive.
+* ``aiplatform``: ``CLUSTER_SPEC`` with ``master``/``worker``/``ps`` and ``TF_CONFIG`` on every replica. A custom
+  container's TF_CONFIG names the chief with the deprecated ``master`` (TensorFlow 2 rejects it) unless the job set
+  ``useChiefInTfConfig`` (``use_chief_in_tf_config=True`` here): the service's default is replayed by default, since
+  that is what an image meets when a job does not opt in (seed 001, "chief en comparación con master").
 * ``uai``: ``TF_CONFIG`` only, nodes ``0..replicas-1``: node 0 runs the ``master``, node i >= 1 runs worker i-1,
   and every node also runs a ps (ps i on node i, same host, ``port + 1``) unless ``ps`` says how many (then ps
   0..ps-1 on nodes 0..ps-1). A ps shares its node's host, so its spec carries ``node`` for the caller to share the
@@ -51,7 +52,7 @@ def replica_specs(
     hosts: Callable[[str, int], str],
     port: int = 2222,
     trial: str | None = None,
-    tf_config_master: bool = False,
+    use_chief_in_tf_config: bool = False,
 ) -> list[ReplicaSpec]:
     """Every replica of a `platform` job with `replicas` training replicas (chief plus workers).
 
@@ -66,8 +67,8 @@ def replica_specs(
         raise ValueError(f"unknown platform {platform!r}; expected one of {', '.join(PLATFORMS)}")
     if isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= (65534 if platform == UAI else 65535):
         raise ValueError(f"port must be an integer in 1..65535 (UAI also uses port + 1), got {port!r}")
-    if tf_config_master and platform != AIPLATFORM:
-        raise ValueError("tf_config_master applies to aiplatform only: other platforms never send 'master' to TF2")
+    if use_chief_in_tf_config and platform != AIPLATFORM:
+        raise ValueError("use_chief_in_tf_config applies to aiplatform only: the others never send 'master' to TF2")
     if platform == UAI:
         if evaluators:
             raise ValueError("uai has no evaluator replicas; pass evaluators=0")
@@ -76,7 +77,8 @@ def replica_specs(
     addresses = {
         role: [format_address(hosts(role, i), port) for i in range(count)] for role, count in counts.items()
     }
-    tf_names = {"chief": "master" if tf_config_master else "chief", "worker": "worker", "ps": "ps"}
+    tf_chief = "master" if platform == AIPLATFORM and not use_chief_in_tf_config else "chief"
+    tf_names = {"chief": tf_chief, "worker": "worker", "ps": "ps"}
     tf_cluster = {tf_names[role]: addresses[role] for role in tf_names if addresses[role]}
     send_tf_config = platform == AIPLATFORM or sum(counts.values()) > 1
     if platform == VERTEX:

@@ -1,0 +1,188 @@
+"""The figures `make bench` reports and the pure helpers around them: their goals, how each value is printed, the
+median and spread of cold runs, the README table, and the parsers of what the measured commands print.
+
+Kept apart from bench.py (which runs the engine) so tests/test_bench_units.py checks them without an engine, and so
+the figure names, a contract other checks read, live in one place.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+BENCH_PREFIX = "trainimg-bench/"
+START_MARKER, END_MARKER = "<!-- bench:start -->", "<!-- bench:end -->"
+
+
+@dataclass(frozen=True)
+class Figure:
+    name: str
+    goal: float
+    unit: str  # "ratio", "bytes" or "ms"
+    what: str
+
+
+FIGURES: tuple[Figure, ...] = (
+    Figure("matrix_build_ratio", 0.5, "ratio", "cold matrix build / sum of each variant built alone, cold"),
+    Figure("noop_rebuild_ratio", 0.05, "ratio", "rebuild with nothing changed / cold matrix build"),
+    Figure("pin_change_rebuild_ratio", 0.4, "ratio", "rebuild after one extra pin changed / that variant cold"),
+    Figure("size_vs_naive", 0.8, "ratio", "image size / naive single-stage image with the same payload"),
+    Figure("size_overhead", 1.10, "ratio", "image size / (base image + /opt/venv + python apt packages)"),
+    Figure("allreduce_4_vs_1", 2.0, "ratio", "`trainimg test --replicas 4` / `--replicas 1` wall time"),
+    Figure("repush_bytes", 0, "bytes", "layer bytes uploaded pushing an unchanged image again"),
+    Figure("render_ms_per_variant", 10.0, "ms", "render the shipped matrix, best of 5, per variant"),
+    Figure("ci_rebuild_ratio", 0.2, "ratio",
+           "rebuild on a pruned engine with `--cache-from` the pushed image / the same variant cold"),
+)
+FIGURE_NAMES = tuple(f.name for f in FIGURES)
+GOALS = {f.name: f for f in FIGURES}
+
+
+def ratio(numerator: float | None, denominator: float | None) -> float | None:
+    """numerator / denominator, or None when either is unknown or the denominator is not positive."""
+    if numerator is None or denominator is None or denominator <= 0:
+        return None
+    return numerator / denominator
+
+
+def format_value(value: float | int | None, unit: str = "ratio", status: str = "ok") -> str:
+    """How a figure is printed: ratios with 3 decimals, ms with 2, bytes as an integer; else the status."""
+    if value is None:
+        return status if status != "ok" else "skipped"
+    if unit == "bytes":
+        return str(int(value))
+    if unit == "ms":
+        return f"{value:.2f}"
+    return f"{value:.3f}"
+
+
+def median_spread(values: Sequence[float]) -> tuple[float, float, float]:
+    """The median of `values`, and their min and max: the figure, and how far one run could have strayed."""
+    if not values:
+        raise ValueError("no runs to take the median of")
+    ordered = sorted(values)
+    mid = len(ordered) // 2
+    median = ordered[mid] if len(ordered) % 2 else (ordered[mid - 1] + ordered[mid]) / 2
+    return median, ordered[0], ordered[-1]
+
+
+def spread_note(values: Sequence[float]) -> str:
+    """How a cold figure's runs spread, for the "how" line: median, min-max, and the range as % of the median."""
+    median, low, high = median_spread(values)
+    share = f", {100 * (high - low) / median:.0f}% of the median" if median > 0 else ""
+    return f"median of {len(values)} cold runs {median:.1f} s (spread {low:.1f}-{high:.1f} s{share})"
+
+
+def goal_met(name: str, value: float | int | None) -> bool | None:
+    """Whether `value` meets the goal of figure `name` (every goal is an upper bound); None if not measured."""
+    if value is None:
+        return None
+    return value <= GOALS[name].goal
+
+
+def format_goal(name: str) -> str:
+    fig = GOALS[name]
+    if fig.unit == "bytes":
+        return f"{int(fig.goal)}"
+    return f"≤ {fig.goal:g}"
+
+
+_PUSH_RE = re.compile(r"^pushed \S+ \((\d+) bytes uploaded\)\s*$", re.MULTILINE)
+
+
+def parse_pushed_bytes(output: str) -> int:
+    """Layer bytes a `trainimg push` reported, summed over its "pushed REF@DIGEST (N bytes uploaded)" lines."""
+    found = _PUSH_RE.findall(output)
+    if not found:
+        raise ValueError(f"no 'pushed ... (N bytes uploaded)' line in the push output: {output.strip()[-300:]!r}")
+    return sum(int(n) for n in found)
+
+
+def change_pin(recipe_text: str, old: str, new: str) -> str:
+    """The recipe text with pin `old` replaced by `new`; exactly one occurrence, quoted or not."""
+    count = recipe_text.count(old)
+    if count != 1:
+        raise ValueError(f"expected {old!r} once in the recipe, found it {count} times")
+    return recipe_text.replace(old, new)
+
+
+def manifest_bytes(manifest: Mapping[str, Any]) -> int:
+    """Compressed bytes of an image as a registry holds it: its config blob plus every layer blob, from its
+    (Docker v2 or OCI) manifest."""
+    try:
+        return int(manifest["config"]["size"]) + sum(int(layer["size"]) for layer in manifest["layers"])
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ValueError(f"not an image manifest with sized blobs: {exc}") from None
+
+
+def parse_meminfo(text: str) -> int:
+    """MemTotal from /proc/meminfo, in bytes."""
+    match = re.search(r"^MemTotal:\s+(\d+)\s*kB", text, re.MULTILINE)
+    if not match:
+        raise ValueError("no MemTotal in /proc/meminfo")
+    return int(match.group(1)) * 1024
+
+
+def parse_du_total(output: str) -> int:
+    """Bytes from the last line of `du -sb` / `du -sbc` output ("12345\\ttotal" or "12345\\t/path")."""
+    lines = [line for line in output.strip().splitlines() if line.strip()]
+    if not lines:
+        raise ValueError("empty du output")
+    first = lines[-1].split()[0]
+    if not first.isdigit():
+        raise ValueError(f"unexpected du output: {lines[-1]!r}")
+    return int(first)
+
+
+def machine_line(machine: Mapping[str, Any]) -> str:
+    mem = machine.get("memory_bytes")
+    mem_text = f"{mem / 2**30:.1f} GiB" if isinstance(mem, int) else "unknown"
+    return (f"{machine.get('nproc', '?')} CPUs (nproc), {mem_text} memory, Docker engine "
+            f"{machine.get('docker_server', '?')} (client {machine.get('docker_client', '?')}), "
+            f"{machine.get('kernel', '?')}")
+
+
+def render_table(figures: Mapping[str, Mapping[str, Any]], date: str, machine: Mapping[str, Any],
+                 quick: bool = False) -> str:
+    """The Markdown that goes between the README markers: when and where, then one row per figure."""
+    lines = [f"Measured {date} on {machine_line(machine)} by `make bench`"
+             + (" (`--quick`: nothing cold)" if quick else "") + ".", "",
+             "| figure | value | goal | met | what |", "|---|---|---|---|---|"]
+    for fig in FIGURES:
+        row = figures.get(fig.name, {})
+        value = format_value(row.get("value"), fig.unit, row.get("status", "skipped"))
+        met = row.get("met")
+        met_text = "yes" if met is True else "**no**" if met is False else "–"
+        lines.append(f"| `{fig.name}` | {value} | {format_goal(fig.name)} | {met_text} | {fig.what} |")
+    return "\n".join(lines)
+
+
+def update_readme(text: str, table: str) -> str:
+    """`text` with everything between the bench markers replaced by `table`; when the markers are missing, a
+    "## Benchmarks" section holding them is appended at the end."""
+    starts, ends = text.count(START_MARKER), text.count(END_MARKER)
+    block = f"{START_MARKER}\n{table.strip()}\n{END_MARKER}"
+    if starts == 0 and ends == 0:
+        return text.rstrip("\n") + "\n\n## Benchmarks\n\n" + block + "\n"
+    if starts != 1 or ends != 1:
+        raise ValueError(f"README needs exactly one {START_MARKER} and one {END_MARKER}")
+    head, rest = text.split(START_MARKER, 1)
+    inner, tail = rest.split(END_MARKER, 1)
+    if END_MARKER in head:
+        raise ValueError(f"{END_MARKER} comes before {START_MARKER} in README")
+    del inner
+    return head + block + tail
+
+
+def bench_refs(listing: str, prefix: str = BENCH_PREFIX) -> list[str]:
+    """Image references to remove from `docker images --format '{{.Repository}}:{{.Tag}}'` output: only those
+    whose repository starts with `prefix` (never another image; `<none>` tags are skipped)."""
+    refs = []
+    for line in listing.splitlines():
+        ref = line.strip()
+        repo, _, tag = ref.rpartition(":")
+        if repo.startswith(prefix) and tag and tag != "<none>":
+            refs.append(ref)
+    return refs
