@@ -4,6 +4,7 @@ both); they are never skipped in CI."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 from collections.abc import Iterator
 from pathlib import Path
@@ -34,6 +35,15 @@ def state_env(tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
     env = dict(os.environ)
     env["TRAINIMG_STATE_DIR"] = str(tmp_path_factory.mktemp("state"))
     return env
+
+
+def default_sigint() -> None:
+    """`preexec_fn` for a child a test interrupts with SIGINT: Ctrl-C's default disposition, as a terminal gives.
+
+    A suite started in the background (`cmd &` in a script, nohup) inherits SIGINT *ignored*, and an ignored signal
+    stays ignored across exec: Python then installs no KeyboardInterrupt handler and the child never sees the
+    test's Ctrl-C (the run hangs until the test's timeout)."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def trainimg(*args: str, env: dict[str, str] | None = None, timeout: float = 1200,

@@ -22,7 +22,7 @@ import docker
 import pytest
 import xmlschema
 from brokenimages import TestImages, owned_by, registry_digest
-from conftest import ROOT, trainimg
+from conftest import ROOT, default_sigint, trainimg
 from conftest_registry import RegistryLogin
 
 pytestmark = pytest.mark.engine
@@ -43,7 +43,7 @@ def images(client: docker.DockerClient, cpu_image: str) -> Iterator[TestImages]:
 def start(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
     """The real CLI in the background, so a test knows its pid (the owner label of its replicas)."""
     return subprocess.Popen(["trainimg", *args], cwd=ROOT, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=default_sigint)
 
 
 def wait_for_replicas(client: docker.DockerClient, proc: subprocess.Popen[str], timeout: float = 90) -> list[str]:

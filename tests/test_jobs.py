@@ -23,6 +23,7 @@ from trainimg.jobs.run import parse_env, parse_volumes, run_job
 from trainimg.jobs.tune import judge, parse_params, trials_for, tune
 from trainimg.options import JobOptions, TuneOptions
 from trainimg.conformance.replicas import OWNER_LABEL, RUN_LABEL
+from conftest import default_sigint
 
 IMAGE = "trainimg/pytorch:2.13.0-cpu-py3.11"
 ROOT = Path(__file__).resolve().parent.parent
@@ -273,7 +274,7 @@ def test_ctrl_c_during_tune_removes_every_trial(engine: DockerEngine, tmp_path: 
 
 def _interrupt_and_check(engine: DockerEngine, code: str, want: int) -> None:
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
+                            text=True, preexec_fn=default_sigint)
     owner = f"{socket.gethostname()}:{proc.pid}"
     flt = {"label": f"{OWNER_LABEL}={owner}"}
     try:
