@@ -19,7 +19,7 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import docker
 import docker.errors
@@ -82,6 +82,19 @@ def _refusals(what: str) -> Iterator[None]:
         raise EngineError(f"{what}: {_short(exc)}") from None
     except requests.RequestException as exc:
         raise EngineError(f"{what}: the engine stopped answering ({type(exc).__name__})") from None
+
+
+_T = TypeVar("_T")
+
+
+def _unless_gone(what: str, call: Callable[[], _T]) -> _T | None:
+    """`call()`, or None when the image or container it asks about is gone (someone removed it: not a failure);
+    any other refusal is `_refusals`'s one line."""
+    with _refusals(what):
+        try:
+            return call()
+        except docker.errors.NotFound:
+            return None
 
 
 class DockerEngine(Engine):
@@ -148,12 +161,9 @@ class DockerEngine(Engine):
             raise
 
     def image(self, ref: str) -> ImageInfo | None:
-        try:
-            attrs = self.client.api.inspect_image(ref)
-        except docker.errors.ImageNotFound:
+        attrs = _unless_gone(f"cannot inspect {ref}", lambda: self.client.api.inspect_image(ref))
+        if attrs is None:
             return None
-        except (docker.errors.DockerException, requests.RequestException) as exc:
-            raise EngineError(f"cannot inspect {ref}: {_short(exc)}") from None
         return ImageInfo(
             id=attrs["Id"], labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
             size=int(attrs.get("Size") or 0), repo_digests=tuple(attrs.get("RepoDigests") or ()),
@@ -205,23 +215,18 @@ class DockerEngine(Engine):
         return str(container.id)
 
     def state(self, container: str) -> ContainerState | None:
-        try:
-            attrs = self.client.api.inspect_container(container)
-        except docker.errors.NotFound:
+        attrs = _unless_gone(f"cannot inspect container {container[:12]}",
+                             lambda: self.client.api.inspect_container(container))
+        if attrs is None:
             return None
-        except (docker.errors.DockerException, requests.RequestException) as exc:
-            raise EngineError(f"cannot inspect container {container[:12]}: {_short(exc)}") from None
         st = attrs.get("State") or {}
         running = st.get("Status") not in ("exited", "dead")
         return ContainerState(running, None if running else int(st.get("ExitCode", 0)))
 
     def logs(self, container: str) -> str | None:
-        try:
-            return self.client.api.logs(container, stdout=True, stderr=True).decode("utf-8", "replace")
-        except docker.errors.NotFound:
-            return None
-        except (docker.errors.DockerException, requests.RequestException) as exc:
-            raise EngineError(f"cannot read the logs of {container[:12]}: {_short(exc)}") from None
+        raw = _unless_gone(f"cannot read the logs of {container[:12]}",
+                           lambda: self.client.api.logs(container, stdout=True, stderr=True))
+        return None if raw is None else raw.decode("utf-8", "replace")
 
     def follow(self, container: str) -> Iterator[str]:
         buf = b""
