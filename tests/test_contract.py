@@ -15,7 +15,7 @@ from trainimg.recipe.compat import load_compat
 from trainimg.recipe.loading import load_recipes
 from trainimg.plan.stages import make_plan, static_labels
 from trainimg.runtime import contract, probe
-from trainimg.runtime.cluster import VERTEX_POOLS
+from trainimg.runtime.platforms.tfconfig import VERTEX_POOLS
 from trainimg.runtime.topology import PLATFORMS
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -39,7 +39,8 @@ if TYPE_CHECKING:
 @pass_ctx
 def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server: bool) -> None:
     """Parse CLUSTER_SPEC / TF_CONFIG from the environment into role, rank and world size."""
-    from ..runtime.cluster import ClusterError, parse_cluster, summary
+    from ..runtime.cluster import parse_cluster, summary
+    from ..runtime.world import ClusterError
 
     opts = ClusterOptions(nproc_per_node=nproc_per_node, reduction_server=reduction_server)
     try:

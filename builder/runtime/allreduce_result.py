@@ -21,7 +21,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-from .cluster import ClusterError, parse_cluster
+from .cluster import parse_cluster
+from .world import ClusterError
 from .contract import EXIT_ALLREDUCE_TIMEOUT, EXIT_FAILED, EXIT_USAGE
 
 VECTOR_LEN = 1024

@@ -63,7 +63,9 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import FrameType
 
-from .cluster import ClusterInfo, format_address, parse_cluster, positive_int
+from .cluster import parse_cluster, positive_int, with_processes
+from .platforms import FORCEABLE
+from .world import ClusterInfo, format_address
 from .contract import EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_USAGE, MANIFEST_PATH
 from .gpus import visible_gpus
 
@@ -93,7 +95,8 @@ _TERMINATE_GRACE_S = 10.0
 def launch_env(info: ClusterInfo, env: Mapping[str, str], local_rank: int = 0) -> dict[str, str]:
     """The environment for local process `local_rank` of this replica: a copy of `env` plus the variables above.
 
-    With ``info.nproc_per_node`` N set, ranks count processes (``RANK = node_rank * N + local_rank``); without it
+    Where the platform started the processes (``info.started_by``), this process's own ranks are kept. Otherwise,
+    with ``info.nproc_per_node`` N set, ranks count processes (``RANK = node_rank * N + local_rank``); without it
     the replica runs one process and process and node ranks coincide. Pure, so every role can be unit-tested.
     """
     nproc = info.nproc_per_node or 1
@@ -102,13 +105,16 @@ def launch_env(info: ClusterInfo, env: Mapping[str, str], local_rank: int = 0) -
     out = dict(env)
     if info.tf_config is not None:
         out["TF_CONFIG"] = json.dumps(info.tf_config, sort_keys=True)
-    out["TRAINIMG_ROLE"] = info.role
+    out.update(TRAINIMG_ROLE=info.role, TRAINIMG_PLATFORM=info.platform)
     if info.rank is None:
         for name in GROUP_VARIABLES:
             out.pop(name, None)
         return out
-    rank = info.rank * nproc + local_rank
-    world = str(info.world_size * nproc)
+    if info.started_by is not None and info.process_rank is not None and info.local_rank is not None:
+        rank, local_rank = info.process_rank, info.local_rank
+    else:
+        rank = info.rank * nproc + local_rank
+    world = str(info.world_size_processes or info.world_size * nproc)
     out.update(
         MASTER_ADDR=info.master_addr,
         MASTER_PORT=str(info.master_port),
@@ -117,7 +123,7 @@ def launch_env(info: ClusterInfo, env: Mapping[str, str], local_rank: int = 0) -
         LOCAL_RANK=str(local_rank),
         LOCAL_WORLD_SIZE=str(nproc),
         NODE_RANK=str(info.rank),
-        JAX_COORDINATOR_ADDRESS=format_address(info.master_addr, info.master_port),
+        JAX_COORDINATOR_ADDRESS=info.jax_coordinator or format_address(info.master_addr, info.master_port),
         JAX_NUM_PROCESSES=world,
         JAX_PROCESS_ID=str(rank),
         TRAINIMG_NODE_RANK=str(info.rank),
@@ -155,9 +161,12 @@ def resolve_framework(requested: str, installed: list[str], nproc: int) -> str:
     raise ValueError(f"this image holds {', '.join(installed)}; pass --framework to say which one CMD uses")
 
 
-def choose_mode(framework: str, nproc: int, has_torch: bool) -> str:
-    """How N processes start: ``exec`` (one process), ``torchrun``, or ``spawn`` (this launcher's own children)."""
-    if nproc == 1 or framework == "tensorflow":
+def choose_mode(info: ClusterInfo, framework: str, has_torch: bool) -> str:
+    """How this node's processes start: ``exec`` (one process here: the platform started the others, or there is
+    one), ``torchrun``, or ``spawn`` (this launcher's own children). Parameter servers and evaluators are single
+    processes whatever N says: they hold no GPU rank; TensorFlow drives every local GPU from one process."""
+    nproc = info.nproc_per_node or 1
+    if info.started_by is not None or info.rank is None or nproc == 1 or framework == "tensorflow":
         return "exec"
     if framework in ("auto", "pytorch") and has_torch:
         return "torchrun"
@@ -241,11 +250,14 @@ def nproc_argument(text: str) -> int | str:
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="python -m trainimg_runtime launch",
-        usage="%(prog)s [--nproc-per-node N|auto] [--framework {auto,pytorch,tensorflow,jax}] [--reduction-server] "
-              "-- CMD...",
+        usage="%(prog)s [--nproc-per-node N|auto] [--framework {auto,pytorch,tensorflow,jax}] [--platform P] "
+              "[--reduction-server] -- CMD...",
         description="Map the platform's cluster variables to framework variables and run CMD.",
     )
-    parser.add_argument("--nproc-per-node", type=nproc_argument, default=1, metavar="N|auto")
+    parser.add_argument("--nproc-per-node", type=nproc_argument, default=None, metavar="N|auto",
+                        help="processes per node (default: the platform's count where it gives one, else 1)")
+    parser.add_argument("--platform", choices=FORCEABLE, default=None,
+                        help="read this platform's variables, whatever else is set")
     parser.add_argument("--framework", choices=FRAMEWORKS, default="auto")
     parser.add_argument("--reduction-server", action="store_true",
                         help="workerpool2 holds Reduction Server replicas: keep them out of TF_CONFIG")
@@ -274,10 +286,8 @@ def main(argv: list[str]) -> int:
         print("trainimg-launch: no command given after '--'", file=sys.stderr)
         return EXIT_USAGE
 
-    nproc = visible_gpus(os.environ) if args.nproc_per_node == "auto" else args.nproc_per_node
     try:
-        framework = resolve_framework(args.framework, installed_frameworks(args.manifest), nproc)
-        info = parse_cluster(os.environ, nproc, reduction_server=args.reduction_server)
+        info, framework = _plan(args)
     except ValueError as err:  # a ClusterError, or a framework the launcher cannot choose
         print(f"trainimg-launch: {err}", file=sys.stderr)
         return EXIT_USAGE
@@ -285,25 +295,42 @@ def main(argv: list[str]) -> int:
         print(f"trainimg-launch: {cmd[0]}: command not found", file=sys.stderr)
         return EXIT_NOT_FOUND
 
-    # Parameter servers and evaluators are single processes whatever N says: they hold no GPU rank.
-    mode = "exec" if info.rank is None else choose_mode(framework, nproc, _has_torch())
+    nproc = info.nproc_per_node or 1
+    mode = choose_mode(info, framework, _has_torch())
+    started = f", {nproc} started by {info.started_by}" if info.started_by else ""
     print(
         f"trainimg-launch: {info.platform} {info.role} {info.index}: "
-        f"{1 if mode == 'exec' else nproc} process(es) via {mode} (nproc-per-node {nproc})",
+        f"{nproc if mode == 'spawn' or mode == 'torchrun' else 1} process(es) via {mode} "
+        f"(nproc-per-node {nproc}{started})",
         file=sys.stderr,
         flush=True,
     )
     try:
         if mode == "spawn":
             return run_local_processes(cmd, [launch_env(info, os.environ, local) for local in range(nproc)])
-        # One process per replica (exec, or torchrun which sets per-process ranks itself): node-level env.
-        node_env = launch_env(replace(info, nproc_per_node=1, world_size_processes=info.world_size), os.environ)
+        # One process here (exec, or torchrun which sets per-process ranks itself): the platform's own process
+        # ranks where it started the processes, else the node-level view.
+        own = info if info.started_by else replace(info, nproc_per_node=1, world_size_processes=info.world_size)
         argv_to_run = torchrun_argv(info, cmd) if mode == "torchrun" else cmd
         sys.stdout.flush()
-        os.execvpe(argv_to_run[0], argv_to_run, node_env)
+        os.execvpe(argv_to_run[0], argv_to_run, launch_env(own, os.environ))
     except OSError as err:
         print(f"trainimg-launch: {cmd[0]}: {err.strerror}", file=sys.stderr)
         return EXIT_NOT_FOUND if isinstance(err, FileNotFoundError) else EXIT_CANNOT_EXECUTE
+
+
+def _plan(args: argparse.Namespace) -> tuple[ClusterInfo, str]:
+    """The cluster as this launcher will run it (processes per node settled) and the framework CMD uses."""
+    wanted = visible_gpus(os.environ) if args.nproc_per_node == "auto" else args.nproc_per_node
+    info = parse_cluster(os.environ, wanted, reduction_server=args.reduction_server, platform=args.platform)
+    if info.nproc_per_node is None:
+        info = with_processes(info, 1)
+    framework = resolve_framework(args.framework, installed_frameworks(args.manifest), info.nproc_per_node or 1)
+    if framework == "tensorflow" and info.tf_config is None and info.world_size > 1:
+        raise ValueError(f"TensorFlow reads TF_CONFIG, which {info.platform} does not describe: a TensorFlow job "
+                         "there would train alone on every node; run it as a TFJob (TF_CONFIG) or on a platform "
+                         "whose hosts trainimg can list (slurm, jobset)")
+    return info, framework
 
 
 def _has_torch() -> bool:

@@ -32,7 +32,8 @@ from dataclasses import dataclass
 from typing import IO
 
 from . import probe
-from .cluster import ClusterError, parse_cluster
+from .cluster import parse_cluster
+from .world import ClusterError
 from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, LABELS_PATH, OCI_TITLE, VARIANT_LABEL
 from .expect import expectations, image_labels
 from .gpus import visible_gpus

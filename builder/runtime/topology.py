@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from .cluster import format_address
+from .world import format_address
 from .contract import AIPLATFORM, PLATFORMS, UAI, VERTEX, VERTEX_POOLS
 
 

@@ -1,0 +1,57 @@
+"""Kubeflow Training Operator v1 ``PyTorchJob``: one container per replica, node-level variables.
+
+The operator (kubeflow/training-operator v1.9 ``pkg/controller.v1/pytorch/envvar.go``, ``master.go``) gives every
+container ``MASTER_ADDR`` = ``PET_MASTER_ADDR`` = ``<job>-master-0``, ``MASTER_PORT`` (23456 by default),
+``WORLD_SIZE`` = replicas x ``nprocPerNode`` (replicas alone in older versions), ``RANK`` = ``PET_NODE_RANK`` = the
+replica's **node** index (master 0, worker i at i + 1), ``PET_NNODES`` and, when the job sets ``nprocPerNode``,
+``PET_NPROC_PER_NODE``. ``RANK``/``WORLD_SIZE`` therefore mix node and process meanings (kubeflow/trainer#1790):
+the launcher reads them as the node view and starts ``PET_NPROC_PER_NODE`` processes per node itself.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..world import ClusterError, ClusterInfo, below, host, integer, node_role, port, present, require
+
+NAME = "pytorchjob"
+FORCED_BY = (NAME,)
+REQUIRED = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES")
+OPTIONAL = ("PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+
+
+def claims(env: Mapping[str, str]) -> tuple[str, ...]:
+    """Its signature is RANK or WORLD_SIZE beside torchrun's PET_ variables (Trainer v2 gives PET_ alone)."""
+    if not (present(env, ("RANK", "WORLD_SIZE")) and present(env, ("PET_NNODES", "PET_NODE_RANK"))):
+        return ()
+    return present(env, (*REQUIRED, *OPTIONAL))
+
+
+def read(env: Mapping[str, str], *, reduction_server: bool = False) -> ClusterInfo:
+    got = require(env, NAME, REQUIRED)
+    if ":" in got["PET_NNODES"]:
+        raise ClusterError("PET_NNODES", f"{got['PET_NNODES']!r} is an elastic range (min:max): an elastic "
+                                         "PyTorchJob needs torchrun's own rendezvous; run torchrun as the command")
+    nodes = integer("PET_NNODES", got["PET_NNODES"], least=1)
+    node = integer("RANK", got["RANK"])
+    below("RANK", node, nodes, "PET_NNODES")
+    if env.get("PET_NODE_RANK", "").strip() and integer("PET_NODE_RANK", env["PET_NODE_RANK"]) != node:
+        raise ClusterError("PET_NODE_RANK", f"{env['PET_NODE_RANK']} differs from RANK {node}: the operator sets both "
+                                            "to the replica's node index")
+    world = integer("WORLD_SIZE", got["WORLD_SIZE"], least=1)
+    nproc = env.get("PET_NPROC_PER_NODE", "").strip() or None
+    if nproc is not None and nproc != "auto":
+        per_node = integer("PET_NPROC_PER_NODE", nproc, least=1)
+        if world not in (nodes * per_node, nodes):
+            raise ClusterError("WORLD_SIZE", f"{world} is neither PET_NNODES x PET_NPROC_PER_NODE ({nodes} x "
+                                             f"{per_node}) nor PET_NNODES")
+    elif world % nodes:
+        raise ClusterError("WORLD_SIZE", f"{world} is not a multiple of PET_NNODES {nodes}")
+    else:
+        nproc = nproc or str(world // nodes)
+    role, index = node_role(node)
+    return ClusterInfo(
+        platform=NAME, role=role, index=index, rank=node, world_size=nodes,
+        master_addr=host("MASTER_ADDR", got["MASTER_ADDR"]), master_port=port("MASTER_PORT", got["MASTER_PORT"]),
+        trial=None, tf_config=None, variables=(*REQUIRED, *present(env, OPTIONAL)), platform_nproc=nproc,
+    )

@@ -1,0 +1,66 @@
+"""Kubeflow Trainer v2 ``TrainJob``: one pod per node, the runtime's ML policy writes the node's variables.
+
+Only into the container named ``node`` (kubeflow/trainer v2.3 ``pkg/runtime/framework/plugins``):
+
+* torch runtime (``torch.go``): ``PET_NNODES``, ``PET_NPROC_PER_NODE`` (a count, or ``auto``: the node's GPUs),
+  ``PET_NODE_RANK`` (the pod's job-completion index), ``PET_MASTER_ADDR`` = ``<trainjob>-node-0-0.<trainjob>``,
+  ``PET_MASTER_PORT`` = 29500. These are torchrun's flag defaults: torchrun, when the runtime's command is
+  torchrun, starts the processes (`torchrun` reads that layer); otherwise the launcher starts torchrun with them.
+* JAX runtime (``jax.go``): ``JAX_NUM_PROCESSES`` (the nodes), ``JAX_PROCESS_ID`` (the completion index),
+  ``JAX_COORDINATOR_ADDRESS`` = ``<trainjob>-node-0-0.<trainjob>:29500``; one process per node.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from ..world import ClusterError, ClusterInfo, below, host, integer, node_role, port, present, require, \
+    split_address
+
+NAME = "trainjob"
+FORCED_BY = (NAME,)
+TORCH = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+TORCH_OPTIONAL = ("PET_NPROC_PER_NODE",)
+JAX = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS")
+
+
+def claims(env: Mapping[str, str]) -> tuple[str, ...]:
+    return present(env, (*TORCH, *TORCH_OPTIONAL, *JAX))
+
+
+def read(env: Mapping[str, str], *, reduction_server: bool = False) -> ClusterInfo:
+    torch, jax = present(env, (*TORCH, *TORCH_OPTIONAL)), present(env, JAX)
+    if torch and jax:
+        raise ClusterError(torch[0], f"is set beside {jax[0]}: a TrainJob runs the torch or the JAX runtime, "
+                                     "not both")
+    return _jax(env) if jax else _torch(env)
+
+
+def _torch(env: Mapping[str, str]) -> ClusterInfo:
+    got = require(env, NAME, TORCH)
+    nodes = integer("PET_NNODES", got["PET_NNODES"], least=1)
+    node = integer("PET_NODE_RANK", got["PET_NODE_RANK"])
+    below("PET_NODE_RANK", node, nodes, "PET_NNODES")
+    nproc = env.get("PET_NPROC_PER_NODE", "").strip() or "1"  # torchrun's default
+    if nproc != "auto":
+        integer("PET_NPROC_PER_NODE", nproc, least=1)
+    role, index = node_role(node)
+    return ClusterInfo(
+        platform=NAME, role=role, index=index, rank=node, world_size=nodes,
+        master_addr=host("PET_MASTER_ADDR", got["PET_MASTER_ADDR"]),
+        master_port=port("PET_MASTER_PORT", got["PET_MASTER_PORT"]), trial=None, tf_config=None,
+        variables=(*TORCH, *present(env, TORCH_OPTIONAL)), platform_nproc=nproc,
+    )
+
+
+def _jax(env: Mapping[str, str]) -> ClusterInfo:
+    got = require(env, NAME, JAX)
+    nodes = integer("JAX_NUM_PROCESSES", got["JAX_NUM_PROCESSES"], least=1)
+    node = integer("JAX_PROCESS_ID", got["JAX_PROCESS_ID"])
+    below("JAX_PROCESS_ID", node, nodes, "JAX_NUM_PROCESSES")
+    addr, number = split_address("JAX_COORDINATOR_ADDRESS", got["JAX_COORDINATOR_ADDRESS"])
+    role, index = node_role(node)
+    return ClusterInfo(
+        platform=NAME, role=role, index=index, rank=node, world_size=nodes, master_addr=addr, master_port=number,
+        trial=None, tf_config=None, variables=JAX,
+    )
