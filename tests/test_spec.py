@@ -112,14 +112,14 @@ def test_reducers_for_seed_examples() -> None:
     # 5 nodes * 100 Gbps = 500 Gbps; / 32 Gbps = 15.6 -> 16 (512 Gbps, as the page says)
     assert reducers_for("n1-highmem-96", 5, V100x8) == 16
     # (8 worker VMs * 100 Gbps) / 32 Gbps egress = 25 reducer VMs
-    assert reducers_for("a2-megagpu-16g", 8, "NVIDIA_A100_80GB:16") == 25
-    assert reducers_for("a2-megagpu-16g", 8, "NVIDIA_A100_80GB:16", "n2-highcpu-16") == 25
+    assert reducers_for("a2-megagpu-16g", 8, "NVIDIA_TESLA_A100:16") == 25
+    assert reducers_for("a2-megagpu-16g", 8, "NVIDIA_TESLA_A100:16", "n2-highcpu-16") == 25
     assert reducers_for("n1-highmem-96", 1, V100x8) == 4  # 100 / 32 rounds up: never under the workers' egress
 
 
 def test_auto_a2_megagpu_job() -> None:
     body = job_spec("vertex", image=IMAGE, replicas=8, machine_type="a2-megagpu-16g",
-                    accelerator="NVIDIA_A100_80GB:16", variant=PT, reduction_servers="auto")
+                    accelerator="NVIDIA_TESLA_A100:16", variant=PT, reduction_servers="auto")
     assert body["jobSpec"]["workerPoolSpecs"][2]["replicaCount"] == 25
 
 
@@ -167,14 +167,16 @@ def test_region_without_reduction_server_image() -> None:
 
 
 def test_single_node_job_has_only_the_primary() -> None:
-    body = job_spec("vertex", image=IMAGE, replicas=1, machine_type="n1-standard-8", args=["--epochs", "3"])
+    body = job_spec("vertex", image=IMAGE, replicas=1, machine_type="n1-standard-8", args=["--epochs", "3"],
+                    command=["python", "t.py"])
     assert body == {
         "displayName": "trainimg-job",
         "jobSpec": {"workerPoolSpecs": [{
             "machineSpec": {"machineType": "n1-standard-8"},
             "replicaCount": 1,
             "diskSpec": DISK,
-            "containerSpec": {"imageUri": IMAGE, "args": ["--epochs", "3"]},
+            "containerSpec": {"imageUri": IMAGE, "args": ["--epochs", "3"],
+                              "command": ["trainimg-launch", "--nproc-per-node", "1", "--", "python", "t.py"]},
         }]},
     }
 
@@ -233,7 +235,7 @@ def test_command_runs_behind_the_launcher() -> None:
 
 def test_known_variant_tells_the_launcher_its_framework() -> None:
     tf = make_variant(framework="tensorflow", repository="trainimg/tensorflow", version="2.20.0")
-    cmd = job_spec("vertex", image=IMAGE, replicas=1, machine_type="n1-standard-8", accelerator="NVIDIA_L4:2",
+    cmd = job_spec("vertex", image=IMAGE, replicas=1, machine_type="g2-standard-24", accelerator="NVIDIA_L4:2",
                    command=["python", "t.py"], variant=tf)["jobSpec"]["workerPoolSpecs"][0]["containerSpec"]["command"]
     assert cmd == ["trainimg-launch", "--nproc-per-node", "2", "--framework", "tensorflow", "--", "python", "t.py"]
 
@@ -270,10 +272,13 @@ def test_conformance_refusals() -> None:
 
 
 def test_refuses_variant_without_nccl() -> None:
-    cpu = make_variant(cuda=None, nccl=None, reduction_server=False)
+    no_nccl = make_variant(nccl=None, reduction_server=False)
     err = raises("--reduction-servers", "no NCCL; the Reduction Server needs NCCL >= 2.7", seed_example,
-                 reduction_servers=16, variant=cpu)
+                 reduction_servers=16, variant=no_nccl)
     assert IMAGE in str(err)
+    # a CPU build has no NCCL either, and its GPUs are refused before the reducers are considered
+    raises("--accelerator", "is a CPU build", seed_example, reduction_servers=16,
+           variant=make_variant(cuda=None, nccl=None, reduction_server=False))
     raises("--reduction-servers", "NCCL 2.6.4", seed_example, reduction_servers=16, variant=make_variant(nccl="2.6.4"))
     seed_example(reduction_servers=16, variant=make_variant(nccl="2.7.8"))  # the floor itself is fine
 
@@ -327,22 +332,27 @@ def test_bad_reduction_server_count(bad: object) -> None:
 
 def test_aiplatform_master_workers_ps() -> None:
     body = job_spec("aiplatform", image=IMAGE, replicas=3, machine_type="n1-highmem-16", ps=2,
-                    accelerator="NVIDIA_TESLA_V100:2", args=["--epochs", "5"], display_name="train_1")
+                    accelerator="NVIDIA_TESLA_V100:2", args=["--epochs", "5"], command=["python", "t.py"],
+                    display_name="train_1")
     gpu = {"count": "2", "type": "NVIDIA_TESLA_V100"}  # int64 fields are JSON strings in ml.v1.json
     args = ["--epochs", "5"]
+    launch = ["trainimg-launch", "--nproc-per-node", "2", "--", "python", "t.py"]
+    launch_ps = ["trainimg-launch", "--nproc-per-node", "1", "--", "python", "t.py"]
     assert body == {
         "jobId": "train_1",
         "trainingInput": {
             "scaleTier": "CUSTOM",
             "masterType": "n1-highmem-16",
-            "masterConfig": {"imageUri": IMAGE, "acceleratorConfig": gpu, "containerArgs": args},
+            "masterConfig": {"imageUri": IMAGE, "acceleratorConfig": gpu, "containerCommand": launch,
+                             "containerArgs": args},
             "workerType": "n1-highmem-16",
             "workerCount": "2",
-            "workerConfig": {"imageUri": IMAGE, "acceleratorConfig": gpu, "containerArgs": args},
+            "workerConfig": {"imageUri": IMAGE, "acceleratorConfig": gpu, "containerCommand": launch,
+                             "containerArgs": args},
             "parameterServerType": "n1-highmem-16",
             "parameterServerCount": "2",
-            # no accelerator on parameter servers
-            "parameterServerConfig": {"imageUri": IMAGE, "containerArgs": args},
+            # no accelerator on parameter servers (GPUs attach to N1; a parameter server needs none)
+            "parameterServerConfig": {"imageUri": IMAGE, "containerCommand": launch_ps, "containerArgs": args},
             "region": "us-central1",
             "useChiefInTfConfig": False,  # the service's default: `master` in TF_CONFIG
         },

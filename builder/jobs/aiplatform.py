@@ -58,8 +58,9 @@ def gcloud_config(job: JobShape) -> dict[str, Any]:
 
 def _config(job: JobShape, *, gpu: bool, nproc: int) -> dict[str, Any]:
     cfg: dict[str, Any] = {"imageUri": job.image}
-    if gpu and job.accelerator:
-        cfg["acceleratorConfig"] = {"count": str(job.accelerator[1]), "type": job.accelerator[0]}
+    accelerator = job.accelerator if gpu else job.ps_accelerator
+    if accelerator:
+        cfg["acceleratorConfig"] = {"count": str(accelerator[1]), "type": accelerator[0]}
     command = job.container_command(nproc)
     if command is not None:
         cfg["containerCommand"] = command

@@ -18,8 +18,7 @@ import yaml
 
 from ..errors import UserInputError
 from ..runtime.contract import CLOUD_PLATFORMS
-
-MAX_ACCELERATORS = 16  # the most GPUs one Google Cloud VM carries (a2-megagpu-16g)
+from .machines import most_accelerators
 
 _ACCELERATOR_RE = re.compile(r"^([A-Z0-9_]+):([0-9]{1,3})$")
 _MACHINE_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
@@ -49,9 +48,9 @@ def parse_accelerator(accelerator: str | None, platform: str) -> tuple[str, int]
     if match.group(1) not in known:
         raise UserInputError(f"{platform} has no accelerator type {match.group(1)!r}; it accepts {', '.join(known)}",
                              where="--accelerator")
-    count = int(match.group(2))
-    if not 1 <= count <= MAX_ACCELERATORS:
-        raise UserInputError(f"count must be 1..{MAX_ACCELERATORS}, got {count}", where="--accelerator")
+    count, most = int(match.group(2)), most_accelerators()
+    if not 1 <= count <= most:
+        raise UserInputError(f"count must be 1..{most}, got {count}", where="--accelerator")
     return match.group(1), count
 
 

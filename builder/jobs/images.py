@@ -9,7 +9,10 @@ the image holds NCCL and google-reduction-server). So `resolve_image` accepts:
   facts when the recipes are at hand;
 * a reference: its facts from its trainimg labels when the image is local, else from ``--framework`` (required).
 
-A name that is neither a known variant nor a reference with a path is refused, never passed on as an image.
+Whatever the route, the reference must be one a cluster can pull (`clusterimage.check_pullable`): a registry host
+that is not loopback. A variant's bare tag or moving tag is refused naming ``--image VARIANT --registry R``; a
+lockfile's loopback pushes (a test registry) are passed over for the one pushed where a cluster can reach it. A
+name that is neither a known variant nor a reference with a path is refused, never passed on as an image.
 """
 
 from __future__ import annotations
@@ -21,15 +24,18 @@ from ..errors import UserInputError
 from ..runtime.contract import (
     ABSENT_LABEL,
     FRAMEWORK_LABEL,
+    RECIPE_VERSION_PREFIX,
     REDUCTION_SERVER_LABEL,
     REDUCTION_SERVER_PACKAGE,
     VARIANT_LABEL,
     VERSION_PREFIX,
 )
-from ..publish.lock import LockEntry
+from ..runtime.expect import versions_from_labels
+from ..publish.lock import LockEntry, moving_tags
 from ..publish.references import RegistryTarget
 from ..recipe.loading import Variant
-from .shape import ImageFacts
+from .clusterimage import PUSHED_AS, check_pullable, why_unpullable
+from .shape import NONE, ImageFacts
 
 FRAMEWORK_CHOICES = ("pytorch", "tensorflow", "jax", "none")
 
@@ -37,8 +43,8 @@ Inspect = Callable[[str], ImageInfo | None]
 
 
 def facts_from_variant(v: Variant) -> ImageFacts:
-    return ImageFacts(source="recipe", name=v.name, framework=v.framework, nccl=v.nccl or "none",
-                      reduction_server=v.reduction_server)
+    return ImageFacts(source="recipe", name=v.name, framework=v.framework, cuda=v.cuda or NONE,
+                      nccl=v.nccl or NONE, reduction_server=v.reduction_server)
 
 
 def facts_from_labels(labels: Mapping[str, str]) -> ImageFacts | None:
@@ -47,9 +53,25 @@ def facts_from_labels(labels: Mapping[str, str]) -> ImageFacts | None:
         return None
     absent = set(filter(None, labels.get(ABSENT_LABEL, "").split(",")))
     return ImageFacts(source="labels", name=labels.get(VARIANT_LABEL), framework=labels[FRAMEWORK_LABEL],
-                      nccl=labels.get(f"{VERSION_PREFIX}nccl", "none"),
+                      cuda=_cuda_from_labels(labels), nccl=labels.get(f"{VERSION_PREFIX}nccl", NONE),
                       reduction_server=labels.get(REDUCTION_SERVER_LABEL) == "wanted"
                       and REDUCTION_SERVER_PACKAGE not in absent)
+
+
+def _cuda_from_labels(labels: Mapping[str, str]) -> str | None:
+    """The CUDA an image holds (`VERSION_PREFIX` label, read back by `build`), else the one its recipe asked for.
+
+    The recipe labels (`RECIPE_VERSION_PREFIX`) name every version the recipe set, so with them present and no
+    CUDA among them the image is a CPU build (`NONE`); with neither kind (an image from a bake file's older
+    builder, or labels set by hand) CUDA is unknown (None).
+    """
+    built = versions_from_labels(labels)
+    if "cuda" in built:
+        return built["cuda"] or NONE
+    asked = {k[len(RECIPE_VERSION_PREFIX):]: v for k, v in labels.items() if k.startswith(RECIPE_VERSION_PREFIX)}
+    if asked:
+        return asked.get("cuda", NONE)
+    return None
 
 
 def resolve_image(image: str, *, variants: Mapping[str, Variant], lock: Mapping[str, LockEntry],
@@ -66,6 +88,7 @@ def resolve_image(image: str, *, variants: Mapping[str, Variant], lock: Mapping[
         known = ", ".join(sorted(variants)[:8]) or "none here (no recipes, no images.lock entry)"
         raise UserInputError(f"unknown variant {image!r} (known: {known}); an image reference has a path, "
                              "such as REGISTRY/REPOSITORY:TAG", where="--image")
+    check_pullable(image, fix=_pull_fix(image, variants, lock))
     if framework is not None:
         return image, ImageFacts(source="--framework", name=None, framework=framework)
     info = inspect(image)
@@ -87,13 +110,28 @@ def _from_variant(name: str, v: Variant | None, entry: LockEntry | None, registr
     if facts is None and framework is not None:
         facts = ImageFacts(source="--framework", name=name, framework=framework)
     tag = v.tag if v is not None else entry.tag if entry is not None else name
+    fix = f"use --image {name} --registry R, R the registry the cluster pulls from"
     if registry is not None:
-        return RegistryTarget.parse(registry).ref(tag), facts
+        return check_pullable(RegistryTarget.parse(registry).ref(tag), where="--registry", fix=fix), facts
     pushed = sorted(ref for ref in (entry.pushed if entry else {}) if ref.endswith(":" + tag.rpartition(":")[2]))
-    if len(pushed) == 1:
-        return pushed[0], facts
-    if pushed:
-        raise UserInputError(f"variant {name} was pushed to several registries ({', '.join(pushed)}); "
+    reachable = [ref for ref in pushed if why_unpullable(ref) is None]
+    if len(reachable) == 1:
+        return reachable[0], facts
+    if reachable:
+        raise UserInputError(f"variant {name} was pushed to several registries ({', '.join(reachable)}); "
                              "pick one with --registry", where="--image")
+    if pushed:
+        check_pullable(pushed[0], fix=f"release it to one (trainimg release {name} --registry R) or {fix}")
     raise UserInputError(f"variant {name} is the local tag {tag}, which a cluster cannot pull; add --registry R "
                          "(where it was pushed) or release it with --lock", where="--image")
+
+
+def _pull_fix(image: str, variants: Mapping[str, Variant], lock: Mapping[str, LockEntry]) -> str:
+    """What to give instead of an unpullable `image`: ``--image VARIANT --registry R`` when it is a variant's tag or
+    moving tag (local, as `build` tags it), else the reference it was pushed as."""
+    tags = {v.tag: name for name, v in variants.items()} | {e.tag: name for name, e in lock.items()}
+    tags |= {moving: tags[tag] for moving, tag in moving_tags(tags).items()}
+    name = tags.get(image)
+    if name is None:
+        return PUSHED_AS
+    return f"it is variant {name}'s local tag: use --image {name} --registry R, R where it was pushed"

@@ -12,6 +12,8 @@ from dataclasses import dataclass
 LAUNCHER = "trainimg-launch"
 # The launcher flag that keeps a Reduction Server pool out of TF_CONFIG (runtime/launch.py, runtime/cluster.py).
 REDUCTION_SERVER_FLAG = "--reduction-server"
+# What the facts (and trainimg's version labels) say for a component the image does not have: a CPU build's CUDA.
+NONE = "none"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -19,13 +21,14 @@ class ImageFacts:
     """What trainimg knows about the image a job runs, and where it learnt it.
 
     `source` is ``recipe`` (the variant's recipe, for ``--image VARIANT``), ``labels`` (a local image's labels) or
-    ``--framework`` (a remote reference, where only the framework is known). `nccl` and `reduction_server` are
-    None when unknown; a CPU image known from its recipe or labels has ``nccl == "none"``.
+    ``--framework`` (a remote reference, where only the framework is known). `cuda`, `nccl` and `reduction_server`
+    are None when unknown; a CPU image known from its recipe or labels has ``cuda == nccl == NONE``.
     """
 
     source: str
     name: str | None
     framework: str
+    cuda: str | None = None
     nccl: str | None = None
     reduction_server: bool | None = None
 
@@ -57,7 +60,11 @@ class SpecOptions:
 
 @dataclass(frozen=True, kw_only=True)
 class JobShape:
-    """A validated job: every count, name and command checked; `reducers` resolved to a number (0: none)."""
+    """A validated job: every count, name and command checked; `reducers` resolved to a number (0: none).
+
+    `ps_accelerator` is what a parameter server's machine spec names: None on a series GPUs attach to (a parameter
+    server needs none), the job's accelerator on a machine type that comes with it (A2, A3, G2...).
+    """
 
     image: str
     replicas: int
@@ -66,6 +73,7 @@ class JobShape:
     reducers: int
     evaluators: int
     accelerator: tuple[str, int] | None
+    ps_accelerator: tuple[str, int] | None
     region: str | None
     args: tuple[str, ...]
     command: tuple[str, ...] | None

@@ -5,13 +5,17 @@ queued for GPUs. `job_spec` validates `SpecOptions` once into a `JobShape`, refu
 reject or that would silently run badly, and lets `vertex` or `aiplatform` lay the body out in the ``rest`` form
 (the API request) or the ``gcloud`` form (the ``--config`` file):
 
+* The image: a reference a cluster can pull, and no accelerator for a CPU build (`clusterimage`, the checks every
+  platform makes). The accelerator: a type in the platform's enum (`fields`), on a machine type that carries it in
+  that count (`machines`, Google Cloud's table).
 * Reduction Server: Vertex only; GPU workers only (reducers serve NCCL all-reduce between GPU replicas); at least
   two replicas; never together with parameter servers (both want pool 2); and only for an image known to hold NCCL
   >= ``compat.nccl.minimum`` and ``google-reduction-server``. ``"auto"`` sizes the pool (`reducers.reducers_for`).
   The primary's and workers' launcher gets ``--reduction-server`` so the reducers never enter ``TF_CONFIG``.
 * The launcher: with a command, every replica runs it as ``trainimg-launch --nproc-per-node N [--framework F]
   [--reduction-server] -- CMD...``, N the replica's accelerator count; the launcher keeps TensorFlow at one process
-  per replica (from ``--framework`` or the image's manifest). Without a command the image's ENTRYPOINT runs.
+  per replica (from ``--framework`` or the image's manifest). Without a command the image's ENTRYPOINT runs, and
+  args without a command are refused (trainimg's images have no ENTRYPOINT to take them).
 * ``conformance=True`` replaces the program with trainimg's in-image check (`conformance_command`), so a team can
   prove a tag on the real cluster, with its real interconnect, before promoting it.
 """
@@ -26,14 +30,15 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import UserInputError
 from ..recipe.compat import floor_of, load_compat
-from ..recipe.grammar import is_reference
 from . import aiplatform, vertex
+from .clusterimage import check_gpu_image, check_pullable
 from .fields import check_machine_type, check_platform, check_region, count, parse_accelerator, strings
+from .machines import check_machine_accelerator, comes_with_accelerators
 from .reducers import reducers_for
 from .shape import ImageFacts, JobShape, SpecOptions
 
 FORMATS = ("rest", "gcloud")
-_MAX_NAME_BYTES = 128  # Vertex displayName; AI Platform jobId has the same limit in characters
+MAX_NAME_CHARS = 128  # Vertex displayName and AI Platform jobId, both counted in characters
 _JOB_ID_CHARS = "letters, digits and underscores"
 
 
@@ -53,24 +58,23 @@ def job_spec(opts: SpecOptions, form: str = "rest") -> dict[str, Any]:
 def validate(opts: SpecOptions) -> JobShape:
     """Check every option and resolve the reducer count and the job's name."""
     platform = check_platform(opts.platform)
-    if not is_reference(opts.image):
-        raise UserInputError(f"not an image reference: {opts.image!r}", where="--image")
+    check_pullable(opts.image)
     if opts.region is not None:
         check_region(opts.region)
-    command = None if opts.command is None else tuple(strings(opts.command, "command"))
-    if command is not None and not command:
-        raise UserInputError("an empty command; leave it out to run the image's ENTRYPOINT", where="command")
-    opts = replace(opts, args=tuple(strings(opts.args, "args")), command=command)
-    if opts.conformance:
-        opts = replace(opts, command=tuple(_conformance(opts)))
+    opts = _program(opts)
+    machine_type = check_machine_type(opts.machine_type)
+    accelerator = parse_accelerator(opts.accelerator, platform)
+    check_machine_accelerator(machine_type, accelerator)
+    check_gpu_image(opts.image, opts.facts, accelerator[1] if accelerator else 0)
     return JobShape(
         image=opts.image,
         replicas=count(opts.replicas, "--replicas", minimum=1),
-        machine_type=check_machine_type(opts.machine_type),
+        machine_type=machine_type,
         ps=count(opts.ps, "--ps", minimum=0),
         reducers=_reducer_count(opts),
         evaluators=count(opts.evaluators, "--evaluators", minimum=0),
-        accelerator=parse_accelerator(opts.accelerator, platform),
+        accelerator=accelerator,
+        ps_accelerator=accelerator if comes_with_accelerators(machine_type) else None,
         region=opts.region,
         args=opts.args,
         command=opts.command,
@@ -78,6 +82,25 @@ def validate(opts: SpecOptions) -> JobShape:
         name=_name(opts),
         use_chief_in_tf_config=bool(opts.use_chief_in_tf_config),
     )
+
+
+def _program(opts: SpecOptions) -> SpecOptions:
+    """`opts` with the command and args checked, and the conformance check as the command when asked for.
+
+    Args need a command to go to: without one the image's ENTRYPOINT gets them, and trainimg's images have none
+    (their CMD is ``bash``), so each replica would run the first argument as its program.
+    """
+    command = None if opts.command is None else tuple(strings(opts.command, "command"))
+    if command is not None and not command:
+        raise UserInputError("an empty command; leave it out to run the image's ENTRYPOINT", where="command")
+    opts = replace(opts, args=tuple(strings(opts.args, "args")), command=command)
+    if opts.conformance:
+        return replace(opts, command=tuple(_conformance(opts)))
+    if opts.args and command is None:
+        raise UserInputError(f"arguments need the program they are for, after `--` (e.g. -- python train.py); "
+                             f"without one each replica would run {opts.args[0]!r} as its program (trainimg's "
+                             "images have no ENTRYPOINT)", where="--args")
+    return opts
 
 
 def conformance_command(framework: str) -> list[str]:
@@ -102,21 +125,31 @@ def _conformance(opts: SpecOptions) -> list[str]:
 
 
 def _name(opts: SpecOptions) -> str:
-    """Vertex's displayName (1..128 bytes) or AI Platform's jobId (a letter, then letters, digits, underscores)."""
+    """Vertex's displayName (1..128 UTF-8 characters) or AI Platform's jobId (a letter, then letters, digits,
+    underscores; at most 128). Both APIs count characters, not bytes."""
     given = opts.display_name
     if given is None:
         stem = "trainimg-" + (f"{opts.facts.name}-" if opts.facts and opts.facts.name else "")
         given = stem + ("conformance" if opts.conformance else "job")
         if opts.platform == "aiplatform":
-            given = "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in given)[:_MAX_NAME_BYTES]
-    if not isinstance(given, str) or not given.strip() or len(given.encode()) > _MAX_NAME_BYTES:
-        raise UserInputError(f"a name is 1..{_MAX_NAME_BYTES} bytes, got {given!r}", where="--display-name")
+            given = "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in given)[:MAX_NAME_CHARS]
+    if not isinstance(given, str) or not given.strip() or len(given) > MAX_NAME_CHARS or not _is_utf8(given):
+        raise UserInputError(f"a name is 1..{MAX_NAME_CHARS} UTF-8 characters, got {given!r}", where="--display-name")
     if opts.platform == "aiplatform" and not (
         given[0].isascii() and given[0].isalpha() and all(ch.isascii() and (ch.isalnum() or ch == "_") for ch in given)
     ):
         raise UserInputError(f"an AI Platform job id starts with a letter and holds only {_JOB_ID_CHARS} "
-                             f"(at most {_MAX_NAME_BYTES}), got {given!r}", where="--display-name")
+                             f"(at most {MAX_NAME_CHARS}), got {given!r}", where="--display-name")
     return given
+
+
+def _is_utf8(text: str) -> bool:
+    """False for a name with lone surrogates (undecodable bytes in argv), which no JSON body can carry."""
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def _reducer_count(opts: SpecOptions) -> int:

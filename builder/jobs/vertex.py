@@ -53,8 +53,11 @@ def _pool(job: JobShape, machine: dict[str, Any], count: int, nproc: int) -> dic
 
 
 def _machine(job: JobShape, *, gpu: bool) -> dict[str, Any]:
+    """A pool's machine spec: the job's accelerator on GPU pools, a parameter server's (`JobShape.ps_accelerator`)
+    on the others."""
     spec: dict[str, Any] = {"machineType": job.machine_type}
-    if gpu and job.accelerator:
-        spec["acceleratorType"] = job.accelerator[0]
-        spec["acceleratorCount"] = job.accelerator[1]
+    accelerator = job.accelerator if gpu else job.ps_accelerator
+    if accelerator:
+        spec["acceleratorType"] = accelerator[0]
+        spec["acceleratorCount"] = accelerator[1]
     return spec
