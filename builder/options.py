@@ -16,6 +16,7 @@ from types import MappingProxyType
 
 from .errors import UserInputError
 from .runtime.contract import PLATFORMS, VERTEX
+from .runtime.platforms import FORCEABLE
 
 LOCAL = "local"  # a job without a platform: one container, no cluster env
 GOALS = ("max", "min")
@@ -176,10 +177,13 @@ class ClusterOptions:
 
     nproc_per_node: int | None = None
     reduction_server: bool = False
+    platform: str | None = None  # read this platform's variables (runtime.platforms.FORCEABLE), whatever is set
 
     def __post_init__(self) -> None:
         if self.nproc_per_node is not None:
             NPROC_PER_NODE.check(self.nproc_per_node, "--nproc-per-node")
+        if self.platform is not None and self.platform not in FORCEABLE:
+            raise UserInputError(f"{self.platform!r} is not one of {', '.join(FORCEABLE)}", where="--platform")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -24,6 +24,7 @@ from ..options import (
 )
 from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES, log_printer
 from ..runtime.contract import CLOUD_PLATFORMS, PLATFORMS
+from ..runtime.platforms import FORCEABLE
 from .gate import _resolve_image
 from .images import _engine
 from .program import ProgramCommand
@@ -36,15 +37,19 @@ if TYPE_CHECKING:
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
 @click.option("--nproc-per-node", type=int, default=None, help="Add the process-level view.")
 @click.option("--reduction-server", is_flag=True, help="workerpool2 holds Reduction Server replicas (not in TF_CONFIG).")
+@click.option("--platform", type=click.Choice(FORCEABLE), default=None,
+              help="Read this platform's variables, whatever else is set.")
 @pass_ctx
-def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server: bool) -> None:
-    """Parse CLUSTER_SPEC / TF_CONFIG from the environment into role, rank and world size."""
+def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server: bool, platform: str | None) -> None:
+    """Read this replica's place in the job (platform, role, node and process ranks, the variables read) from the
+    environment its platform made: CLUSTER_SPEC/TF_CONFIG, SLURM_*, Kubeflow's PET_*/JAX_*, a JobSet's, env://."""
     from ..runtime.cluster import parse_cluster, summary
     from ..runtime.world import ClusterError
 
-    opts = ClusterOptions(nproc_per_node=nproc_per_node, reduction_server=reduction_server)
+    opts = ClusterOptions(nproc_per_node=nproc_per_node, reduction_server=reduction_server, platform=platform)
     try:
-        info = parse_cluster(c.env, opts.nproc_per_node, reduction_server=opts.reduction_server)
+        info = parse_cluster(c.env, opts.nproc_per_node, reduction_server=opts.reduction_server,
+                             platform=opts.platform)
     except ClusterError as err:
         raise UserInputError(str(err)) from None
     click.echo(json.dumps(info.to_json(), sort_keys=True) if as_json else summary(info))

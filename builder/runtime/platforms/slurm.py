@@ -50,15 +50,15 @@ def read(env: Mapping[str, str], *, reduction_server: bool = False) -> ClusterIn
     procid = integer("SLURM_PROCID", got["SLURM_PROCID"])
     below("SLURM_PROCID", procid, ntasks, "SLURM_NTASKS")
     try:
-        hosts = expand(got["SLURM_STEP_NODELIST"])
-    except ValueError as err:
-        raise ClusterError("SLURM_STEP_NODELIST", str(err)) from None
+        hosts = [host("SLURM_STEP_NODELIST", name) for name in expand(got["SLURM_STEP_NODELIST"])]
+    except ValueError as err:  # a ClusterError (a host no resolver should be handed) is one too
+        raise ClusterError("SLURM_STEP_NODELIST", str(err).removeprefix("SLURM_STEP_NODELIST: ")) from None
     node = integer("SLURM_NODEID", got["SLURM_NODEID"])
     below("SLURM_NODEID", node, len(hosts), "hosts in SLURM_STEP_NODELIST")
     counts, counts_from = _task_counts(env, len(hosts), ntasks)
     local = integer("SLURM_LOCALID", got["SLURM_LOCALID"])
     below("SLURM_LOCALID", local, counts[node], f"tasks on node {node} per {counts_from}")
-    first = host("SLURM_STEP_NODELIST", hosts[0])
+    first = hosts[0]
     addr = host("MASTER_ADDR", env["MASTER_ADDR"]) if env.get("MASTER_ADDR", "").strip() else first
     master_port = port("MASTER_PORT", env["MASTER_PORT"]) if env.get("MASTER_PORT", "").strip() else \
         LIGHTNING_PORT_BASE + int(str(job_id)[-4:])
