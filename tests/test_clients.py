@@ -52,7 +52,7 @@ def facts() -> list[ImageFacts | None]:
 def spec_matrix(platform: str, facts: list[ImageFacts | None]) -> Iterator[SpecOptions]:
     """Every combination of the flags that shape a body: pools, reducers, accelerators, regions, programs."""
     machines = [("n1-standard-8", None), ("n1-highmem-96", "NVIDIA_TESLA_V100:8"),
-                ("a2-megagpu-16g", "NVIDIA_A100_80GB:16"), ("g2-standard-24", "NVIDIA_L4:2"),
+                ("a2-megagpu-16g", "NVIDIA_TESLA_A100:16"), ("g2-standard-24", "NVIDIA_L4:2"),
                 ("n1-standard-16", "NVIDIA_TESLA_T4:4"), ("ct5lp-hightpu-4t", "TPU_V5_LITEPOD:4")]
     for (replicas, ps, reducers, evaluators, (machine, accel), region, conformance, command, args, fact,
          chief) in itertools.product(
@@ -114,20 +114,9 @@ def test_every_gcloud_config_parses_strictly_as_custom_job_spec(facts: list[Imag
     assert len(made) > 1000
 
 
-@pytest.mark.parametrize("platform", ["vertex", "aiplatform"])
-def test_every_accelerator_type_is_accepted_by_its_client(platform: str) -> None:
-    for name in accelerator_types()[platform]:
-        body = job_spec(SpecOptions(platform=platform, image=IMAGE, replicas=2, machine_type="n1-standard-8",
-                                    accelerator=f"{name}:1"))
-        if platform == "vertex":
-            aiplatform_v1.CustomJob.from_json(json.dumps(body), ignore_unknown_fields=False)
-        else:
-            assert mlschema.validate("Job", body) == []
-
-
 def test_vertex_rejects_what_trainimg_refuses() -> None:
     # The proto really rejects the names `spec` refuses: the enum is the client's, not a guess.
-    body = job_spec(SpecOptions(platform="vertex", image=IMAGE, replicas=1, machine_type="n1-standard-8",
+    body = job_spec(SpecOptions(platform="vertex", image=IMAGE, replicas=1, machine_type="g2-standard-4",
                                 accelerator="NVIDIA_L4:1"))
     for bad in ("NVIDIA_TESLA_A1000", "TPU_V2_POD"):
         body["jobSpec"]["workerPoolSpecs"][0]["machineSpec"]["acceleratorType"] = bad

@@ -433,11 +433,41 @@ def test_gcloud_form_is_the_custom_job_spec() -> None:
         ({"args": "--epochs 3"}, "args"),
         ({"command": []}, "command"),
         ({"display_name": "x" * 129}, "--display-name"),
+        ({"display_name": "é" * 129}, "--display-name"),
+        ({"display_name": "bad\udcff"}, "--display-name"),  # an undecodable byte from argv: no JSON carries it
+        ({"args": ["--epochs", "3"]}, "--args"),  # no program for them: the replica would run "--epochs"
+        ({"image": "trainimg/pytorch:2.13.0-cpu-py3.11"}, "--image"),  # Docker Hub, for a cluster
+        ({"image": "localhost:5000/trainimg/pytorch:2.13.0-cpu-py3.11"}, "--image"),
     ],
 )
 def test_bad_input(kw: dict, where: str) -> None:
     call = {"image": IMAGE, "replicas": 1, "machine_type": "n1-standard-8", **kw}
     raises(where, "", job_spec, "vertex", **call)
+
+
+@pytest.mark.parametrize("platform", ["vertex", "aiplatform"])
+def test_names_are_counted_in_characters(platform: str) -> None:
+    name = "é" * 128 if platform == "vertex" else "j" + "é" * 127
+    if platform == "vertex":  # 256 bytes, 128 characters: Vertex counts characters
+        assert job_spec(platform, image=IMAGE, replicas=1, machine_type="n1-standard-8",
+                        display_name=name)["displayName"] == name
+    else:  # AI Platform's job id is ASCII: refused for its characters, not its length
+        raises("--display-name", "letters, digits and underscores", job_spec, platform, image=IMAGE, replicas=1,
+               machine_type="n1-standard-8", display_name=name)
+        assert job_spec(platform, image=IMAGE, replicas=1, machine_type="n1-standard-8",
+                        display_name="j" * 128)["jobId"] == "j" * 128
+
+
+@pytest.mark.parametrize("platform", ["vertex", "aiplatform"])
+@pytest.mark.parametrize("conformance", [False, True])
+def test_a_cpu_build_gets_no_accelerator(platform: str, conformance: bool) -> None:
+    cpu = make_variant(cuda=None, nccl=None, reduction_server=False)
+    machine, accelerator = (("a3-highgpu-8g", "NVIDIA_H100_80GB:8") if platform == "vertex"
+                            else ("n1-standard-16", "NVIDIA_TESLA_T4:4"))
+    raises("--accelerator", "is a CPU build", job_spec, platform, variant=cpu, image=IMAGE, replicas=2,
+           machine_type=machine, accelerator=accelerator, conformance=conformance)
+    assert job_spec(platform, variant=cpu, image=IMAGE, replicas=2, machine_type="n1-standard-16",
+                    conformance=conformance)
 
 
 def test_unknown_platform() -> None:

@@ -84,26 +84,54 @@ def labelled() -> Iterator[TestImages]:
     client = docker.from_env(timeout=600)
     made = TestImages(client, LOCAL_BASE)
     yield made
-    made.remove_all()
+    made.remove_all()  # by image ID, forced: the registry-qualified tags go with it
     client.close()
+
+
+def pushed_name(images: TestImages, tag: str) -> str:
+    """`tag` (a local test image) also tagged under REGISTRY, as the image is after a push: a reference a cluster
+    could pull, whose labels the local engine still has."""
+    repository, _, version = f"{REGISTRY}/{tag}".rpartition(":")
+    images.client.images.get(tag).tag(repository, tag=version)
+    return f"{repository}:{version}"
 
 
 @pytest.mark.engine
 def test_local_reference_reads_the_image_labels(labelled: TestImages) -> None:
-    cpu = labelled.build("spec-cpu", [], labels={"trainimg.framework": "tensorflow", "trainimg.variant": "tf-cpu",
-                                                  "trainimg.version.nccl": "none",
-                                                  "trainimg.reduction-server": "none"}, labels_file=False)
+    cpu = pushed_name(labelled, labelled.build(
+        "spec-cpu", [], labels={"trainimg.framework": "tensorflow", "trainimg.variant": "tf-cpu",
+                                "trainimg.version.nccl": "none", "trainimg.reduction-server": "none"},
+        labels_file=False))
     pool = pool0(spec("--platform", "vertex", "--image", cpu, *SHAPE, "--", "python", "t.py"))
     assert pool["containerSpec"]["command"][3:5] == ["--framework", "tensorflow"]
     # a CPU image's labels say it has no NCCL: no Reduction Server for it
     one_line_error(spec("--platform", "vertex", "--image", cpu, *SHAPE, "--reduction-servers", "2"),
                    "--reduction-servers", "no NCCL")
-    gpu = labelled.build("spec-gpu", [], labels={"trainimg.framework": "pytorch", "trainimg.version.nccl": "2.27.7",
-                                                  "trainimg.reduction-server": "wanted", "trainimg.absent": ""},
-                         labels_file=False)
+    gpu = pushed_name(labelled, labelled.build(
+        "spec-gpu", [], labels={"trainimg.framework": "pytorch", "trainimg.version.nccl": "2.27.7",
+                                "trainimg.reduction-server": "wanted", "trainimg.absent": ""}, labels_file=False))
     assert pool0(spec("--platform", "vertex", "--image", gpu, *SHAPE, "--reduction-servers", "2"))
-    plain = labelled.build("spec-plain", [])
+    plain = pushed_name(labelled, labelled.build("spec-plain", []))
     one_line_error(spec("--platform", "vertex", "--image", plain, *SHAPE), "--image", "no trainimg labels")
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("platform", ["vertex", "aiplatform"])
+def test_a_cpu_build_gets_no_accelerator(labelled: TestImages, platform: str) -> None:
+    """The labels a CPU build carries (`trainimg.version.cuda=none`, read back; or recipe labels without a CUDA
+    one) refuse any accelerator, conformance job or not; a CPU machine is fine."""
+    built = pushed_name(labelled, labelled.build("spec-cpu-built", [], labels_file=False, labels={
+        "trainimg.framework": "pytorch", "trainimg.version.cuda": "none", "trainimg.version.nccl": "none"}))
+    asked = pushed_name(labelled, labelled.build("spec-cpu-asked", [], labels_file=False, labels={
+        "trainimg.framework": "pytorch", "trainimg.recipe.python": "3.11", "trainimg.recipe.framework": "2.13.0"}))
+    gpu_shapes = (["--machine-type", "a3-highgpu-8g", "--accelerator", "NVIDIA_H100_80GB:8"]
+                  if platform == "vertex" else ["--machine-type", "n1-standard-16", "--accelerator", "NVIDIA_TESLA_T4:4"])
+    for image in (built, asked):
+        for extra in ([], ["--conformance"]):
+            one_line_error(spec("--platform", platform, "--image", image, "--replicas", "2", *gpu_shapes, *extra),
+                           "--accelerator", "is a CPU build")
+        assert spec("--platform", platform, "--image", image, "--replicas", "2", "--machine-type", "n1-standard-16",
+                    "--conformance").returncode == 0
 
 
 def test_gcloud_format_is_yaml_custom_job_spec() -> None:
@@ -123,3 +151,83 @@ def test_aiplatform_spec_says_the_service_is_shut_down() -> None:
                              "tooling that still reads its format (new jobs: --platform vertex)\n")
     assert set(yaml.safe_load(result.stdout)) == {"trainingInput"}
     assert trainimg("spec", "--platform", "vertex", "--image", TF, "--registry", REGISTRY, *SHAPE).stderr == ""
+
+
+# --- refused before anything queues (the issue's cases as a new user types them) ------------------------------
+
+CPU = "pytorch-2.13.0-cpu-py3.11"
+CPU_SHAPE = ["--replicas", "2", "--machine-type", "n1-standard-8"]
+
+
+@pytest.mark.parametrize("image", ["trainimg/pytorch:2.13.0-cpu-py3.11", "trainimg/pytorch:2.13-cpu"])
+@pytest.mark.parametrize("framework", [[], ["--framework", "pytorch"]])
+def test_a_variant_local_tag_or_moving_tag_names_the_variant_to_use(image: str, framework: list[str]) -> None:
+    result = spec("--platform", "vertex", "--image", image, *framework, *CPU_SHAPE, "--", "python", "t.py")
+    one_line_error(result, "--image", "names no registry, so every node would look for it on Docker Hub")
+    assert f"use --image {CPU} --registry R" in result.stderr
+
+
+@pytest.mark.parametrize("image", ["localhost:5000/trainimg/pytorch:2.13.0-cpu-py3.11",
+                                   "127.0.0.1:5005/trainimg/pytorch:2.13.0-cpu-py3.11",
+                                   "localhost/team/trainer:1"])
+def test_a_loopback_reference_is_refused(image: str) -> None:
+    one_line_error(spec("--platform", "vertex", "--image", image, "--framework", "pytorch", *CPU_SHAPE,
+                        "--", "python", "t.py"), "--image", "which no cluster node can reach")
+
+
+def test_a_variant_pushed_to_a_loopback_registry_is_refused(tmp_path: Path) -> None:
+    one_line_error(spec("--platform", "vertex", "--image", TF, "--registry", "localhost:5000", *SHAPE),
+                   "--registry", "loopback registry localhost:5000")
+    entry = {"variant": TF, "recipe": "recipes/tensorflow.yaml", "tag": TF_TAG, "image_id": "sha256:" + "a" * 64,
+             "base_image": "nvidia/cuda:12.5.1-base-ubuntu22.04", "base_digest": "sha256:" + "b" * 64,
+             "pushed": {f"localhost:5000/{TF_TAG}": "sha256:" + "c" * 64}}
+    lock = tmp_path / "images.lock"
+    lock.write_text(json.dumps({"format": 1, "variants": {TF: entry}}))
+    result = spec("--platform", "vertex", "--image", TF, "--lock", str(lock), *SHAPE)
+    one_line_error(result, "--image", "loopback registry localhost:5000")
+    assert f"trainimg release {TF} --registry R" in result.stderr
+    # a loopback push beside a reachable one: the reachable one, not "pushed to several registries"
+    entry["pushed"][PULLABLE] = "sha256:" + "c" * 64
+    lock.write_text(json.dumps({"format": 1, "variants": {TF: entry}}))
+    pool = pool0(spec("--platform", "vertex", "--image", TF, "--lock", str(lock), *SHAPE, "--", "python", "t.py"))
+    assert pool["containerSpec"]["imageUri"] == PULLABLE
+
+
+@pytest.mark.parametrize("platform", ["vertex", "aiplatform"])
+def test_args_without_a_program_are_refused(platform: str) -> None:
+    result = spec("--platform", platform, "--image", TF, "--registry", REGISTRY, *SHAPE, "--args=--epochs",
+                  "--args=3")
+    one_line_error(result, "--args", "would run '--epochs' as its program")
+    assert pool0(spec("--platform", "vertex", "--image", TF, "--registry", REGISTRY, *SHAPE, "--args=--epochs",
+                      "--args=3", "--", "python", "t.py"))["containerSpec"]["args"] == ["--epochs", "3"]
+
+
+@pytest.mark.parametrize("platform", ["vertex", "aiplatform"])
+def test_a_cpu_variant_gets_no_accelerator(platform: str) -> None:
+    machine = (["--machine-type", "a3-highgpu-8g", "--accelerator", "NVIDIA_H100_80GB:8"] if platform == "vertex"
+               else ["--machine-type", "n1-standard-16", "--accelerator", "NVIDIA_TESLA_T4:4"])
+    for extra in ([], ["--conformance"]):
+        one_line_error(spec("--platform", platform, "--image", CPU, "--registry", REGISTRY, "--replicas", "2",
+                            *machine, *extra), "--accelerator", "is a CPU build")
+
+
+@pytest.mark.parametrize(("machine", "accelerator", "text"), [
+    ("n1-standard-8", "NVIDIA_H100_80GB:8", "n1-standard-8 takes NVIDIA_TESLA_T4"),
+    ("a3-highgpu-8g", "NVIDIA_TESLA_A100:8", "a3-highgpu-8g comes with NVIDIA_H100_80GB:8, not NVIDIA_TESLA_A100:8"),
+    ("a2-highgpu-8g", "NVIDIA_H100_80GB:8", "a2-highgpu-8g comes with NVIDIA_TESLA_A100:8"),
+    ("n1-highmem-96", "NVIDIA_TESLA_V100:16", "in counts of 1, 2, 4, 8, not 16"),
+    ("a2-megagpu-16g", "TPU_V2:8", "a2-megagpu-16g comes with NVIDIA_TESLA_A100:16, not TPU_V2:8"),
+])
+def test_an_accelerator_its_machine_type_cannot_carry_is_refused(machine: str, accelerator: str, text: str) -> None:
+    one_line_error(spec("--platform", "vertex", "--image", TF, "--registry", REGISTRY, "--replicas", "2",
+                        "--machine-type", machine, "--accelerator", accelerator, "--", "python", "t.py"),
+                   "--accelerator", text)
+
+
+def test_a_display_name_is_counted_in_characters() -> None:
+    name = "é" * 128  # 256 bytes in UTF-8: the API counts characters
+    result = spec("--platform", "vertex", "--image", TF, "--registry", REGISTRY, *SHAPE, "--display-name", name)
+    assert result.returncode == 0, result.stderr
+    assert json.loads(result.stdout)["displayName"] == name
+    one_line_error(spec("--platform", "vertex", "--image", TF, "--registry", REGISTRY, *SHAPE,
+                        "--display-name", name + "é"), "--display-name", "1..128 UTF-8 characters")

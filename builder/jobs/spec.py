@@ -64,7 +64,7 @@ def validate(opts: SpecOptions) -> JobShape:
     opts = _program(opts)
     machine_type = check_machine_type(opts.machine_type)
     accelerator = parse_accelerator(opts.accelerator, platform)
-    check_machine_accelerator(machine_type, accelerator)
+    check_machine_accelerator(machine_type, accelerator, platform)
     check_gpu_image(opts.image, opts.facts, accelerator[1] if accelerator else 0)
     return JobShape(
         image=opts.image,
