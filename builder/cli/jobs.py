@@ -77,7 +77,8 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server:
 @click.option("--format", "form", type=click.Choice(["rest", "gcloud"]), default="rest", show_default=True,
               help="rest: the API request (JSON); gcloud: the YAML file gcloud's --config reads.")
 @click.option("--conformance", is_flag=True, help="Run trainimg's in-image all-reduce check instead of a program.")
-@click.option("--args", "args_", multiple=True, help="Arguments for the training program (repeatable).")
+@click.option("--args", "args_", multiple=True,
+              help="Arguments for the program given after `--` (repeatable; refused without one).")
 @pass_ctx
 def spec(c: Ctx, platform: str, image: str, registry: str | None, lock_path: str | None, framework: str | None,
          replicas: int, ps: int, reduction_servers: str | None, evaluators: int, machine_type: str,
