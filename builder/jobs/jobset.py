@@ -1,0 +1,87 @@
+"""A JobSet (``jobset.x-k8s.io/v1alpha2``, kubernetes-sigs/jobset): the bare Kubernetes way to run a job on N nodes.
+
+JobSet gives pods nothing about the world but its labels and a hostname, so the pod's container gets the
+``JOBSET_*`` variables below, which trainimg's launcher reads to know the world. They are a contract with the
+in-image runtime: the names are used exactly as defined here.
+
+Layout: one replicatedJob named `REPLICATED_JOB`, ``replicas: 1``, whose Indexed Job runs one pod per node
+(``completions = parallelism = nodes``, ``backoffLimit: 0``, see `indexed_job`). ``network.enableDNSHostnames``
+makes pod ``i`` reachable as ``<jobset>-node-0-<i>.<subdomain>``; the subdomain is the JobSet's name (JobSet's
+default, written out so ``JOBSET_SUBDOMAIN`` and the spec cannot disagree). Kubernetes itself sets
+``JOB_COMPLETION_INDEX`` (the pod's index) in Indexed Job pods.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .k8s_shape import K8sJob
+from .kubernetes import container, derived_name, metadata, pod_template
+
+PLATFORM = "jobset"
+API_VERSION = "jobset.x-k8s.io/v1alpha2"
+KIND = "JobSet"
+REPLICATED_JOB = "node"
+PORT = 29500  # the coordinator's port, the same as Kubeflow Trainer's (torchrun's default)
+
+# The labels JobSet's controller puts on every child Job and pod (api/jobset/v1alpha2/jobset_types.go).
+JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
+REPLICATED_JOB_NAME_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
+JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
+REPLICATED_JOB_REPLICAS_LABEL = "jobset.sigs.k8s.io/replicatedjob-replicas"
+
+# The launcher's contract: from the downward API ...
+JOBSET_NAME = "JOBSET_NAME"
+JOBSET_REPLICATED_JOB = "JOBSET_REPLICATED_JOB"
+JOBSET_JOB_INDEX = "JOBSET_JOB_INDEX"
+JOBSET_JOB_REPLICAS = "JOBSET_JOB_REPLICAS"
+# ... and static values written here.
+JOBSET_PODS_PER_JOB = "JOBSET_PODS_PER_JOB"
+JOBSET_SUBDOMAIN = "JOBSET_SUBDOMAIN"
+JOBSET_PORT = "JOBSET_PORT"
+
+LABEL_ENV = {
+    JOBSET_NAME: JOBSET_NAME_LABEL,
+    JOBSET_REPLICATED_JOB: REPLICATED_JOB_NAME_LABEL,
+    JOBSET_JOB_INDEX: JOB_INDEX_LABEL,
+    JOBSET_JOB_REPLICAS: REPLICATED_JOB_REPLICAS_LABEL,
+}
+# JobSet's webhook checks the longest pod name with this stand-in for the 5-character random suffix of a pod name
+# (pkg/webhooks/jobset_webhook.go); a JobSet whose pod names would exceed a DNS label is refused at creation.
+_POD_SUFFIX_STAND_IN = "-abcde"
+
+
+def manifests(job: K8sJob) -> list[dict[str, Any]]:
+    """The JobSet, alone: ``kubectl apply -f`` it where the JobSet controller runs."""
+    check_pod_names(job.name, REPLICATED_JOB, job.nodes)
+    env: list[dict[str, Any]] = [
+        *({"name": var, "valueFrom": {"fieldRef": {"fieldPath": f"metadata.labels['{label}']"}}}
+          for var, label in LABEL_ENV.items()),
+        {"name": JOBSET_PODS_PER_JOB, "value": str(job.nodes)},
+        {"name": JOBSET_SUBDOMAIN, "value": job.name},
+        {"name": JOBSET_PORT, "value": str(PORT)},
+    ]
+    node = container(REPLICATED_JOB, job.image, job.command, job.gpus_per_node, env)
+    replicated = {"name": REPLICATED_JOB, "replicas": 1, "template": indexed_job(node, job.nodes)}
+    return [{
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": metadata(job.name, job.namespace),
+        "spec": {"network": {"enableDNSHostnames": True, "subdomain": job.name}, "replicatedJobs": [replicated]},
+    }]
+
+
+def indexed_job(node: dict[str, Any], nodes: int) -> dict[str, Any]:
+    """A ``JobTemplateSpec`` running the `node` container once per node, pod ``i`` with completion index ``i``.
+
+    A failed pod is not restarted (``restartPolicy: Never``, ``backoffLimit: 0``): its peers are blocked in a
+    collective that a restarted rank cannot rejoin, so the job fails at once and frees its GPUs.
+    """
+    return {"spec": {"completionMode": "Indexed", "completions": nodes, "parallelism": nodes, "backoffLimit": 0,
+                     "template": pod_template(node, restart_policy="Never")}}
+
+
+def check_pod_names(jobset: str, replicated_job: str, nodes: int) -> None:
+    """Refuse a JobSet name whose last pod name (job 0, pod ``nodes - 1``) would not be a DNS label."""
+    longest = f"{jobset}-{replicated_job}-0-{nodes - 1}{_POD_SUFFIX_STAND_IN}"
+    derived_name(jobset, longest, "the last pod's name", "name")

@@ -1,0 +1,33 @@
+"""Training Operator v1 (``kubeflow.org/v1``, kubeflow/training-operator v1.9) ``PyTorchJob``.
+
+One Master and ``nodes - 1`` Workers (the Worker role is left out for one node), each one pod running the
+container named `CONTAINER`: the operator sets its env (``MASTER_ADDR``, ``RANK`` = the node index, ``WORLD_SIZE``,
+``PET_*``) only in the container of that name, and its webhook refuses a replica without one. ``nprocPerNode``
+(a string in the CRD) is the processes per node: one per GPU, 1 on a CPU node.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .k8s_shape import K8sJob
+from .kubernetes import container, metadata, operator_replicas, pod_template
+
+PLATFORM = "pytorchjob"
+API_VERSION = "kubeflow.org/v1"
+KIND = "PyTorchJob"
+CONTAINER = "pytorch"
+MASTER = "Master"
+WORKER = "Worker"
+
+
+def manifests(job: K8sJob) -> list[dict[str, Any]]:
+    """The PyTorchJob, alone."""
+    template = pod_template(container(CONTAINER, job.image, job.command, job.gpus_per_node))
+    replicas = operator_replicas(job.name, [(MASTER, 1), (WORKER, job.nodes - 1)], template)
+    return [{
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": metadata(job.name, job.namespace),
+        "spec": {"nprocPerNode": str(job.nproc), "pytorchReplicaSpecs": replicas},
+    }]

@@ -1,0 +1,32 @@
+"""Training Operator v1 (``kubeflow.org/v1``, kubeflow/training-operator v1.9) ``TFJob``.
+
+One Chief and ``nodes - 1`` Workers (the Worker role is left out for one node), each one pod running the container
+named `CONTAINER`: the operator writes ``TF_CONFIG`` (lower-case roles, ``<job>-<role>-<i>.<ns>.svc:2222``) only
+into the container of that name, and only when the job has more than one replica.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from .k8s_shape import K8sJob
+from .kubernetes import container, metadata, operator_replicas, pod_template
+
+PLATFORM = "tfjob"
+API_VERSION = "kubeflow.org/v1"
+KIND = "TFJob"
+CONTAINER = "tensorflow"
+CHIEF = "Chief"
+WORKER = "Worker"
+
+
+def manifests(job: K8sJob) -> list[dict[str, Any]]:
+    """The TFJob, alone."""
+    template = pod_template(container(CONTAINER, job.image, job.command, job.gpus_per_node))
+    replicas = operator_replicas(job.name, [(CHIEF, 1), (WORKER, job.nodes - 1)], template)
+    return [{
+        "apiVersion": API_VERSION,
+        "kind": KIND,
+        "metadata": metadata(job.name, job.namespace),
+        "spec": {"tfReplicaSpecs": replicas},
+    }]
