@@ -4,13 +4,15 @@ Every manifest of a generated matrix of jobs (nodes x GPUs per node x framework 
 consumer of tests/k8sconsumers.py: the vendored CRD's schema with unknown fields refused, its CEL rules, the
 Kubernetes 1.37 schemas of kubernetes-validate on its metadata and embedded templates, and the Kubeflow SDK's
 pydantic models; the Kubeflow SDK's own ``TrainerClient.get_runtime`` reads every TrainingRuntime as a runtime of
-the right framework, image, nodes and GPUs. One negative test per consumer proves it refuses, so no check is
+the right framework, image, nodes and GPUs, and trainimg's in-image launcher (``runtime.platforms.detect``) reads
+every JobSet pod's environment as the right rank of the right world. One negative test per consumer proves it refuses, so no check is
 vacuous. Each matrix test prints how many manifests the consumers checked (``pytest -s`` shows them).
 """
 
 from __future__ import annotations
 
 import itertools
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -25,6 +27,7 @@ from kubernetes import client as k8s_client
 from trainimg.jobs import jobset, pytorchjob, tfjob, trainjob
 from trainimg.jobs.k8s_shape import FRAMEWORKS, K8sJob
 from trainimg.jobs.kubernetes import GPU_RESOURCE, MAX_LABEL, ManifestInputError, dump_yaml
+from trainimg.runtime.platforms import detect
 
 IMAGE = "europe-docker.pkg.dev/acme/ml/trainimg/pytorch:2.13.0-cu128-py3.12"
 COMMAND = ["trainimg-launch", "--nproc-per-node", "8", "--", "python", "train.py", "--epochs", "3"]
@@ -154,7 +157,7 @@ def _jobset(case: K8sJob, manifests: list[dict[str, Any]], sdk: Any) -> None:
     assert _gpus(container) == case.gpus_per_node
     env = {e["name"]: e.get("value", e.get("valueFrom", {}).get("fieldRef", {}).get("fieldPath"))
            for e in container["env"]}
-    assert env == {  # the launcher's contract, spelled out independently of the module's constants
+    assert env == {  # the launcher's contract, spelled out independently of both sides' tables
         "JOBSET_NAME": "metadata.labels['jobset.sigs.k8s.io/jobset-name']",
         "JOBSET_REPLICATED_JOB": "metadata.labels['jobset.sigs.k8s.io/replicatedjob-name']",
         "JOBSET_JOB_INDEX": "metadata.labels['jobset.sigs.k8s.io/job-index']",
@@ -163,6 +166,30 @@ def _jobset(case: K8sJob, manifests: list[dict[str, Any]], sdk: Any) -> None:
         "JOBSET_SUBDOMAIN": case.name,
         "JOBSET_PORT": "29500",
     }
+    for pod in range(case.nodes):  # the in-image launcher's reader, on each pod's environment
+        world = detect(pod_env(manifest, pod))
+        assert (world.platform, world.rank, world.world_size, world.master_addr, world.master_port) == (
+            jobset.PLATFORM, pod, case.nodes, f"{case.name}-node-0-0.{case.name}", 29500)
+
+
+def pod_env(manifest: dict[str, Any], pod: int) -> dict[str, str]:
+    """What Kubernetes gives pod `pod` of the JobSet's job 0: the container's env, its downward-API references
+    resolved against the labels JobSet's controller puts on the pod (pkg/controllers/jobset_controller.go
+    ``labelAndAnnotateObject``), and the Indexed Job's ``JOB_COMPLETION_INDEX``."""
+    (replicated,) = manifest["spec"]["replicatedJobs"]
+    labels = {"jobset.sigs.k8s.io/jobset-name": manifest["metadata"]["name"],
+              "jobset.sigs.k8s.io/replicatedjob-name": replicated["name"],
+              "jobset.sigs.k8s.io/job-index": "0",
+              "jobset.sigs.k8s.io/replicatedjob-replicas": str(replicated["replicas"])}
+    env = {"JOB_COMPLETION_INDEX": str(pod)}
+    for variable in _containers(manifest)[0]["env"]:
+        if "value" in variable:
+            env[variable["name"]] = variable["value"]
+        else:
+            reference = re.fullmatch(r"metadata\.labels\['(.+)'\]", variable["valueFrom"]["fieldRef"]["fieldPath"])
+            assert reference is not None
+            env[variable["name"]] = labels[reference.group(1)]
+    return env
 
 
 SEMANTICS: dict[str, Callable[[K8sJob, list[dict[str, Any]], Any], None]] = {

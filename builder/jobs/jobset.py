@@ -1,8 +1,8 @@
 """A JobSet (``jobset.x-k8s.io/v1alpha2``, kubernetes-sigs/jobset): the bare Kubernetes way to run a job on N nodes.
 
 JobSet gives pods nothing about the world but its labels and a hostname, so the pod's container gets the
-``JOBSET_*`` variables below, which trainimg's launcher reads to know the world. They are a contract with the
-in-image runtime: the names are used exactly as defined here.
+``JOBSET_*`` variables that trainimg's launcher reads to know the world (``runtime/platforms/jobset.py``, whose
+table of them this module writes from, so the two sides cannot drift apart).
 
 Layout: one replicatedJob named `REPLICATED_JOB`, ``replicas: 1``, whose Indexed Job runs one pod per node
 (``completions = parallelism = nodes``, ``backoffLimit: 0``, see `indexed_job`). ``network.enableDNSHostnames``
@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runtime.platforms import jobset as launcher
 from .k8s_shape import K8sJob
 from .kubernetes import container, derived_name, metadata, pod_template
 
@@ -24,28 +25,12 @@ KIND = "JobSet"
 REPLICATED_JOB = "node"
 PORT = 29500  # the coordinator's port, the same as Kubeflow Trainer's (torchrun's default)
 
-# The labels JobSet's controller puts on every child Job and pod (api/jobset/v1alpha2/jobset_types.go).
-JOBSET_NAME_LABEL = "jobset.sigs.k8s.io/jobset-name"
-REPLICATED_JOB_NAME_LABEL = "jobset.sigs.k8s.io/replicatedjob-name"
-JOB_INDEX_LABEL = "jobset.sigs.k8s.io/job-index"
-REPLICATED_JOB_REPLICAS_LABEL = "jobset.sigs.k8s.io/replicatedjob-replicas"
-
-# The launcher's contract: from the downward API ...
-JOBSET_NAME = "JOBSET_NAME"
-JOBSET_REPLICATED_JOB = "JOBSET_REPLICATED_JOB"
-JOBSET_JOB_INDEX = "JOBSET_JOB_INDEX"
-JOBSET_JOB_REPLICAS = "JOBSET_JOB_REPLICAS"
-# ... and static values written here.
+# The launcher's contract (runtime/platforms/jobset.py reads it): each variable -> the pod label JobSet's controller
+# sets (api/jobset/v1alpha2/jobset_types.go), copied in by the downward API; the rest are values written here.
+LABEL_ENV = {name: label for name, label in launcher.VARIABLES.items() if label is not None}
 JOBSET_PODS_PER_JOB = "JOBSET_PODS_PER_JOB"
 JOBSET_SUBDOMAIN = "JOBSET_SUBDOMAIN"
 JOBSET_PORT = "JOBSET_PORT"
-
-LABEL_ENV = {
-    JOBSET_NAME: JOBSET_NAME_LABEL,
-    JOBSET_REPLICATED_JOB: REPLICATED_JOB_NAME_LABEL,
-    JOBSET_JOB_INDEX: JOB_INDEX_LABEL,
-    JOBSET_JOB_REPLICAS: REPLICATED_JOB_REPLICAS_LABEL,
-}
 # JobSet's webhook checks the longest pod name with this stand-in for the 5-character random suffix of a pod name
 # (pkg/webhooks/jobset_webhook.go); a JobSet whose pod names would exceed a DNS label is refused at creation.
 _POD_SUFFIX_STAND_IN = "-abcde"
