@@ -16,6 +16,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..runtime.platforms import jobset as launcher
+from ..runtime.world import DEFAULT_MASTER_PORT
 from .k8s_shape import K8sJob
 from .kubernetes import container, derived_name, metadata, pod_template
 
@@ -23,7 +24,7 @@ PLATFORM = "jobset"
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
 REPLICATED_JOB = "node"
-PORT = 29500  # the coordinator's port, the same as Kubeflow Trainer's (torchrun's default)
+PORT = DEFAULT_MASTER_PORT  # the rendezvous port: torch.distributed's customary default, as Kubeflow Trainer's
 
 # The launcher's contract (runtime/platforms/jobset.py reads it): each variable -> the pod label JobSet's controller
 # sets (api/jobset/v1alpha2/jobset_types.go), copied in by the downward API; the rest are values written here.
