@@ -1,5 +1,5 @@
 """Framework virtualenvs for the runtime tests that run on the host (probe, all-reduce), made once per machine
-from the local wheels (torch 2.13.0 CPU, tensorflow-cpu 2.21.0, jax 0.10.2) and reused."""
+from the local wheels (torch 2.13.0 CPU with lightning-fabric 2.6.6, tensorflow-cpu 2.21.0, jax 0.10.2) and reused."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import pytest
 
 # name -> (directory, pip requirements, modules that must be importable)
 VENVS = {
-    "torch": ("/tmp/venv-torch", ["torch==2.13.0", "cloudml-hypertune==0.1.0.dev6"], ["torch", "hypertune"]),
+    # lightning-fabric: its SLURMEnvironment is one of the clients tests/test_platform_clients.py checks Slurm with.
+    "torch": ("/tmp/venv-torch", ["torch==2.13.0", "cloudml-hypertune==0.1.0.dev6", "lightning-fabric==2.6.6"],
+              ["torch", "hypertune", "lightning_fabric"]),
     "tf": ("/tmp/venv-tf", ["tensorflow-cpu==2.21.0"], ["tensorflow"]),
     "jax": ("/tmp/venv-jax", ["jax==0.10.2", "jaxlib==0.10.2"], ["jax", "jaxlib"]),
 }

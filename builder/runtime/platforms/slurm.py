@@ -8,8 +8,9 @@ comes from ``SLURM_STEP_TASKS_PER_NODE`` (``4(x2)`` form). The rendezvous is the
 
 * torch: ``MASTER_ADDR``/``MASTER_PORT`` when the job script exported them (a common sbatch idiom), else the first
   host and Lightning's port, ``15000 +`` the job id's last four digits;
-* JAX: the first host and JAX's own port, ``SLURM_JOB_ID % 4096 + 61440``, so a script calling
-  ``jax.distributed.initialize()`` without arguments meets the same coordinator;
+* JAX: the first host and JAX's own port, ``SLURM_JOB_ID % 4096 + 61440``, or ``JAX_COORDINATOR_PORT`` where the
+  job script exported it (JAX's detection reads it first), so a script calling ``jax.distributed.initialize()``
+  without arguments meets the same coordinator;
 * TensorFlow: every task a worker at ``host:8888 + SLURM_LOCALID``, the ports TensorFlow's
   ``SlurmClusterResolver`` gives.
 
@@ -30,6 +31,7 @@ FORCED_BY = (NAME,)
 REQUIRED = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_STEP_NODELIST")
 TASK_COUNTS = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE")
 RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")  # optional: a job script's own choice wins
+JAX_PORT = "JAX_COORDINATOR_PORT"  # optional, the same for JAX: jax._src.clusters.ClusterEnv reads it before its own
 VARIABLES = (*REQUIRED, *TASK_COUNTS)
 LIGHTNING_PORT_BASE = 15000  # lightning.fabric.plugins.environments.slurm: 15000 + last 4 digits of the job id
 JAX_PORT_BASE, JAX_PORT_SPAN = 61440, 4096  # jax._src.clusters.slurm_cluster: job id % 4096 + 61440
@@ -62,6 +64,8 @@ def read(env: Mapping[str, str], *, reduction_server: bool = False) -> ClusterIn
     addr = host("MASTER_ADDR", env["MASTER_ADDR"]) if env.get("MASTER_ADDR", "").strip() else first
     master_port = port("MASTER_PORT", env["MASTER_PORT"]) if env.get("MASTER_PORT", "").strip() else \
         LIGHTNING_PORT_BASE + int(str(job_id)[-4:])
+    jax_port = port(JAX_PORT, env[JAX_PORT]) if env.get(JAX_PORT, "").strip() else \
+        job_id % JAX_PORT_SPAN + JAX_PORT_BASE
     role, index = node_role(node)
     workers = [format_address(h, TF_PORT_BASE + i) for h, n in zip(hosts, counts) for i in range(n)]
     return ClusterInfo(
@@ -69,9 +73,9 @@ def read(env: Mapping[str, str], *, reduction_server: bool = False) -> ClusterIn
         master_port=master_port, trial=None,
         tf_config={"cluster": {"worker": workers}, "task": {"type": "worker", "index": procid}},
         nnodes=len(hosts), node_rank=node, nproc_per_node=counts[node], world_size_processes=ntasks,
-        variables=(*REQUIRED, counts_from, *present(env, RENDEZVOUS)), started_by=NAME,
+        variables=(*REQUIRED, counts_from, *present(env, (*RENDEZVOUS, JAX_PORT))), started_by=NAME,
         process_rank=procid, local_rank=local,
-        jax_coordinator=format_address(first, job_id % JAX_PORT_SPAN + JAX_PORT_BASE),
+        jax_coordinator=format_address(first, jax_port),
     )
 
 
