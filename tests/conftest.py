@@ -13,6 +13,7 @@ import docker
 import pytest
 
 from conftest_registry import *  # noqa: F401,F403  (the registry fixtures: registry, fault_proxy, ...)
+from slurmcluster import slurm_cluster  # noqa: F401  (a real one-machine Slurm, session-scoped)
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_BASE = os.environ.get("TRAINIMG_LOCAL_BASE", "local/debian:bookworm")
