@@ -25,6 +25,8 @@ from ..options import (
 from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES, log_printer
 from ..runtime.contract import CLOUD_PLATFORMS, PLATFORMS
 from ..runtime.platforms import FORCEABLE
+from ..jobs.slurm import CONTAINER_RUNTIMES
+from ..jobs.clusterspec import CLUSTER_PLATFORMS
 from .gate import _resolve_image
 from .images import _engine
 from .program import ProgramCommand
@@ -56,7 +58,7 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server:
 
 
 @click.command(cls=ProgramCommand, program_required=False)
-@click.option("--platform", type=click.Choice(CLOUD_PLATFORMS), required=True)
+@click.option("--platform", type=click.Choice((*CLOUD_PLATFORMS, *CLUSTER_PLATFORMS)), required=True)
 @click.option("--image", required=True, metavar="VARIANT|REF",
               help="A variant (with --registry, or its images.lock entry) or a pullable image reference.")
 @click.option("--registry", default=None, metavar="HOST[:PORT][/PREFIX]", help="Where the variant was pushed.")
@@ -68,25 +70,34 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server:
 @click.option("--ps", type=int, default=0, show_default=True, help="Parameter servers.")
 @click.option("--reduction-servers", default=None, metavar="R|auto", help="Vertex Reduction Server pool size.")
 @click.option("--evaluators", type=int, default=0, show_default=True)
-@click.option("--machine-type", required=True)
-@click.option("--accelerator", default=None, metavar="TYPE:COUNT")
+@click.option("--machine-type", default=None, help="Vertex, AI Platform: the replicas' machine type (required).")
+@click.option("--accelerator", default=None, metavar="TYPE:COUNT", help="Vertex, AI Platform: GPUs per replica.")
+@click.option("--gpus", type=int, default=0, show_default=True, help="Kubernetes, Slurm: GPUs per node.")
+@click.option("--namespace", default=None, help="Kubernetes: the namespace (default: kubectl's).")
+@click.option("--container-runtime", type=click.Choice(CONTAINER_RUNTIMES), default=None,
+              help=f"Slurm: how srun runs the image (default {CONTAINER_RUNTIMES[0]}).")
+@click.option("--partition", default=None, help="Slurm: the partition.")
 @click.option("--region", default=None)
 @click.option("--display-name", default=None, help="Vertex displayName; AI Platform jobId.")
 @click.option("--use-chief-in-tf-config/--no-use-chief-in-tf-config", default=False, show_default=True,
               help="AI Platform: name the primary 'chief' (not 'master') in TF_CONFIG.")
-@click.option("--format", "form", type=click.Choice(["rest", "gcloud"]), default="rest", show_default=True,
-              help="rest: the API request (JSON); gcloud: the YAML file gcloud's --config reads.")
+@click.option("--format", "form", type=click.Choice(["rest", "gcloud"]), default=None,
+              help="Vertex, AI Platform: rest (default), the API request (JSON); gcloud, the YAML file gcloud's "
+                   "--config reads. Kubernetes platforms write YAML manifests, Slurm an sbatch script.")
 @click.option("--conformance", is_flag=True, help="Run trainimg's in-image all-reduce check instead of a program.")
 @click.option("--args", "args_", multiple=True,
               help="Arguments for the program given after `--` (repeatable; refused without one).")
 @pass_ctx
 def spec(c: Ctx, platform: str, image: str, registry: str | None, lock_path: str | None, framework: str | None,
-         replicas: int, ps: int, reduction_servers: str | None, evaluators: int, machine_type: str,
-         accelerator: str | None, region: str | None, display_name: str | None, use_chief_in_tf_config: bool,
-         form: str, conformance: bool, args_: tuple[str, ...], command: tuple[str, ...]) -> None:
-    """Print the cloud job body (Vertex CustomJob, AI Platform Job) or gcloud's --config file; the container's
-    command, if any, goes after `--`."""
+         replicas: int, ps: int, reduction_servers: str | None, evaluators: int, machine_type: str | None,
+         accelerator: str | None, gpus: int, namespace: str | None, container_runtime: str | None,
+         partition: str | None, region: str | None, display_name: str | None, use_chief_in_tf_config: bool,
+         form: str | None, conformance: bool, args_: tuple[str, ...], command: tuple[str, ...]) -> None:
+    """Print the job for PLATFORM: a cloud job body (Vertex CustomJob, AI Platform Job) or gcloud's --config file,
+    Kubernetes manifests (TrainJob and its TrainingRuntime, PyTorchJob, TFJob, JobSet) or a Slurm sbatch script;
+    the container's program goes after `--`."""
     from ..jobs.aiplatform import SHUTDOWN_NOTE
+    from ..jobs.clusterspec import cluster_spec
     from ..jobs.shape import SpecOptions
     from ..jobs.spec import job_spec
 
@@ -94,7 +105,14 @@ def spec(c: Ctx, platform: str, image: str, registry: str | None, lock_path: str
     opts = SpecOptions(platform=platform, image=ref, replicas=replicas, machine_type=machine_type, ps=ps,
                        reduction_servers=reduction_servers, evaluators=evaluators, accelerator=accelerator,
                        region=region, args=args_, command=command or None, facts=facts, conformance=conformance,
-                       display_name=display_name, use_chief_in_tf_config=use_chief_in_tf_config)
+                       display_name=display_name, use_chief_in_tf_config=use_chief_in_tf_config, gpus=gpus,
+                       namespace=namespace, container_runtime=container_runtime, partition=partition)
+    if platform not in CLOUD_PLATFORMS:
+        if form is not None:
+            raise UserInputError(f"{platform} has one form; --format is for vertex and aiplatform", where="--format")
+        click.echo(cluster_spec(opts), nl=False)
+        return
+    form = form or "rest"
     body = job_spec(opts, form)
     if platform == "aiplatform":
         click.echo(f"trainimg: {SHUTDOWN_NOTE}", err=True)

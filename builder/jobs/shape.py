@@ -44,7 +44,7 @@ class SpecOptions:
     platform: str
     image: str
     replicas: int
-    machine_type: str
+    machine_type: str | None = None  # cloud platforms only (required there)
     ps: int = 0
     reduction_servers: int | str | None = None
     evaluators: int = 0
@@ -56,6 +56,10 @@ class SpecOptions:
     conformance: bool = False
     display_name: str | None = None
     use_chief_in_tf_config: bool = False
+    gpus: int = 0  # Kubernetes and Slurm: GPUs per node (the cloud platforms take --accelerator)
+    namespace: str | None = None  # Kubernetes
+    container_runtime: str | None = None  # Slurm: how srun runs the image (jobs.slurm.CONTAINER_RUNTIMES)
+    partition: str | None = None  # Slurm
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -61,7 +61,7 @@ def validate(opts: SpecOptions) -> JobShape:
     check_pullable(opts.image)
     if opts.region is not None:
         check_region(opts.region)
-    opts = _program(opts)
+    opts = program(opts)
     machine_type = check_machine_type(opts.machine_type)
     accelerator = parse_accelerator(opts.accelerator, platform)
     check_machine_accelerator(machine_type, accelerator, platform)
@@ -84,7 +84,7 @@ def validate(opts: SpecOptions) -> JobShape:
     )
 
 
-def _program(opts: SpecOptions) -> SpecOptions:
+def program(opts: SpecOptions) -> SpecOptions:
     """`opts` with the command and args checked, and the conformance check as the command when asked for.
 
     Args need a command to go to: without one the image's ENTRYPOINT gets them, and trainimg's images have none

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 
 from ..hostlist import expand, expand_counts
 from ..world import ClusterError, ClusterInfo, below, format_address, host, integer, node_role, port, present, \
-    require
+    require, split_address
 
 NAME = "slurm"
 FORCED_BY = (NAME,)
@@ -32,6 +32,7 @@ REQUIRED = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODEID", "SLU
 TASK_COUNTS = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE")
 RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")  # optional: a job script's own choice wins
 JAX_PORT = "JAX_COORDINATOR_PORT"  # optional, the same for JAX: jax._src.clusters.ClusterEnv reads it before its own
+JAX_ADDRESS = "JAX_COORDINATOR_ADDRESS"  # optional: jax.distributed.initialize takes a script's own before detecting
 VARIABLES = (*REQUIRED, *TASK_COUNTS)
 LIGHTNING_PORT_BASE = 15000  # lightning.fabric.plugins.environments.slurm: 15000 + last 4 digits of the job id
 JAX_PORT_BASE, JAX_PORT_SPAN = 61440, 4096  # jax._src.clusters.slurm_cluster: job id % 4096 + 61440
@@ -66,6 +67,8 @@ def read(env: Mapping[str, str], *, reduction_server: bool = False) -> ClusterIn
         LIGHTNING_PORT_BASE + int(str(job_id)[-4:])
     jax_port = port(JAX_PORT, env[JAX_PORT]) if env.get(JAX_PORT, "").strip() else \
         job_id % JAX_PORT_SPAN + JAX_PORT_BASE
+    coordinator = format_address(*split_address(JAX_ADDRESS, env[JAX_ADDRESS])) if env.get(JAX_ADDRESS, "").strip() \
+        else format_address(first, jax_port)
     role, index = node_role(node)
     workers = [format_address(h, TF_PORT_BASE + i) for h, n in zip(hosts, counts) for i in range(n)]
     return ClusterInfo(
@@ -73,9 +76,9 @@ def read(env: Mapping[str, str], *, reduction_server: bool = False) -> ClusterIn
         master_port=master_port, trial=None,
         tf_config={"cluster": {"worker": workers}, "task": {"type": "worker", "index": procid}},
         nnodes=len(hosts), node_rank=node, nproc_per_node=counts[node], world_size_processes=ntasks,
-        variables=(*REQUIRED, counts_from, *present(env, (*RENDEZVOUS, JAX_PORT))), started_by=NAME,
+        variables=(*REQUIRED, counts_from, *present(env, (*RENDEZVOUS, JAX_PORT, JAX_ADDRESS))), started_by=NAME,
         process_rank=procid, local_rank=local,
-        jax_coordinator=format_address(first, jax_port),
+        jax_coordinator=coordinator,
     )
 
 

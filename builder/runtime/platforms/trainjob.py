@@ -25,6 +25,10 @@ JAX = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS")
 
 
 def claims(env: Mapping[str, str]) -> tuple[str, ...]:
+    """PET_* or JAX's world (a process count or id): a job script's own JAX_COORDINATOR_ADDRESS alone is no
+    TrainJob, it is that script's choice of rendezvous (Slurm honours it)."""
+    if not present(env, (*TORCH, *TORCH_OPTIONAL, "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")):
+        return ()
     return present(env, (*TORCH, *TORCH_OPTIONAL, *JAX))
 
 
