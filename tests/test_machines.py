@@ -31,9 +31,14 @@ IMAGE = "us-docker.pkg.dev/proj/train/pytorch:2.9.1-cu128-py3.12"
 # Machine types with no accelerator in Google Cloud's tables (general-purpose, compute- and memory-optimized).
 CPU_MACHINES = ("e2-standard-8", "n2-standard-32", "n2d-highmem-16", "c2-standard-60", "n1-megamem-96",
                 "n1-ultramem-40")
-# Enum names the table places on no machine type of the platform: K80 ended on 2024-05-01; AI Platform ran TPUs on
-# its `cloud_tpu` worker type, which spec does not write.
-UNCARRIED = {"vertex": {"NVIDIA_TESLA_K80"},
+# Compute Engine machine types (some with GPUs or TPUs) that Vertex training's machine type list leaves out, so the
+# table names none of them and every accelerator on them is refused.
+NOT_TRAINING_MACHINES = ("n1-standard-1", "n1-standard-2", "n1-highcpu-2", "n1-highcpu-4", "n1-highcpu-8",
+                         "a3-edgegpu-8g", "g4-standard-6", "g4-standard-24", "ct4p-hightpu-4t")
+# Enum names the table places on no machine type of the platform: K80 ended on 2024-05-01; Vertex training lists no
+# TPU v4 machine type (its configure-compute page, read 2026-11-24); AI Platform ran TPUs on its `cloud_tpu` worker
+# type, which spec does not write.
+UNCARRIED = {"vertex": {"NVIDIA_TESLA_K80", "TPU_V4_POD"},
              "aiplatform": {"NVIDIA_TESLA_K80", "TPU_V2", "TPU_V3", "TPU_V2_POD", "TPU_V3_POD", "TPU_V4_POD"}}
 
 # Rows as Google's pages publish them, copied by hand: (machine type, accelerator, carried?).
@@ -45,7 +50,13 @@ PUBLISHED = [
     ("n1-standard-16", "NVIDIA_TESLA_V100:1", False),  # 1 V100: at most 12 vCPUs
     ("n1-standard-96", "NVIDIA_TESLA_T4:4", True),
     ("n1-standard-64", "NVIDIA_TESLA_T4:2", False),  # 2 T4: at most 48 vCPUs
-    ("n1-standard-32", "NVIDIA_TESLA_T4:1", True),
+    ("n1-standard-32", "NVIDIA_TESLA_T4:1", False),  # Vertex's GPU table: T4 in 2 or 4 on n1-standard-32
+    ("n1-standard-32", "NVIDIA_TESLA_T4:2", True),
+    ("n1-standard-16", "NVIDIA_TESLA_T4:1", True),
+    ("n1-standard-64", "NVIDIA_TESLA_P100:4", False),  # Vertex: 4 P100 at most 64 vCPUs and 208 GB everywhere
+    ("n1-highcpu-64", "NVIDIA_TESLA_P100:4", True),
+    ("n1-standard-2", "NVIDIA_TESLA_T4:1", False),  # no Vertex training machine type
+    ("a3-edgegpu-8g", "NVIDIA_H100_80GB:8", False),  # Compute Engine's A3 Edge: no Vertex training machine type
     ("n1-highcpu-96", "NVIDIA_TESLA_P4:4", True),
     ("n1-highmem-16", "NVIDIA_TESLA_P100:1", True),  # 16 vCPUs, 104 GB: exactly the limit
     ("n1-standard-8", "NVIDIA_TESLA_T4:3", False),
@@ -70,9 +81,15 @@ PUBLISHED = [
     ("g2-standard-24", "NVIDIA_L4:1", False),
     ("g2-standard-96", "NVIDIA_L4:8", True),
     ("g4-standard-384", "NVIDIA_RTX_PRO_6000:8", True),
+    ("g4-standard-48", "NVIDIA_RTX_PRO_6000:1", True),
+    ("g4-standard-192", "NVIDIA_RTX_PRO_6000:4", True),
+    ("a3-highgpu-1g", "NVIDIA_H100_80GB:1", True),
+    ("g2-standard-32", "NVIDIA_L4:1", True),
+    ("g2-standard-48", "NVIDIA_L4:4", True),
     ("cloud-tpu", "TPU_V3:8", True),
     ("cloud-tpu", "TPU_V2:4", False),
     ("ct5lp-hightpu-4t", "TPU_V5_LITEPOD:4", True),
+    ("ct4p-hightpu-4t", "TPU_V4_POD:4", False),  # no TPU v4 machine type on Vertex training
     ("e2-standard-8", "NVIDIA_TESLA_T4:1", False),
 ]
 
@@ -119,7 +136,7 @@ def test_machine_matrix_agrees_with_the_table(platform: str) -> None:
     foreign = other_platforms_machines(platform)
     names = accelerator_types()[platform]
     counts = range(1, most_accelerators() + 1)
-    machine_types = sorted(carried) + sorted(foreign) + list(CPU_MACHINES)
+    machine_types = sorted(carried) + sorted(foreign) + list(CPU_MACHINES) + list(NOT_TRAINING_MACHINES)
     cases = [(m, None) for m in machine_types] + [
         (m, f"{n}:{c}") for m, n, c in itertools.product(machine_types, names, counts)]
     disagree, accepted, placed = [], 0, set()
@@ -190,7 +207,7 @@ def test_the_table_names_only_enum_types_and_cites_its_sources() -> None:
         n for s in table.attached for n in s.accelerators}
     assert named <= enum, named - enum  # a typo in the table would be a type no platform accepts
     sources = [p.source for p in table.fixed] + [s.source for s in table.attached]
-    assert all(s.startswith("https://cloud.google.com/") and "2025" in s for s in sources)
+    assert all(s.startswith("https://cloud.google.com/") and "read 2026-11-24" in s for s in sources)
     assert most_accelerators() == 16  # a2-megagpu-16g
 
 
