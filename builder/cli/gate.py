@@ -39,7 +39,8 @@ def test_flags(fn: Callback) -> Callback:
     """The test flags `test` and `release` share."""
     for deco in reversed([
         click.option("--platform", type=click.Choice(PLATFORMS), default=default(TestOptions, "platform"),
-                     show_default=True, help="Whose env the replicas get."),
+                     show_default=True,
+                     help="The platform replayed: its env, hostnames and way of starting processes."),
         click.option("--replicas", type=int, default=default(TestOptions, "replicas"), show_default=True,
                      help=f"Replicas in the all-reduce, {REPLICAS}."),
         click.option("--nproc-per-node", type=int, default=default(TestOptions, "nproc_per_node"), show_default=True,

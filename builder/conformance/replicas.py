@@ -1,8 +1,9 @@
 """Run a job's replicas as containers on a fresh docker network, the way a training platform would.
 
 Shared by `trainimg test` (the conformance all-reduce) and `trainimg run` (a user's own command): each replica
-gets exactly the env its platform injects (`runtime.topology`), peers resolve each other by name on the
-network, a UAI parameter server shares its node's network namespace (same host, another port). Every container
+gets exactly the env its platform injects (`runtime.topology`), peers resolve each other on the network by the
+names the platform gives (container names and network aliases), and replicas that share a node (a UAI parameter
+server beside its master or worker, Slurm's tasks) share its network namespace and hostname. Every container
 and network carries labels naming the run and the process that owns it, and is removed on success, failure,
 timeout and Ctrl-C; a run killed outright (SIGKILL) is reaped by the next run, which finds its owner dead.
 """
@@ -120,14 +121,20 @@ class ReplicaRunner:
         self.on_log = on_log
         self.run_id = uuid.uuid4().hex[:10]
 
+    @property
+    def job(self) -> str:
+        """The run's job name, unique to it: the platforms derive their hostnames from it (`topology`), so
+        concurrent runs never share a name; the run's network has it too."""
+        return f"ti-{self.run_id}"
+
     def host(self, role: str, index: int) -> str:
-        """The hostname peers use for a replica: the container's name on the run's network."""
-        return f"ti-{self.run_id}-{role}-{index}"
+        """The hostname peers use for a cloud platform's replica: the container's name on the run's network."""
+        return f"{self.job}-{role}-{index}"
 
     def run(self, job: ReplicaJob, timeout: float) -> list[ReplicaResult]:
         reap_leftovers(self.engine)
         labels = {RUN_LABEL: self.run_id, OWNER_LABEL: _owner(), MANAGED_LABEL: "replica"}
-        network = f"ti-{self.run_id}"
+        network = self.job
         containers: dict[str, str] = {}
         try:
             self.engine.create_network(network, labels)
@@ -143,34 +150,30 @@ class ReplicaRunner:
             # removed too.
             purge(self.engine, self.run_id)
 
-    def _node_host(self, job: ReplicaJob, node: int) -> str:
-        main = next(s for s in job.specs if s.node == node and s.role != "ps")
-        return self.host(main.role, main.index)
-
     def _node_holders(self, job: ReplicaJob, network: str, labels: Mapping[str, str]) -> None:
-        """UAI runs a ps beside the master or worker of each node: same host, another port. Each node gets a
-        small holder container that owns the node's hostname and network namespace (like a pod's pause
-        container), so both replicas join it and neither depends on the other still running."""
-        for node in sorted({s.node for s in job.specs if s.node is not None}):
-            host = self._node_host(job, node)
+        """Replicas that share a node (UAI's ps beside the node's master or worker, the tasks Slurm starts on one
+        node) share its host and network namespace. Each node gets a small holder container that owns the node's
+        hostname, DNS names and network namespace (like a pod's pause container), so its replicas join it and none
+        depends on another still running."""
+        nodes = {s.node: s for s in job.specs if s.node is not None}
+        for node, spec in sorted(nodes.items()):
             try:
                 with _interrupts_deferred():
-                    self.engine.start(ContainerSpec(image=job.image, command=("sleep", "infinity"), name=host,
-                                                    hostname=host, network=network, labels=labels))
+                    self.engine.start(ContainerSpec(image=job.image, command=("sleep", "infinity"), name=spec.host,
+                                                    hostname=spec.host, network=network, aliases=spec.aliases,
+                                                    labels=labels))
             except EngineError as exc:
                 raise EngineError(f"cannot start node {node} of the job: {exc.message}") from None
 
     def _start(self, job: ReplicaJob, spec: ReplicaSpec, network: str, labels: Mapping[str, str]) -> str:
-        name, hostname, net, shared = self.host(spec.role, spec.index), None, None, None
-        if spec.node is not None:
-            shared = self._node_host(job, spec.node)
-            name = f"{shared}--{spec.role}-{spec.index}"
-        else:
-            hostname, net = name, network
+        """A replica under its platform's hostname and DNS names, or inside its node's holder."""
+        shared = spec.host if spec.node is not None else None
+        name = f"{spec.host}--{spec.name}" if shared else spec.host
         volumes = {**job.volumes, **(job.spec_volumes(spec) if job.spec_volumes else {})}
         container = ContainerSpec(
-            image=job.image, command=tuple(job.command(spec)), name=name, hostname=hostname, network=net,
-            share_network_of=shared, env={**job.env, **spec.env}, labels=labels, mounts=volumes,
+            image=job.image, command=tuple(job.command(spec)), name=name, hostname=None if shared else name,
+            network=None if shared else network, aliases=() if shared else spec.aliases, share_network_of=shared,
+            env={**job.env, **spec.env}, labels=labels, mounts=volumes,
             entrypoint=None if job.entrypoint is None else tuple(job.entrypoint),
             gpus=job.gpus(spec) if job.gpus else None)
         try:

@@ -4,8 +4,11 @@ Two parts, both run by the in-image runtime (`builder.runtime`, mounted when the
 1. the probe, in one container without network: versions against the labels (Python, framework and its CUDA
    build, NCCL through ctypes, cuDNN), the Reduction Server's files (or their declared absence), hypertune
    really writing a metric, the runtime parsing every platform's env, GPUs, duplicate CUDA libraries;
-2. the all-reduce: N containers on a fresh network with exactly the env the chosen platform injects, each
-   running `trainimg-launch` and a tiny framework all-reduce; the exact sum is checked on every replica.
+2. the all-reduce: N containers on a fresh network with exactly the env the chosen platform injects and the
+   hostnames it gives, each starting its processes as the platform does (Slurm one container per task, a
+   TrainJob's torchrun, else `trainimg-launch`) and running a tiny framework all-reduce; the exact sum is checked
+   on every rank. A framework the platform cannot run (TensorFlow without TF_CONFIG) is refused before anything
+   starts.
 On machines whose engine has GPUs, the NCCL path runs one container per GPU; elsewhere it is skipped, with the
 reason. A passing run is recorded by image ID: the record is what `push` asks for.
 """
@@ -25,7 +28,7 @@ from ..runtime.contract import VARIANT_LABEL
 from ..runtime.expect import expectations as image_expectations
 from ..runtime.report import Check, Suite
 from ..runtime.gpus import gpu_count
-from ..runtime.topology import ReplicaSpec, replica_specs
+from ..runtime.topology import process_start, refusal, replica_specs
 from ..runtime.verdict import judge_allreduce
 from . import inimage
 from .replicas import ReplicaJob, ReplicaRunner
@@ -64,6 +67,9 @@ class Conformance:
             raise UserInputError(f"no image {image!r} on this engine: build it (`trainimg build`) or pull it",
                                  where="test")
         expect = expectations(info.labels)
+        refused = refusal(opts.platform, str(expect.get("framework")))
+        if refused:
+            raise UserInputError(refused, where="--platform")
         suite = Suite(name or info.labels.get(VARIANT_LABEL) or image, image, info.id, opts.platform,
                       opts.replicas)
         suite.checks.extend(self._probe(info.id, expect))
@@ -90,38 +96,41 @@ class Conformance:
 
     def _job(self, image_id: str, expect: dict[str, Any], opts: TestOptions, runner: ReplicaRunner,
              gpus: bool = False) -> ReplicaJob:
+        """The platform's replicas, each starting its processes as the platform does (`topology.process_start`):
+        the launcher as the container command, behind the platform's own command where it has one (a TrainJob's
+        torchrun), given ``--nproc-per-node`` only where the platform neither started the processes nor says
+        how many."""
         framework = str(expect.get("framework"))
-        specs = replica_specs(opts.platform, opts.replicas, hosts=runner.host)
+        specs = replica_specs(opts.platform, opts.replicas, job=runner.job, hosts=runner.host,
+                              nproc_per_node=opts.nproc_per_node, framework=framework)
+        start = process_start(opts.platform, framework, opts.nproc_per_node)
         backend = "nccl" if gpus else "gloo"
         # --framework tells the launcher how to start N local processes (torchrun, itself, or one TF worker).
         worker = ["allreduce", "--framework", framework, "--backend", backend,
                   "--timeout", str(max(5, int(opts.timeout) - 10))]
-        nproc = ["--nproc-per-node", str(opts.nproc_per_node)] if opts.nproc_per_node > 1 else []
-
-        def command(spec: ReplicaSpec) -> list[str]:
-            # The launcher execs the worker with the same PYTHONPATH, so a mounted runtime works for both.
-            return inimage.command("launch", *nproc, "--framework", framework, "--",
-                                   "python3", "-m", "trainimg_runtime", *worker)
-
+        nproc = ["--nproc-per-node", str(start.nproc)] if start.nproc else []
+        # The launcher execs the worker with the same PYTHONPATH, so a mounted runtime works for both.
+        command = [*start.wrapper, *inimage.command("launch", *nproc, "--framework", framework, "--",
+                                                    "python3", "-m", "trainimg_runtime", *worker)]
         return ReplicaJob(
-            image=image_id, specs=specs, command=command, env={"PATH": inimage.PATH}, entrypoint=[],
-            volumes=inimage.volumes(),
+            image=image_id, specs=specs, command=lambda _spec: list(command), env={"PATH": inimage.PATH},
+            entrypoint=[], volumes=inimage.volumes(),
             gpus=(lambda s: gpu_device_requests(specs.index(s))) if gpus else None,
         )
 
     def _allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions) -> Check:
-        framework = expect.get("framework")
+        framework = str(expect.get("framework") or "none")
         name = f"allreduce_{opts.platform}_x{opts.replicas}" + (f"x{opts.nproc_per_node}"
                                                                 if opts.nproc_per_node > 1 else "")
-        if not framework or framework == "none":
+        if framework == "none":
             return Check(name, "skipped", "no framework in this image (no trainimg.framework label)")
         runner = ReplicaRunner(self.engine, self.on_log)
         start = time.monotonic()
         results = runner.run(self._job(image_id, expect, opts, runner), opts.timeout)
-        # TensorFlow runs one worker per replica with all its GPUs (MultiWorkerMirroredStrategy): the launcher
-        # starts one process whatever --nproc-per-node says.
-        per_node = 1 if framework == "tensorflow" else opts.nproc_per_node
-        return judge_allreduce(name, results, opts.replicas * per_node, time.monotonic() - start)
+        # TensorFlow runs one worker per replica with all its GPUs (MultiWorkerMirroredStrategy) wherever the
+        # launcher starts the processes; Slurm starts one per task whatever the framework.
+        world = opts.replicas * process_start(opts.platform, framework, opts.nproc_per_node).per_node
+        return judge_allreduce(name, results, world, time.monotonic() - start)
 
     def _gpu_allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions) -> list[Check]:
         names = ("allreduce_nccl_containers", "allreduce_nccl_single_container")

@@ -63,13 +63,16 @@ class GpuRequest:
 @dataclass(frozen=True)
 class ContainerSpec:
     """One detached container. `network` names a network to join with `hostname`; `share_network_of` names a
-    container whose network namespace it joins instead (a pod's pause container); neither means no network."""
+    container whose network namespace it joins instead (a pod's pause container); neither means no network.
+    `aliases` are further names its peers on `network` resolve it by, dots allowed (a pod's
+    ``<host>.<subdomain>``, a Service's ``<host>.<namespace>.svc``): a replayed platform's own DNS names."""
 
     image: str
     command: tuple[str, ...]
     name: str | None = None
     hostname: str | None = None
     network: str | None = None
+    aliases: tuple[str, ...] = ()
     share_network_of: str | None = None
     env: Mapping[str, str] = field(default_factory=dict)
     labels: Mapping[str, str] = field(default_factory=dict)

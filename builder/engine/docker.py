@@ -194,6 +194,9 @@ class DockerEngine(Engine):
             kwargs["network_mode"] = f"container:{spec.share_network_of}"
         elif spec.network:
             kwargs["network"] = spec.network
+            if spec.aliases:
+                kwargs["networking_config"] = {
+                    spec.network: self.client.api.create_endpoint_config(aliases=list(spec.aliases))}
         else:
             kwargs["network_mode"] = "none"
         if spec.gpus is not None:

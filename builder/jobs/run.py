@@ -12,6 +12,13 @@ and workers also get ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK`` (ps
   ``TF_CONFIG`` only; one host folder shared by every replica at ``/data/output`` (UAI's shared UFS): the one
   given with ``--volume SRC:/data/output``, else a new folder under the state dir, reported as
   `JobResult.output_dir`.
+* ``tfjob``: chief, workers, ``ps``, ``evaluators`` as ``<job>-<role>-<i>`` with ``TF_CONFIG`` naming their
+  Services; ``pytorchjob``, ``jaxjob``, ``trainjob`` (torch runtime, or the JAX runtime for a JAX image),
+  ``jobset``: ``replicas`` nodes, the env and DNS names their controllers give (`runtime.topology_k8s`); no ps or
+  evaluators. The command is the user's, under the launcher (a TrainJob's too: the launcher starts torchrun from
+  its ``PET_*``).
+* ``slurm``: ``replicas`` nodes of ``--nproc-per-node`` tasks, one container per task as ``srun`` starts them
+  (`runtime.topology_slurm`), the launcher keeping their ranks; no ps or evaluators.
 * no platform (``None``/``"local"``): one container, no cluster variables (what ``tune`` uses by default).
 
 The job ends when every chief/worker has exited or one has failed (the others are then stopped); ps and evaluator
@@ -36,8 +43,8 @@ from ..engine.base import Engine
 from ..errors import UserInputError
 from ..options import ENV_NAME, LOCAL, NO_TIMEOUT, JobOptions
 from ..conformance.replicas import ReplicaJob, ReplicaResult, ReplicaRunner
-from ..runtime.contract import EXIT_OK, EXIT_TIMED_OUT, UAI
-from ..runtime.topology import ReplicaSpec, replica_specs
+from ..runtime.contract import EXIT_OK, EXIT_TIMED_OUT, FRAMEWORK_LABEL, UAI
+from ..runtime.topology import SIDE_ROLES, ReplicaSpec, process_start, refusal, replica_specs
 from ..state import state_dir
 
 UAI_OUTPUT = "/data/output"
@@ -169,21 +176,34 @@ def check_shape(opts: JobOptions) -> str:
         if opts.replicas != 1 or opts.ps or opts.evaluators:
             raise UserInputError("without --platform a job is one container: pick a platform for replicas, ps "
                                  "or evaluators", where="--platform")
-    elif platform == UAI:
-        if opts.evaluators:
-            raise UserInputError("UAI Train has no evaluator replicas", where="--evaluators")
-        if opts.ps is not None and opts.ps > opts.replicas:
-            raise UserInputError(f"UAI runs at most one ps per node: {opts.ps} ps for {opts.replicas} node(s)",
-                                 where="--ps")
+        return platform
+    for role, count, flag in (("ps", opts.ps, "--ps"), ("evaluator", opts.evaluators, "--evaluators")):
+        if count and role not in SIDE_ROLES.get(platform, ()):
+            raise UserInputError(f"{platform} has no {role} replicas", where=flag)
+    if platform == UAI and opts.ps is not None and opts.ps > opts.replicas:
+        raise UserInputError(f"UAI runs at most one ps per node: {opts.ps} ps for {opts.replicas} node(s)",
+                             where="--ps")
     return platform
 
 
-def _specs(platform: str, replicas: int, ps: int | None, evaluators: int, trial: str | None,
-           runner: ReplicaRunner) -> list[ReplicaSpec]:
+def framework_of(engine: Engine, image_id: str, platform: str) -> str:
+    """The image's framework (its label; PyTorch, a TrainJob's default runtime, without one), refused where the
+    platform cannot run it (TensorFlow without TF_CONFIG)."""
+    info = engine.image(image_id)
+    framework = (info.labels.get(FRAMEWORK_LABEL) if info else None) or "pytorch"
+    refused = refusal(platform, framework) if platform != LOCAL else None
+    if refused:
+        raise UserInputError(refused, where="--platform")
+    return framework
+
+
+def _specs(platform: str, opts: JobOptions, framework: str, runner: ReplicaRunner) -> list[ReplicaSpec]:
     if platform == LOCAL:
-        return [ReplicaSpec(name="chief-0", role="chief", index=0, node=None, env={})]
+        return [ReplicaSpec(name="chief-0", role="chief", index=0, node=None, env={}, host=runner.host("chief", 0))]
     try:
-        return replica_specs(platform, replicas, ps=ps, evaluators=evaluators, hosts=runner.host, trial=trial)
+        return replica_specs(platform, opts.replicas, ps=opts.ps, evaluators=opts.evaluators, job=runner.job,
+                             hosts=runner.host, trial=opts.trial, nproc_per_node=opts.nproc_per_node,
+                             framework=framework)
     except ValueError as exc:
         raise UserInputError(str(exc), where="--replicas") from None
 
@@ -226,7 +246,8 @@ def run_replicas(engine: Engine, image_id: str, image: str, opts: JobOptions, *,
     runner = JobRunner(engine, on_log, cancel=cancel)
     if started:
         started(runner)
-    specs = _specs(platform, opts.replicas, opts.ps, opts.evaluators, opts.trial, runner)
+    framework = framework_of(engine, image_id, platform)
+    specs = _specs(platform, opts, framework, runner)
     extra = {"CLOUD_ML_TRIAL_ID": opts.trial} if opts.trial is not None else {}
     specs = [replace(s, env={**extra, **(chief_env if chief_env and s.role == "chief" else {}), **s.env})
              for s in specs]
@@ -240,7 +261,9 @@ def run_replicas(engine: Engine, image_id: str, image: str, opts: JobOptions, *,
             output_dir = (state or state_dir(os.environ)) / "runs" / runner.run_id / "output"
             output_dir.mkdir(parents=True)
             volumes[str(output_dir)] = UAI_OUTPUT
-    nproc = ["--nproc-per-node", str(opts.nproc_per_node)] if opts.nproc_per_node > 1 else []
+    # --nproc-per-node only where the platform neither started the processes (Slurm) nor says how many (PET_*).
+    count = process_start(platform, framework, opts.nproc_per_node).nproc
+    nproc = ["--nproc-per-node", str(count)] if count else []
     launch = inimage.command("launch", *nproc, "--", *opts.command)
     job = ReplicaJob(image=image_id, specs=specs, command=lambda _spec: list(launch), env=dict(opts.env),
                      volumes=volumes,

@@ -52,7 +52,15 @@ RUNTIME_BIN = "/usr/local/bin/trainimg-runtime"
 VERTEX = "vertex"
 AIPLATFORM = "aiplatform"
 UAI = "uai"
-PLATFORMS = (VERTEX, AIPLATFORM, UAI)
+SLURM = "slurm"
+TRAINJOB = "trainjob"  # Kubeflow Trainer v2
+PYTORCHJOB = "pytorchjob"  # Kubeflow Training Operator v1, as TFJOB and JAXJOB
+TFJOB = "tfjob"
+JAXJOB = "jaxjob"
+JOBSET = "jobset"
+#: Every platform `trainimg test`, `run` and ``selftest`` replay (`topology`), each one a ``--platform`` value the
+#: runtime's detection takes (`platforms.FORCEABLE`).
+PLATFORMS = (VERTEX, AIPLATFORM, UAI, SLURM, TRAINJOB, PYTORCHJOB, TFJOB, JAXJOB, JOBSET)
 CLOUD_PLATFORMS = (VERTEX, AIPLATFORM)  # those with a cloud job body (`trainimg spec`)
 VERTEX_POOLS = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": "ps", "workerpool3": "evaluator"}
 

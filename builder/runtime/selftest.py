@@ -3,9 +3,12 @@
 GPU CI runners, Kubernetes pods and Vertex replicas run *inside* the image, so the gate must too. `selftest`
 runs every check of `trainimg test`'s probe (the same `probe.run_checks`, against the expectations the image's own
 labels file gives, `expect.image_labels`), then a real all-reduce of N local processes under the launcher, with
-the chosen platform's cluster variables emulated on 127.0.0.1 (`topology.replica_specs`, each replica's address
-rewritten to a free local port): PyTorch and JAX as one replica of N processes (torchrun or the launcher's own
-children), TensorFlow as N one-process replicas, as ``MultiWorkerMirroredStrategy`` expects. NCCL when GPUs are
+the chosen platform's cluster variables emulated on 127.0.0.1 (`topology.replica_specs`, every host rewritten to
+127.0.0.1, each address to a free local port) and its processes started as the platform starts them
+(`topology.process_start`): PyTorch and JAX as one node of N processes (torchrun or the launcher's own children;
+a TrainJob's torchrun; Slurm's N tasks), TensorFlow as N one-process replicas, as ``MultiWorkerMirroredStrategy``
+expects (on Slurm N tasks of one node, whose TensorFlow ports differ by local id). A JobSet cannot be emulated
+(`JOBSET_REFUSAL`), nor TensorFlow where the platform gives it no TF_CONFIG: both exit 2. NCCL when GPUs are
 visible, gloo otherwise; the NCCL all-reduce is reported skipped, with the reason, where it could not run.
 Skipped is never passed. The report is `trainimg test`'s (`report`, JSON and JUnit) and so are the exit codes:
 0 every check passed or warned, 1 one failed, 2 bad usage.
@@ -22,6 +25,8 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import random
+import re
 import socket
 import subprocess
 import sys
@@ -34,22 +39,27 @@ from typing import IO
 from . import probe
 from .cluster import parse_cluster
 from .world import ClusterError
-from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, LABELS_PATH, OCI_TITLE, VARIANT_LABEL
+from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, JOBSET, LABELS_PATH, OCI_TITLE, SLURM, VARIANT_LABEL, VERTEX
 from .expect import expectations, image_labels
 from .gpus import visible_gpus
 from .launch import FRAMEWORKS as LAUNCH_FRAMEWORKS
 from .launch import GROUP_VARIABLES, nproc_argument
 from .report import Check, ReportPathError, Suite, write_json, write_junit
-from .topology import PLATFORMS, replica_specs
+from .topology import PLATFORM_VARIABLES, PLATFORMS, ReplicaSpec, process_start, refusal, replica_specs
+from .topology_slurm import JOB_IDS
 from .verdict import judge_allreduce
 
 FRAMEWORKS = tuple(f for f in LAUNCH_FRAMEWORKS if f != "auto")
 #: Processes per node and seconds a run may take, as `trainimg test` accepts them.
 NPROC_RANGE = (1, 16)
 TIMEOUT_RANGE = (5.0, 7200.0)
-PLATFORM_VARIABLES = ("CLUSTER_SPEC", "TF_CONFIG")
-_PORT = 2222  # the port the emulated platform names; each replica's address is then rewritten
-_HOST_SUFFIX = ".selftest.invalid"  # a placeholder host no resolver answers, replaced before anything runs
+_JOB = "selftest"  # the emulated job's name: its hosts are derived from it, then rewritten to 127.0.0.1
+_LOOPBACK = "127.0.0.1"
+_TRIES = 50  # Slurm job ids tried before one whose ports are free here
+#: Why a JobSet is not emulated: its hosts are not variables to rewrite but names its pods resolve by DNS.
+JOBSET_REFUSAL = ("a JobSet's pods reach each other by DNS names (<jobset>-<job>-<i>-<pod>.<subdomain>) that no "
+                  "emulation can point at 127.0.0.1; run `trainimg test --platform jobset`, or `selftest --cluster` "
+                  "in the JobSet")
 
 
 @dataclass(frozen=True)
@@ -65,29 +75,64 @@ class LocalRun:
 
 def _free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-        s.bind(("127.0.0.1", 0))
+        s.bind((_LOOPBACK, 0))
         return int(s.getsockname()[1])
 
 
-def local_replicas(platform: str, replicas: int) -> list[tuple[str, str, dict[str, str]]]:
+def _port_free(port: int) -> bool:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            return False
+        return True
+
+
+def _slurm_job_id() -> int:
+    """A Slurm job id whose ports (torch's and JAX's rendezvous, derived from it as the platform module derives
+    them) are free on this machine (else the last one tried); TensorFlow's task ports differ by local id, so one
+    node's tasks never clash."""
+    job_id = 0
+    for _ in range(_TRIES):
+        job_id = random.choice(JOB_IDS)
+        info = parse_cluster(replica_specs(SLURM, 1, job=_JOB, job_id=job_id)[0].env)
+        jax_port = int((info.jax_coordinator or "").rpartition(":")[2])
+        if _port_free(info.master_port) and _port_free(jax_port):
+            break
+    return job_id
+
+
+def _on_loopback(specs: list[ReplicaSpec]) -> list[dict[str, str]]:
+    """Each spec's env with every host of the job replaced by 127.0.0.1: a host alone becomes 127.0.0.1, a
+    ``host:port`` address 127.0.0.1 and a free port of its own (replicas share this machine's network)."""
+    names = sorted({name for spec in specs for name in (spec.host, *spec.aliases)}, key=len, reverse=True)
+    found = re.compile(rf"(?<![\w.-])({'|'.join(map(re.escape, names))})(?::([0-9]+))?(?![\w.-])")
+    ports: dict[tuple[str, str], int] = {}
+
+    def local(match: re.Match[str]) -> str:
+        if match.group(2) is None:
+            return _LOOPBACK
+        return f"{_LOOPBACK}:{ports.setdefault((match.group(1), match.group(2)), _free_port())}"
+
+    return [{variable: found.sub(local, value) for variable, value in spec.env.items()} for spec in specs]
+
+
+def local_replicas(platform: str, replicas: int, nproc_per_node: int = 1,
+                   framework: str = "pytorch") -> list[tuple[str, str, dict[str, str]]]:
     """(name, role, env) of each training replica of a `platform` job, every address on 127.0.0.1.
 
     The platform's shapes come from `topology.replica_specs` (no ps or evaluator: they are not in the all-reduce
-    group); each replica's placeholder host is then replaced by 127.0.0.1 and a port of its own, since the
-    replicas share this machine's network.
+    group); each host is then rewritten by `_on_loopback`. Slurm's are the ``replicas x nproc_per_node`` tasks of
+    one node (this machine: its host list is one host), with the ports its job id gives; a port the other
+    platforms state once for the whole job (a rendezvous) is a free one here.
     """
-    specs = replica_specs(platform, replicas, ps=0, hosts=lambda role, index: f"{role}-{index}{_HOST_SUFFIX}",
-                          port=_PORT)
-    addresses = {f"{s.role}-{s.index}{_HOST_SUFFIX}:{_PORT}": f"127.0.0.1:{_free_port()}" for s in specs}
-    out = []
-    for spec in specs:
-        env = dict(spec.env)
-        for variable, text in env.items():
-            for placeholder, address in addresses.items():
-                text = text.replace(f'"{placeholder}"', f'"{address}"')
-            env[variable] = text
-        out.append((spec.name, spec.role, env))
-    return out
+    if platform == SLURM:
+        specs = replica_specs(platform, 1, job=_JOB, nproc_per_node=replicas * nproc_per_node,
+                              job_id=_slurm_job_id())
+    else:
+        specs = replica_specs(platform, replicas, ps=0, job=_JOB, port=_free_port(), nproc_per_node=nproc_per_node,
+                              framework=framework)
+    return [(spec.name, spec.role, env) for spec, env in zip(specs, _on_loopback(specs))]
 
 
 def base_env() -> dict[str, str]:
@@ -100,9 +145,12 @@ def _runtime_argv(*args: str) -> list[str]:
 
 
 def _child_env(env: dict[str, str]) -> dict[str, str]:
-    """`env` with this package importable by the launcher and the ranks it starts (a carried runtime too)."""
+    """`env` with this package importable by the launcher and the ranks it starts (a carried runtime too), and
+    this Python's scripts (torchrun, which a TrainJob runs) first on PATH."""
     root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-    return {**env, "PYTHONPATH": os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)}
+    path = os.pathsep.join(p for p in (os.path.dirname(sys.executable), env.get("PATH", "")) if p)
+    return {**env, "PATH": path,
+            "PYTHONPATH": os.pathsep.join(p for p in (root, env.get("PYTHONPATH", "")) if p)}
 
 
 @dataclass(frozen=True)
@@ -123,24 +171,28 @@ class Plan:
         return f"allreduce_{self.backend}_{platform}_x{self.replicas}{per_node}"
 
 
-def plan_allreduce(framework: str, nproc: int | str, gpus: int) -> Plan:
-    """N local processes (``auto``: the visible GPUs, 1 without): TensorFlow as N one-process replicas."""
+def plan_allreduce(framework: str, nproc: int | str, gpus: int, platform: str = VERTEX) -> Plan:
+    """N local processes (``auto``: the visible GPUs, 1 without) on one node; TensorFlow as N one-process replicas
+    where the launcher would start one process per replica (Slurm starts N tasks on the node whatever runs)."""
     n = (visible_gpus(os.environ) if gpus else 1) if nproc == "auto" else int(nproc)
     backend = "nccl" if gpus else "gloo"
-    if framework == "tensorflow":
+    if process_start(platform, framework, n).per_node < n:
         return Plan(framework, backend, replicas=n, nproc=1)
     return Plan(framework, backend, replicas=1, nproc=n)
 
 
 def run_local(plan: Plan, platform: str, timeout: float) -> list[LocalRun]:
-    """Start every emulated replica's launcher at once and wait for all of them, `timeout` seconds at most."""
+    """Start every emulated replica as its platform starts it (`topology.process_start`: the launcher, behind
+    torchrun for a TrainJob's torch runtime; one per Slurm task) and wait for all, `timeout` seconds at most."""
     worker = _runtime_argv("allreduce", "--framework", plan.framework, "--backend", plan.backend,
                            "--timeout", str(max(5, int(timeout) - 10)))
-    launch = _runtime_argv("launch", "--nproc-per-node", str(plan.nproc), "--framework", plan.framework, "--",
-                           *worker)
+    start = process_start(platform, plan.framework, plan.nproc)
+    nproc = ["--nproc-per-node", str(start.nproc)] if start.nproc else []
+    launch = [*start.wrapper, *_runtime_argv("launch", *nproc, "--framework", plan.framework, "--", *worker)]
+    replicas = local_replicas(platform, plan.replicas, plan.nproc, plan.framework)
     started: list[tuple[str, str, subprocess.Popen[bytes], IO[bytes]]] = []
     with ExitStack() as stack:
-        for index, (name, role, cluster_env) in enumerate(local_replicas(platform, plan.replicas)):
+        for index, (name, role, cluster_env) in enumerate(replicas):
             env = _child_env({**base_env(), **cluster_env})
             if plan.backend == "nccl" and plan.framework == "tensorflow":
                 env["CUDA_VISIBLE_DEVICES"] = str(index)  # one GPU per one-process replica
@@ -229,8 +281,8 @@ def cluster_checks(expect: dict[str, object], framework: str, timeout: float) ->
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainimg-runtime selftest",
                                      description="Run trainimg's conformance checks and all-reduce in this image.")
-    parser.add_argument("--platform", choices=PLATFORMS, default="vertex",
-                        help="whose cluster variables to emulate on 127.0.0.1")
+    parser.add_argument("--platform", choices=PLATFORMS, default=VERTEX,
+                        help="whose cluster variables, hostnames and process starts to emulate on 127.0.0.1")
     parser.add_argument("--nproc-per-node", type=nproc_argument, default="auto", metavar="N|auto",
                         help="local processes of the all-reduce (auto: the visible GPUs, 1 without)")
     parser.add_argument("--framework", choices=FRAMEWORKS, default=None,
@@ -283,8 +335,12 @@ def main(argv: list[str]) -> int:
     framework = args.framework or str(expect.get("framework") or "none")
     if args.cluster:
         return _cluster_main(suite, expect, framework, args.timeout)
+    refused = JOBSET_REFUSAL if args.platform == JOBSET else refusal(args.platform, framework)
+    if refused:
+        return _usage_error(f"--platform {args.platform}: {refused}")
     suite.checks = probe_checks(expect)
-    plan = None if framework == "none" else plan_allreduce(framework, args.nproc_per_node, gpus_seen(suite.checks))
+    plan = None if framework == "none" else plan_allreduce(framework, args.nproc_per_node, gpus_seen(suite.checks),
+                                                          args.platform)
     suite.replicas = plan.replicas if plan else 1
     suite.checks += allreduce_checks(expect, plan, args.platform, args.timeout)
     for line in probe.summary_lines([{"name": c.name, "status": c.status, "reason": c.reason}

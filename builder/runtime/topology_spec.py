@@ -1,0 +1,44 @@
+"""One replica of a replayed job (`ReplicaSpec`) and the TF_CONFIG-style JSON several platforms write.
+
+Its own module because every platform's layout (`topology`, `topology_k8s`, `topology_slurm`) builds these and
+`topology` dispatches to the others: the shared shape must sit below all of them for the imports to stay acyclic.
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from .platforms import tfconfig
+
+CLUSTER_SPEC, TF_CONFIG = tfconfig.VARIABLES
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    """One container to start: its canonical `role` and `index`, and the `env` its platform would inject.
+
+    `host` is the hostname the platform gives it (a pod's name, a Slurm node's name); replicas that share a `node`
+    (UAI's ps beside its node's master or worker, the tasks Slurm starts on one node) share that node's `host` and
+    network namespace. `aliases` are further DNS names peers reach it by (a pod's ``<host>.<subdomain>``, a
+    Service's ``<host>.<namespace>.svc``).
+    """
+
+    name: str  # the platform's own name for it, unique within a job: "chief-0", "master-0", "node-0-1", "task-3"
+    role: str  # chief, worker, ps or evaluator, as the runtime reads the replica
+    index: int
+    node: int | None
+    env: dict[str, str]
+    host: str
+    aliases: tuple[str, ...] = ()
+
+
+def tf_config_json(cluster: dict[str, list[str]], task_type: str, index: int, trial: str | None) -> str:
+    """One replica's CLUSTER_SPEC or TF_CONFIG: the shared cluster, its own task, and ``environment: cloud`` as
+    every platform that writes one sends it."""
+    task: dict[str, Any] = {"type": task_type, "index": index}
+    if trial is not None:
+        task["trial"] = trial
+    return json.dumps({"cluster": cluster, "environment": "cloud", "task": task}, sort_keys=True)
