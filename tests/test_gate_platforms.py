@@ -30,10 +30,10 @@ SHAPES = [(2, 1), (4, 1), (2, 2)]  # (replicas, processes per replica)
 # How each replica's launcher says it was started (its first line): by the platform, or starting them itself.
 STARTED = {"slurm": "started by slurm", "trainjob": "started by torchrun"}
 LAUNCH_LINE = re.compile(r"^\[(?P<replica>[^\]]+)\] trainimg-launch: (?P<how>.*)$", re.M)
-# Fixed by reading the task type from the TF_CONFIG the launcher wrote (allreduce_result.tf_task prefers
-# TRAINIMG_ROLE, which is "chief" on node 0 of a platform whose TF_CONFIG lists workers only).
-TF_WORKERS_ONLY = pytest.mark.xfail(strict=True, reason="the TF all-reduce worker takes TRAINIMG_ROLE=chief over "
-                                                        "the worker-only TF_CONFIG of Slurm and JobSet")
+# A known defect outside the gate: the TF all-reduce worker (allreduce_result.tf_task) prefers TRAINIMG_ROLE, which
+# is "chief" on node 0 of Slurm and JobSet, over the task type of their TF_CONFIG, which lists workers only. Only
+# that failure is expected; once the worker reads its TF_CONFIG's task type these runs pass as they are.
+TF_WORKERS_ONLY = "'chief' not found in cluster_spec"
 
 
 def gate(image: str, platform: str, replicas: int, nproc: int, env: dict[str, str],
@@ -42,10 +42,14 @@ def gate(image: str, platform: str, replicas: int, nproc: int, env: dict[str, st
     report = tmp_path / "r.json"
     r = trainimg("test", image, "--platform", platform, "--replicas", str(replicas), "--nproc-per-node", str(nproc),
                  "--json", str(report), "--progress", "plain", env=env, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
+    assert report.exists(), r.stderr[-3000:]
     checks = {c["name"]: c for c in json.loads(report.read_text())["suites"][0]["checks"]}
     per_node = f"x{nproc}" if nproc > 1 else ""
-    return checks[f"allreduce_{platform}_x{replicas}{per_node}"], r.stderr
+    check = checks[f"allreduce_{platform}_x{replicas}{per_node}"]
+    if check["status"] == "failed" and TF_WORKERS_ONLY in check["reason"]:
+        pytest.xfail(f"the TF all-reduce worker reads TRAINIMG_ROLE=chief: {check['reason'][:200]}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    return check, r.stderr
 
 
 def ranks(check: dict) -> list[int]:
@@ -70,8 +74,7 @@ def test_pytorch_on_each_platform(cpu_image: str, platform: str, replicas: int, 
 
 
 FITS = [("jax", "slurm"), ("jax", "jobset"), ("jax", "jaxjob"), ("jax", "trainjob"), ("tensorflow", "tfjob"),
-        pytest.param("tensorflow", "slurm", marks=TF_WORKERS_ONLY),
-        pytest.param("tensorflow", "jobset", marks=TF_WORKERS_ONLY)]
+        ("tensorflow", "slurm"), ("tensorflow", "jobset")]
 
 
 @pytest.mark.parametrize(("framework", "platform"), FITS)

@@ -192,10 +192,10 @@ def test_selftest_in_each_cpu_image(framework: str, cpu_images: dict[str, str], 
 # above: Slurm started its tasks, a TrainJob's torchrun its processes, else the launcher starts them.
 EMULATIONS = [("pytorch", "slurm", "started by slurm"), ("pytorch", "trainjob", "started by torchrun"),
               *(("pytorch", p, "via torchrun") for p in ("pytorchjob", "tfjob", "jaxjob")),
-              ("jax", "trainjob", "via spawn"),
-              pytest.param("tensorflow", "slurm", "started by slurm", marks=pytest.mark.xfail(
-                  strict=True, reason="the TF all-reduce worker takes TRAINIMG_ROLE=chief over Slurm's worker-only "
-                                      "TF_CONFIG (allreduce_result.tf_task)"))]
+              ("jax", "trainjob", "via spawn"), ("tensorflow", "slurm", "started by slurm")]
+# A known defect outside selftest: the TF all-reduce worker (allreduce_result.tf_task) prefers TRAINIMG_ROLE ("chief"
+# on Slurm's node 0) over the task type of Slurm's worker-only TF_CONFIG. Only that failure is expected.
+TF_WORKERS_ONLY = "'chief' not found in cluster_spec"
 
 
 @pytest.mark.engine
@@ -207,8 +207,10 @@ def test_selftest_emulates_each_platform(framework: str, platform: str, started:
     one node (TensorFlow's ports 8888 + local id), a TrainJob's torchrun (its JAX runtime: the launcher's two)."""
     code, logs = selftest(client, cpu_images[framework], tmp_path, "--platform", platform, "--nproc-per-node", "2",
                           "--json", "/out/r.json")
-    assert code == 0, logs[-3000:]
     check = checks_of(json.loads((tmp_path / "r.json").read_text()))[f"allreduce_gloo_{platform}_x1x2"]
+    if check["status"] == "failed" and TF_WORKERS_ONLY in check["reason"]:
+        pytest.xfail(f"the TF all-reduce worker reads TRAINIMG_ROLE=chief: {check['reason'][:200]}")
+    assert code == 0, logs[-3000:]
     assert check["status"] == "passed" and check["reason"] == "sum 3 on all 2 ranks", check
     launched = [line for line in logs.splitlines() if "trainimg-launch: " in line]
     assert launched and all(started in line for line in launched), launched
