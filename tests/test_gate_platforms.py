@@ -30,10 +30,6 @@ SHAPES = [(2, 1), (4, 1), (2, 2)]  # (replicas, processes per replica)
 # How each replica's launcher says it was started (its first line): by the platform, or starting them itself.
 STARTED = {"slurm": "started by slurm", "trainjob": "started by torchrun"}
 LAUNCH_LINE = re.compile(r"^\[(?P<replica>[^\]]+)\] trainimg-launch: (?P<how>.*)$", re.M)
-# A known defect outside the gate: the TF all-reduce worker (allreduce_result.tf_task) prefers TRAINIMG_ROLE, which
-# is "chief" on node 0 of Slurm and JobSet, over the task type of their TF_CONFIG, which lists workers only. Only
-# that failure is expected; once the worker reads its TF_CONFIG's task type these runs pass as they are.
-TF_WORKERS_ONLY = "'chief' not found in cluster_spec"
 
 
 def gate(image: str, platform: str, replicas: int, nproc: int, env: dict[str, str],
@@ -46,8 +42,6 @@ def gate(image: str, platform: str, replicas: int, nproc: int, env: dict[str, st
     checks = {c["name"]: c for c in json.loads(report.read_text())["suites"][0]["checks"]}
     per_node = f"x{nproc}" if nproc > 1 else ""
     check = checks[f"allreduce_{platform}_x{replicas}{per_node}"]
-    if check["status"] == "failed" and TF_WORKERS_ONLY in check["reason"]:
-        pytest.xfail(f"the TF all-reduce worker reads TRAINIMG_ROLE=chief: {check['reason'][:200]}")
     assert r.returncode == 0, r.stderr[-3000:]
     return check, r.stderr
 

@@ -160,7 +160,9 @@ def looks_like_timeout(err: BaseException) -> bool:
 
 def tf_task(env: Mapping[str, str] | None = None) -> tuple[dict[str, list[str]], str, int]:
     """(cluster, role, index) of ``TF_CONFIG`` as the launcher wrote it, read by the one cluster parser
-    (`cluster.parse_cluster`: ``master`` read as ``chief``); the role is overridden by TRAINIMG_ROLE."""
+    (`cluster.parse_cluster`: ``master`` read as ``chief``). Its own task is what TensorFlow acts on, so it is
+    the role here too: a workers-only TF_CONFIG (Slurm, JobSet) has no chief even where TRAINIMG_ROLE names
+    node 0 the chief."""
     environ = os.environ if env is None else env
     text = environ.get("TF_CONFIG", "")
     if not text.strip():
@@ -171,7 +173,7 @@ def tf_task(env: Mapping[str, str] | None = None) -> tuple[dict[str, list[str]],
         raise SetupError(str(err)) from None
     tf_config = info.tf_config or {}
     cluster = {role: list(hosts) for role, hosts in tf_config.get("cluster", {}).items()}
-    return cluster, environ.get("TRAINIMG_ROLE") or info.role, info.index
+    return cluster, info.role, info.index
 
 
 def tf_rank(cluster: Mapping[str, Sequence[str]], role: str, index: int) -> tuple[int | None, int]:
