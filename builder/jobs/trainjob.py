@@ -17,6 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runtime.topology_k8s import TRAINER_NODE
 from . import tfjob
 from .jobset import check_pod_names, indexed_job
 from .k8s_shape import K8sJob
@@ -27,7 +28,7 @@ GROUP = "trainer.kubeflow.org"
 API_VERSION = f"{GROUP}/v1alpha1"
 RUNTIME_KIND = "TrainingRuntime"
 KIND = "TrainJob"
-NODE = "node"  # kubeflow/trainer pkg/constants: the trainer's replicatedJob and container
+NODE = TRAINER_NODE  # kubeflow/trainer pkg/constants: the trainer's replicatedJob and container
 ANCESTOR_LABEL = f"{GROUP}/trainjob-ancestor-step"
 ANCESTOR_TRAINER = "trainer"
 FRAMEWORK_LABEL = f"{GROUP}/framework"
