@@ -26,7 +26,7 @@ from kubeflow.trainer import TrainerClient
 from kubernetes import client as k8s_client
 from trainimg.jobs import jobset, pytorchjob, tfjob, trainjob
 from trainimg.jobs.k8s_shape import FRAMEWORKS, K8sJob
-from trainimg.jobs.kubernetes import GPU_RESOURCE, MAX_LABEL, ManifestInputError, dump_yaml
+from trainimg.jobs.kubernetes import GPU_RESOURCE, MAX_LABEL, OPERATOR_API_VERSION, ManifestInputError, dump_yaml
 from trainimg.runtime.platforms import detect
 
 IMAGE = "europe-docker.pkg.dev/acme/ml/trainimg/pytorch:2.13.0-cu128-py3.12"
@@ -35,7 +35,7 @@ WRITERS: dict[str, Callable[[K8sJob], list[dict[str, Any]]]] = {
     module.PLATFORM: module.manifests for module in (trainjob, pytorchjob, tfjob, jobset)}
 # One CRD per kind the writers emit: the vendored files must serve exactly these.
 KINDS = {(trainjob.API_VERSION, trainjob.KIND), (trainjob.API_VERSION, trainjob.RUNTIME_KIND),
-         (pytorchjob.API_VERSION, pytorchjob.KIND), (tfjob.API_VERSION, tfjob.KIND), (jobset.API_VERSION, jobset.KIND)}
+         (OPERATOR_API_VERSION, pytorchjob.KIND), (OPERATOR_API_VERSION, tfjob.KIND), (jobset.API_VERSION, jobset.KIND)}
 
 
 NAMES = ("t", "bert-large-2", "distributed-bert-pretraining-run-2026-11")  # 1, 12 and 40 characters

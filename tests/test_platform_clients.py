@@ -29,6 +29,7 @@ from typing import Any
 import pytest
 
 from trainimg.runtime.cluster import parse_cluster
+from trainimg.runtime.hostlist import compress_counts
 from trainimg.runtime.launch import choose_mode, launch_env, torchrun_argv
 from trainimg.runtime.platforms import jobset, slurm
 from trainimg.runtime.world import ClusterError, ClusterInfo
@@ -222,17 +223,6 @@ def hostlist(rng: random.Random, count: int, odd: bool) -> HostList:
     return out
 
 
-def tasks_per_node(counts: list[int]) -> str:
-    """The ``N(xM)`` form srun writes ``SLURM_STEP_TASKS_PER_NODE`` in (src/common/env.c)."""
-    runs: list[list[int]] = []
-    for count in counts:
-        if runs and runs[-1][0] == count:
-            runs[-1][1] += 1
-        else:
-            runs.append([count, 1])
-    return ",".join(str(c) if n == 1 else f"{c}(x{n})" for c, n in runs)
-
-
 @dataclass
 class SlurmTask:
     """One srun task of a generated step, and the step's facts."""
@@ -290,7 +280,7 @@ def slurm_tasks(seed: int = 1) -> list[SlurmTask]:
                 "SLURM_STEP_NUM_TASKS": str(total), "SLURM_STEP_NODELIST": step_list, "SLURM_NODELIST": step_list,
                 "SLURM_JOB_NODELIST": job_list, "SLURM_STEP_NUM_NODES": str(nodes),
                 "SLURM_NNODES": str(nodes), "SLURM_JOB_NUM_NODES": str(nodes + spare),
-                "SLURM_STEP_TASKS_PER_NODE": tasks_per_node(counts), "SLURM_TASKS_PER_NODE": tasks_per_node(counts),
+                "SLURM_STEP_TASKS_PER_NODE": compress_counts(counts), "SLURM_TASKS_PER_NODE": compress_counts(counts),
                 "SLURMD_NODENAME": listed.hosts[node], "SLURM_DISTRIBUTION": "block",
                 "CUDA_VISIBLE_DEVICES": ",".join(str(g) for g in range(max(counts))),
             }
@@ -302,7 +292,7 @@ def slurm_tasks(seed: int = 1) -> list[SlurmTask]:
             if jax_port is not None:
                 env["JAX_COORDINATOR_PORT"] = jax_port
             tasks.append(SlurmTask(
-                name=f"step{step} {step_list!r} {tasks_per_node(counts)} task {procid}", env=env,
+                name=f"step{step} {step_list!r} {compress_counts(counts)} task {procid}", env=env,
                 hosts=listed.hosts, counts=counts, procid=procid, node=node, local=procid - starts[node],
                 slurm_form=listed.slurm_form, per_node_flag=per_node_flag, master=master, jax_port=jax_port))
     return tasks

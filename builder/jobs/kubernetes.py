@@ -29,6 +29,7 @@ _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # Training Operator v1: a failed replica's pod is restarted in place (kubeflow.org/v1 ReplicaSpec.restartPolicy).
 OPERATOR_RESTART_POLICY = "OnFailure"
+OPERATOR_API_VERSION = "kubeflow.org/v1"  # Training Operator v1: PyTorchJob, TFJob
 
 
 class ManifestInputError(UserInputError, ValueError):
@@ -105,6 +106,14 @@ def operator_replicas(name: str, roles: Sequence[tuple[str, int]], template: dic
             derived_name(name, f"{name}-{role.lower()}-{count - 1}", f"the {role} Service", "name")
     return {role: {"replicas": count, "restartPolicy": OPERATOR_RESTART_POLICY, "template": copy.deepcopy(template)}
             for role, count in roles if count > 0}
+
+
+def operator_job(kind: str, job_name: str, namespace: str | None, replicas_key: str, replicas: dict[str, Any],
+                 **spec: Any) -> dict[str, Any]:
+    """A Training Operator v1 (``kubeflow.org/v1``) job of `kind`: its ``*ReplicaSpecs`` under `replicas_key`
+    beside the `spec` fields of that kind (a PyTorchJob's ``nprocPerNode``)."""
+    return {"apiVersion": OPERATOR_API_VERSION, "kind": kind, "metadata": metadata(job_name, namespace),
+            "spec": {**spec, replicas_key: replicas}}
 
 
 class _PlainDumper(yaml.SafeDumper):

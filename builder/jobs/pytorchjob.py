@@ -11,10 +11,9 @@ from __future__ import annotations
 from typing import Any
 
 from .k8s_shape import K8sJob
-from .kubernetes import container, metadata, operator_replicas, pod_template
+from .kubernetes import container, operator_job, operator_replicas, pod_template
 
 PLATFORM = "pytorchjob"
-API_VERSION = "kubeflow.org/v1"
 KIND = "PyTorchJob"
 CONTAINER = "pytorch"
 MASTER = "Master"
@@ -25,9 +24,4 @@ def manifests(job: K8sJob) -> list[dict[str, Any]]:
     """The PyTorchJob, alone."""
     template = pod_template(container(CONTAINER, job.image, job.command, job.gpus_per_node))
     replicas = operator_replicas(job.name, [(MASTER, 1), (WORKER, job.nodes - 1)], template)
-    return [{
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": metadata(job.name, job.namespace),
-        "spec": {"nprocPerNode": str(job.nproc), "pytorchReplicaSpecs": replicas},
-    }]
+    return [operator_job(KIND, job.name, job.namespace, "pytorchReplicaSpecs", replicas, nprocPerNode=str(job.nproc))]

@@ -10,10 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from .k8s_shape import K8sJob
-from .kubernetes import container, metadata, operator_replicas, pod_template
+from .kubernetes import container, operator_job, operator_replicas, pod_template
 
 PLATFORM = "tfjob"
-API_VERSION = "kubeflow.org/v1"
 KIND = "TFJob"
 CONTAINER = "tensorflow"
 CHIEF = "Chief"
@@ -24,9 +23,4 @@ def manifests(job: K8sJob) -> list[dict[str, Any]]:
     """The TFJob, alone."""
     template = pod_template(container(CONTAINER, job.image, job.command, job.gpus_per_node))
     replicas = operator_replicas(job.name, [(CHIEF, 1), (WORKER, job.nodes - 1)], template)
-    return [{
-        "apiVersion": API_VERSION,
-        "kind": KIND,
-        "metadata": metadata(job.name, job.namespace),
-        "spec": {"tfReplicaSpecs": replicas},
-    }]
+    return [operator_job(KIND, job.name, job.namespace, "tfReplicaSpecs", replicas)]
