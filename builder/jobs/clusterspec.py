@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import UserInputError
+from ..runtime.contract import SLURM
 from . import jobset, pytorchjob, slurm, tfjob, trainjob
 from .clusterimage import check_gpu_image, check_pullable
 from .fields import count
@@ -33,7 +34,6 @@ K8S_WRITERS: dict[str, Callable[[K8sJob], list[dict[str, Any]]]] = {
     tfjob.PLATFORM: tfjob.manifests,
     jobset.PLATFORM: jobset.manifests,
 }
-SLURM = "slurm"
 CLUSTER_PLATFORMS = (*K8S_WRITERS, SLURM)
 _SAYS_NPROC = (trainjob.PLATFORM, pytorchjob.PLATFORM, SLURM)  # the platform hands its own process count on
 # Flags of the cloud platforms, and those of one cluster family only: given elsewhere they are refused by name.

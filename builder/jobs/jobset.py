@@ -15,13 +15,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runtime.contract import JOBSET
 from ..runtime.platforms import jobset as launcher
 from ..runtime.topology_k8s import JOBSET_REPLICATED_JOB
 from ..runtime.world import DEFAULT_MASTER_PORT
 from .k8s_shape import K8sJob
 from .kubernetes import container, derived_name, metadata, pod_template
 
-PLATFORM = "jobset"
+PLATFORM = JOBSET
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
 REPLICATED_JOB = JOBSET_REPLICATED_JOB  # the same the gate replays (runtime/topology_k8s.py)

@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runtime.contract import PYTORCHJOB
 from .k8s_shape import K8sJob
 from .kubernetes import container, operator_job, operator_replicas, pod_template
 
-PLATFORM = "pytorchjob"
+PLATFORM = PYTORCHJOB
 KIND = "PyTorchJob"
 CONTAINER = "pytorch"
 MASTER = "Master"

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runtime.contract import TFJOB
 from .k8s_shape import K8sJob
 from .kubernetes import container, operator_job, operator_replicas, pod_template
 
-PLATFORM = "tfjob"
+PLATFORM = TFJOB
 KIND = "TFJob"
 CONTAINER = "tensorflow"
 CHIEF = "Chief"

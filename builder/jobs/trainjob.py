@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runtime.contract import TRAINJOB
 from ..runtime.topology_k8s import TRAINER_NODE
 from . import tfjob
 from .jobset import check_pod_names, indexed_job
 from .k8s_shape import K8sJob
 from .kubernetes import ManifestInputError, container, gpu_resources, metadata
 
-PLATFORM = "trainjob"
+PLATFORM = TRAINJOB
 GROUP = "trainer.kubeflow.org"
 API_VERSION = f"{GROUP}/v1alpha1"
 RUNTIME_KIND = "TrainingRuntime"

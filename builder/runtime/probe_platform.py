@@ -18,7 +18,7 @@ import sys
 import tempfile
 
 from . import libs
-from .contract import REDUCTION_SERVER_PACKAGE
+from .contract import JOBSET, PYTORCHJOB, REDUCTION_SERVER_PACKAGE, SLURM, TRAINJOB
 from .gpus import nvidia_smi_gpus
 from .report import FAILED, PASSED, SKIPPED, WARNING
 from .versions import parse_version, versions_equal
@@ -212,22 +212,22 @@ def _cluster_samples() -> list[tuple[str, dict, dict]]:
 def _scheduler_samples() -> list[tuple[str, dict[str, str], dict[str, object]]]:
     """Slurm and Kubernetes samples: process-level (Slurm) and node-level (Kubeflow, JobSet) worlds."""
     return [
-        ("slurm", {"SLURM_JOB_ID": "77", "SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_NODEID": "1",
+        (SLURM, {"SLURM_JOB_ID": "77", "SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_NODEID": "1",
                    "SLURM_LOCALID": "3", "SLURM_STEP_NODELIST": "node[01-02]", "SLURM_STEP_TASKS_PER_NODE": "4(x2)"},
-         {"platform": "slurm", "process_rank": 3, "world_size_processes": 8, "local_rank": 3, "rank": 1,
+         {"platform": SLURM, "process_rank": 3, "world_size_processes": 8, "local_rank": 3, "rank": 1,
           "master_addr": "node01"}),
-        ("pytorchjob", {"MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": "8", "RANK": "1",
+        (PYTORCHJOB, {"MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": "8", "RANK": "1",
                         "PET_NPROC_PER_NODE": "4", "PET_NNODES": "2", "PET_NODE_RANK": "1"},
-         {"platform": "pytorchjob", "rank": 1, "world_size": 2, "nproc_per_node": 4, "world_size_processes": 8,
+         {"platform": PYTORCHJOB, "rank": 1, "world_size": 2, "nproc_per_node": 4, "world_size_processes": 8,
           "master_addr": "job-master-0"}),
-        ("trainjob", {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "1",
+        (TRAINJOB, {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "1",
                       "PET_MASTER_ADDR": "tj-node-0-0.tj", "PET_MASTER_PORT": "29500"},
-         {"platform": "trainjob", "rank": 1, "world_size": 2, "world_size_processes": 4,
+         {"platform": TRAINJOB, "rank": 1, "world_size": 2, "world_size_processes": 4,
           "master_addr": "tj-node-0-0.tj"}),
-        ("jobset", {"JOB_COMPLETION_INDEX": "1", "JOBSET_NAME": "js", "JOBSET_REPLICATED_JOB": "node",
+        (JOBSET, {"JOB_COMPLETION_INDEX": "1", "JOBSET_NAME": "js", "JOBSET_REPLICATED_JOB": "node",
                     "JOBSET_JOB_INDEX": "0", "JOBSET_JOB_REPLICAS": "1", "JOBSET_PODS_PER_JOB": "2",
                     "JOBSET_SUBDOMAIN": "js", "JOBSET_PORT": "29500"},
-         {"platform": "jobset", "rank": 1, "world_size": 2, "master_addr": "js-node-0-0.js"}),
+         {"platform": JOBSET, "rank": 1, "world_size": 2, "master_addr": "js-node-0-0.js"}),
     ]
 
 

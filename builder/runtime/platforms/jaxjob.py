@@ -8,9 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..contract import JAXJOB
 from ..world import ClusterInfo, below, host, integer, node_role, port, present, require
 
-NAME = "jaxjob"
+NAME = JAXJOB
 FORCED_BY = (NAME,)
 REQUIRED = ("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES", "PROCESS_ID")
 

@@ -13,9 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..contract import JOBSET
 from ..world import ClusterInfo, below, format_address, host, integer, node_role, port, present, require
 
-NAME = "jobset"
+NAME = JOBSET
 FORCED_BY = (NAME,)
 INDEX = "JOB_COMPLETION_INDEX"  # Kubernetes' own, in every Indexed Job pod (TrainJob's too)
 # name -> the pod label the manifest copies into it (None: a value the manifest writes)

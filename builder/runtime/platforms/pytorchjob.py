@@ -12,9 +12,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..contract import PYTORCHJOB
 from ..world import ClusterError, ClusterInfo, below, host, integer, node_role, port, present, require
 
-NAME = "pytorchjob"
+NAME = PYTORCHJOB
 FORCED_BY = (NAME,)
 REQUIRED = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES")
 OPTIONAL = ("PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT")

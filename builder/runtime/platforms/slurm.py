@@ -22,11 +22,12 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..contract import SLURM
 from ..hostlist import expand, expand_counts
 from ..world import ClusterError, ClusterInfo, below, format_address, host, integer, node_role, port, present, \
     require, split_address
 
-NAME = "slurm"
+NAME = SLURM
 FORCED_BY = (NAME,)
 REQUIRED = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_STEP_NODELIST")
 TASK_COUNTS = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE")

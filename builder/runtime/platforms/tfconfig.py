@@ -20,12 +20,12 @@ from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
-from ..contract import VERTEX_POOLS
+from ..contract import AIPLATFORM, TFJOB, UAI, VERTEX, VERTEX_POOLS
 from ..world import ClusterError, ClusterInfo, local_world, present, split_address
 
 NAME = "tf_config"
 #: ``--platform`` values read by this module: the platforms whose only description is one of these variables.
-FORCED_BY = ("vertex", "aiplatform", "uai", "tfjob")
+FORCED_BY = (VERTEX, AIPLATFORM, UAI, TFJOB)
 VARIABLES = ("CLUSTER_SPEC", "TF_CONFIG")
 
 # The TensorFlow-style names AI Platform's CLUSTER_SPEC and every TF_CONFIG use; `master` is the deprecated chief.
@@ -66,7 +66,7 @@ def _parse_variable(variable: str, text: str, reduction_server: bool) -> Cluster
 
     vertex = variable == "CLUSTER_SPEC" and any(str(k).startswith("workerpool") for k in cluster)
     names = VERTEX_POOLS if vertex else _TF_TYPES
-    platform = "vertex" if vertex else ("aiplatform" if variable == "CLUSTER_SPEC" else NAME)
+    platform = VERTEX if vertex else (AIPLATFORM if variable == "CLUSTER_SPEC" else NAME)
     pools = _read_pools(variable, cluster, names)
     group = pools.get("chief", []) + pools.get("worker", [])
     task = spec.get("task")

@@ -14,10 +14,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from ..contract import TRAINJOB
 from ..world import ClusterError, ClusterInfo, below, host, integer, node_role, port, present, require, \
     split_address
 
-NAME = "trainjob"
+NAME = TRAINJOB
 FORCED_BY = (NAME,)
 TORCH = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 TORCH_OPTIONAL = ("PET_NPROC_PER_NODE",)
