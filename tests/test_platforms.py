@@ -21,7 +21,7 @@ import pytest
 
 from trainimg.runtime.cluster import parse_cluster
 from trainimg.runtime.launch import launch_env
-from trainimg.runtime.platforms import LAYERS, PLATFORMS, jobset, pytorchjob, slurm, torchrun, trainjob
+from trainimg.runtime.platforms import PLATFORMS, VARIABLES, jobset, pytorchjob, slurm, torchrun, trainjob
 from trainimg.runtime.world import ClusterError
 from venvs import venv
 
@@ -44,13 +44,9 @@ JOBSET_POD = {"JOB_COMPLETION_INDEX": "2", "JOBSET_NAME": "js", "JOBSET_REPLICAT
 
 
 def platform_variables() -> set[str]:
-    """Every variable some platform module reads: stripped from the test's own env so none leaks in."""
-    names = {"CLUSTER_SPEC", "TF_CONFIG", "RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK",
-             "MASTER_ADDR", "MASTER_PORT", "CUDA_VISIBLE_DEVICES", "PYTHONPATH"}
-    for module in (*PLATFORMS, *LAYERS):
-        for attribute in ("REQUIRED", "OPTIONAL", "VARIABLES", "TORCH", "TORCH_OPTIONAL", "JAX", "TASK_COUNTS",
-                          "GROUP"):
-            names.update(getattr(module, attribute, ()))
+    """Every variable some platform module reads, and this process's own platform-looking ones: stripped from the
+    test's env so none leaks in."""
+    names = set(VARIABLES) | {"CUDA_VISIBLE_DEVICES", "PYTHONPATH"}
     names.update(n for n in os.environ if n.startswith(("SLURM_", "PET_", "JOBSET_", "TORCHELASTIC_", "TRAINIMG_")))
     return names
 

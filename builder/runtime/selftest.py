@@ -45,7 +45,8 @@ from .gpus import visible_gpus
 from .launch import FRAMEWORKS as LAUNCH_FRAMEWORKS
 from .launch import GROUP_VARIABLES, nproc_argument
 from .report import Check, ReportPathError, Suite, write_json, write_junit
-from .topology import PLATFORM_VARIABLES, PLATFORMS, ReplicaSpec, process_start, refusal, replica_specs
+from .platforms import VARIABLES as PLATFORM_VARIABLES
+from .topology import PLATFORMS, ReplicaSpec, process_start, refusal, replica_specs
 from .topology_slurm import JOB_IDS
 from .verdict import judge_allreduce
 

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 
 from .contract import AIPLATFORM, JAXJOB, JOBSET, PLATFORMS, PYTORCHJOB, SLURM, TFJOB, TRAINJOB, UAI, VERTEX, \
     VERTEX_POOLS
-from .platforms import envworld, jaxjob, jobset, launched, pytorchjob, slurm, tfconfig, torchrun, trainjob
 from .topology_k8s import DEFAULT_PORTS, jaxjob_replicas, jobset_replicas, pytorchjob_replicas, tfjob_replicas, \
     trainjob_replicas
 from .topology_slurm import job_number, slurm_tasks
@@ -48,15 +47,6 @@ NO_TF_CONFIG = {
 }
 #: The platforms whose own command starts every process of a node (for PyTorch): the launcher is started by them.
 TORCHRUN = ("torchrun", "--no-python")  # a TrainJob torch runtime's command: torchrun, reading PET_* as defaults
-#: Every variable by which the runtime recognises a platform or a launcher layer (`platforms.detect`): an
-#: emulation removes them from what it inherits, so the emulated platform's are the only ones.
-PLATFORM_VARIABLES = frozenset({
-    *tfconfig.VARIABLES, *slurm.VARIABLES, *slurm.RENDEZVOUS, slurm.JAX_PORT, slurm.JAX_ADDRESS,
-    *trainjob.TORCH, *trainjob.TORCH_OPTIONAL,
-    *trainjob.JAX, *pytorchjob.REQUIRED, *pytorchjob.OPTIONAL, *jaxjob.REQUIRED, *jobset.REQUIRED,
-    *envworld.REQUIRED, *envworld.OPTIONAL, torchrun.MARKER, *torchrun.REQUIRED, launched.MARKER, launched.ROLE,
-    *launched.GROUP,
-})
 
 
 def refusal(platform: str, framework: str) -> str | None:

@@ -26,6 +26,14 @@ PLATFORMS: tuple[ModuleType, ...] = (tfconfig, slurm, trainjob, pytorchjob, jaxj
 LAYERS: tuple[ModuleType, ...] = (torchrun, launched)
 #: Every ``--platform`` value `detect` takes, in the order help texts list them.
 FORCEABLE: tuple[str, ...] = tuple(name for module in PLATFORMS for name in module.FORCED_BY)
+#: Every variable by which the runtime recognises a platform or a launcher layer: an emulation (selftest) removes
+#: them from what it inherits, so the emulated platform's are the only ones.
+VARIABLES = frozenset({
+    *tfconfig.VARIABLES, *slurm.VARIABLES, *slurm.RENDEZVOUS, slurm.JAX_PORT, slurm.JAX_ADDRESS,
+    *trainjob.TORCH, *trainjob.TORCH_OPTIONAL, *trainjob.JAX, *pytorchjob.REQUIRED, *pytorchjob.OPTIONAL,
+    *jaxjob.REQUIRED, *jobset.REQUIRED, *envworld.REQUIRED, *envworld.OPTIONAL, torchrun.MARKER, *torchrun.REQUIRED,
+    launched.MARKER, launched.ROLE, *launched.GROUP,
+})
 # Variables that only a platform sets but that describe no world alone -> what would.
 _STRAYS = {
     jobset.INDEX: "a Kubernetes Indexed Job sets it, but nothing gives the world: a JobSet's pods need the JOBSET_* "
