@@ -1,8 +1,10 @@
-"""``python -m trainimg_runtime launch [--nproc-per-node N|auto] [--framework F] -- CMD...``: start training here.
+"""``python -m trainimg_runtime launch [--nproc-per-node N|auto] [--framework F] [--platform P] -- CMD...``: train.
 
-The platform tells a replica who it is in its own dialect (``CLUSTER_SPEC``, ``TF_CONFIG``, see `cluster`); the
-frameworks want their own variables. The launcher translates once, so the same image and command run unchanged on
-Vertex AI, AI Platform, UAI Train, Kubeflow or a laptop:
+The platform tells a replica who it is in its own dialect (``CLUSTER_SPEC``, ``TF_CONFIG``, ``SLURM_*``, Kubeflow's
+``PET_*``, ...: one module each in `platforms`); the frameworks want their own variables. The launcher translates
+once, so the same image and command run unchanged on Vertex AI, AI Platform, UAI Train, Kubernetes, Slurm or a
+laptop. Where the platform already started every process (Slurm's tasks, torchrun, an ``env://`` world) it keeps
+their ranks and starts nothing more:
 
 * PyTorch: ``MASTER_ADDR``, ``MASTER_PORT``, ``WORLD_SIZE``, ``RANK``, ``LOCAL_RANK``, ``LOCAL_WORLD_SIZE`` for
   ``init_process_group("nccl")`` with the default ``env://`` init method.
@@ -27,7 +29,8 @@ Parameter servers and evaluators get only ``TF_CONFIG`` and ``TRAINIMG_ROLE``: t
 group, so stale ``RANK``/``WORLD_SIZE``-style variables inherited from the platform are removed rather than left to
 mislead a script into joining it.
 
-``--nproc-per-node N`` (or ``auto``: the visible GPUs) starts N processes per replica:
+``--nproc-per-node N`` (or ``auto``: the visible GPUs; default: the count the platform gives, such as
+``PET_NPROC_PER_NODE``, else 1) starts N processes per replica where the platform left that to the image:
 
 * pytorch (the default when ``torch`` is importable): exec ``torch.distributed.run`` (torchrun) with the node-level
   ``--nnodes/--node-rank/--master-addr/--master-port``; torchrun then sets the per-process ranks.
