@@ -38,7 +38,8 @@ from conftest import LOCAL_BASE, ROOT, cpu_recipe, trainimg
 from conftest_registry import RegistryLogin
 
 from trainimg.publish.lock import LockEntry, moving_tag, read_lock
-from trainimg.publish.push import MANIFEST_TYPES, RegistryTarget
+from trainimg.publish.push import RegistryTarget
+from trainimg.publish.registryapi import MANIFEST_TYPES
 from registryread import remote_tags
 
 pytestmark = pytest.mark.engine
