@@ -1,0 +1,122 @@
+"""trainimg's reading of the environment ``mpirun`` gives its ranks, checked against JAX's own ``OmpiCluster``
+(``jax._src.clusters``, through ``ClusterEnv.auto_detect_unset_distributed_params`` as ``jax.distributed.initialize()``
+runs it) and against the ``OMPI_*`` source itself for the ``env://`` values the launcher hands torch.
+
+Every environment is generated (seeded) from a job: nodes with names and addresses, processes per node, where
+``mpirun`` runs (on the first node, as a plain ``mpirun`` or the Trainer's DeepSpeed runtime with its launcher as a
+node; or on the Trainer MPI runtime's own launcher pod) and how rank 0's host reaches the ranks (``MASTER_ADDR``
+forwarded, a hostfile this node reads, one node). Addresses are compared by the node they reach in the job.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+from test_platform_clients import Row, judge, node_count, port, read, run_client
+
+from trainimg.runtime.hostfile import format_hostfile
+from trainimg.runtime.launch import launch_env
+from trainimg.runtime.platforms import ompi
+from trainimg.runtime.world import ClusterInfo, split_address
+
+CASES = 420  # environments generated; the excused (JAX pointed at a launcher pod) do not count towards LEAST
+SHAPES = ("plain", "launcher-as-node", "separate-launcher", "one-node")
+
+
+def ip(rng: random.Random) -> str:
+    return f"10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}"
+
+
+def job(rng: random.Random, tmp: Path, number: int) -> list[tuple[dict[str, Any], dict[str, str]]]:
+    """(facts, env) of a few ranks of one generated job."""
+    shape = rng.choice(SHAPES)
+    nodes = 1 if shape == "one-node" else max(2, node_count(rng))
+    nproc = rng.choice((1, 1, 2, 4, 8))
+    name = f"job{number}"
+    hosts = [f"{name}-node-0-{i}.{name}" if rng.random() < .5 else f"gpu{i:03d}" for i in range(nodes)]
+    addresses = [ip(rng) for _ in range(nodes)]
+    reach = {**{h: i for i, h in enumerate(hosts)}, **{a: i for i, a in enumerate(addresses)}}
+    hnp = ip(rng) if shape == "separate-launcher" else addresses[0]
+    reach.setdefault(hnp, -1)  # -1: the launcher pod, where no rank runs
+    job_id = rng.randint(1, 2**19) * 2**12
+    uri = f"{job_id}.0;tcp://{hnp}{',172.17.0.1' if rng.random() < .3 else ''}:{rng.randint(1024, 65535)}"
+    shared = {ompi.SIZE: str(nodes * nproc), ompi.LOCAL_SIZE: str(nproc), ompi.HNP_URI: uri}
+    if shape != "one-node":
+        shared.update({ompi.KEEP_FQDN: "true", ompi.DEFAULT_SLOTS: str(nproc)})
+        if shape == "plain" and rng.random() < .5:
+            hostfile = tmp / f"hostfile{number}"
+            hostfile.write_text(format_hostfile(hosts, nproc))
+            shared[ompi.HOSTFILE] = str(hostfile)
+        else:
+            shared[ompi.HOSTFILE] = "/etc/mpi/hostfile"  # on the launcher pod only: not readable here
+            shared["MASTER_ADDR"] = rng.choice((hosts[0], addresses[0]))
+    if rng.random() < .4:
+        shared["MASTER_PORT"] = str(port(rng, 29500))
+    if rng.random() < .2:
+        shared["JAX_COORDINATOR_PORT"] = str(rng.randint(1024, 65535))
+    out = []
+    for rank in sorted({0, nodes * nproc - 1, *rng.sample(range(nodes * nproc), min(2, nodes * nproc))}):
+        node, local = divmod(rank, nproc)
+        env = {**shared, ompi.RANK: str(rank), ompi.LOCAL_RANK: str(local), "OMPI_COMM_WORLD_NODE_RANK": str(local)}
+        facts = {"shape": shape, "node": node, "reach": {**reach, "127.0.0.1": node if nodes == 1 else -2}}
+        out.append((facts, env))
+    return out
+
+
+def batch(tmp: Path) -> list[tuple[dict[str, Any], dict[str, str]]]:
+    rng, cases, number = random.Random(23), [], 0
+    while len(cases) < CASES:
+        cases += job(rng, tmp, number)
+        number += 1
+    return cases
+
+
+def jax_view(facts: dict[str, Any], coordinator: str | None, count: Any, process: Any, local: Any) -> dict[str, Any]:
+    """The JAX facts of one answer, the coordinator as the node it reaches (-1 the launcher pod, None unknown)."""
+    node = None
+    if coordinator:
+        host, number = split_address("coordinator", coordinator)
+        node = {"node": facts["reach"].get(host), "port": number}
+    return {"detected": coordinator is not None, "process_count": count, "process_id": process,
+            "local_process_id": local, "coordinator": node}
+
+
+def test_jax_ompi_cluster_agrees(tmp_path: Path) -> None:
+    cases = batch(tmp_path)
+    answers = run_client("jax", "jax_client.py", [{"mode": "detect", "env": env} for _, env in cases])
+    rows = []
+    for i, ((facts, env), theirs) in enumerate(zip(cases, answers)):
+        info = read(env)
+        assert isinstance(info, ClusterInfo), (env, info)
+        mine = launch_env(info, {})
+        own = jax_view(facts, mine["JAX_COORDINATOR_ADDRESS"], int(mine["JAX_NUM_PROCESSES"]),
+                       int(mine["JAX_PROCESS_ID"]), int(mine["LOCAL_RANK"]))
+        ids = theirs.get("local_device_ids")
+        client = jax_view(facts, theirs.get("coordinator"), theirs.get("num_processes"), theirs.get("process_id"),
+                          ids[0] if ids else None)
+        # The port JAX documents: JAX_COORDINATOR_PORT, else the job id's (jax._src.clusters.ompi_cluster).
+        jax_port = int(env.get("JAX_COORDINATOR_PORT") or int(env[ompi.HNP_URI].split(".")[0]) // 4096 % 4096 + 61440)
+        truth = {"detected": True, "process_count": int(env[ompi.SIZE]), "process_id": int(env[ompi.RANK]),
+                 "local_process_id": int(env[ompi.LOCAL_RANK]), "coordinator": {"node": 0, "port": jax_port}}
+        excuse = ("JAX's OmpiCluster takes mpirun's host from OMPI_MCA_orte_hnp_uri: the Trainer's launcher pod, "
+                  "where no rank runs" if facts["shape"] == "separate-launcher" else None)
+        rows.append(Row(f"mpi-{i} {facts['shape']}", own, client, truth, excuse))
+    judge("Open MPI: JAX's OmpiCluster", rows)
+
+
+def test_launcher_hands_torch_the_ompi_ranks(tmp_path: Path) -> None:
+    """RANK, WORLD_SIZE, LOCAL_RANK as mpirun set them, MASTER_ADDR on rank 0's node, nothing started twice."""
+    rows = []
+    for i, (facts, env) in enumerate(batch(tmp_path)):
+        info = read(env)
+        assert isinstance(info, ClusterInfo) and info.started_by == ompi.NAME, (env, info)
+        mine = launch_env(info, {})
+        source = {"RANK": env[ompi.RANK], "WORLD_SIZE": env[ompi.SIZE], "LOCAL_RANK": env[ompi.LOCAL_RANK],
+                  "LOCAL_WORLD_SIZE": env[ompi.LOCAL_SIZE], "master_node": 0,
+                  "MASTER_PORT": env.get("MASTER_PORT", "29500"), "node": facts["node"]}
+        own = {**{k: mine[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT")},
+               "master_node": facts["reach"].get(mine["MASTER_ADDR"]), "node": int(mine["TRAINIMG_NODE_RANK"])}
+        rows.append(Row(f"mpi-{i} {facts['shape']}", own, source, source))
+    judge("Open MPI: torch env:// from OMPI_COMM_WORLD_*", rows)
