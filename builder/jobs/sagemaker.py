@@ -1,0 +1,144 @@
+"""Amazon SageMaker: the ``CreateTrainingJob`` request (``aws sagemaker create-training-job --cli-input-json``,
+boto3's ``create_training_job(**request)``) that runs a trainimg image on ``--replicas`` instances.
+
+Why SageMaker's own API model decides: the request's grammar (the training job name, the role ARN, the S3 output
+path) and which instance types exist are published in botocore's bundled SageMaker model, the one every AWS client
+validates with. Reading them from there, not from a copy, keeps ``spec`` in step with the botocore it runs beside;
+what the model cannot say (how many GPUs an instance type carries) is the table in ``data/sagemaker_instances.yaml``.
+
+Each instance runs the image's launcher as its ``ContainerEntrypoint`` (the program after it; ``--args`` become
+``ContainerArguments``, which SageMaker appends): SageMaker starts one container per instance and writes its
+``resourceconfig.json``, which the launcher reads (`runtime.platforms.sagemaker`) to start one process per GPU.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Sequence
+from functools import cache
+from importlib import resources
+from typing import Any
+
+import yaml
+
+from ..errors import UserInputError
+from ..runtime.contract import SAGEMAKER
+from .fields import count
+
+PLATFORM = SAGEMAKER
+DEFAULT_VOLUME_GB = 50  # the instance's ML storage volume, where /opt/ml/input and checkpoints live
+DEFAULT_MAX_RUNTIME_S = 86400  # SageMaker's own default StoppingCondition (one day)
+INPUT_MODE = "File"
+_INSTALL = "pip install botocore (trainimg[sagemaker])"
+
+
+@cache
+def _request_shape() -> Any:
+    """CreateTrainingJob's input shape in botocore's bundled SageMaker model."""
+    try:
+        import botocore.session
+    except ImportError:
+        raise UserInputError(f"--platform sagemaker reads SageMaker's API model from botocore, which is not "
+                             f"installed: {_INSTALL}", where="--platform") from None
+    model = botocore.session.get_session().get_service_model(SAGEMAKER)
+    return model.operation_model("CreateTrainingJob").input_shape
+
+
+def member(*path: str) -> Any:
+    """The shape at `path` below the request (``"ResourceConfig", "InstanceType"``)."""
+    shape = _request_shape()
+    for name in path:
+        shape = shape.members[name]
+    return shape
+
+
+def instance_types() -> tuple[str, ...]:
+    """Every training instance type the API model's ``ResourceConfig.InstanceType`` enum names."""
+    return tuple(member("ResourceConfig", "InstanceType").enum)
+
+
+@cache
+def gpu_table() -> dict[str, int]:
+    """Instance type -> GPUs, from ``data/sagemaker_instances.yaml``; absent ones carry none."""
+    text = resources.files("trainimg.jobs").joinpath("data/sagemaker_instances.yaml").read_text(encoding="utf-8")
+    return dict(yaml.safe_load(text)["gpus"])
+
+
+def gpus_per_instance(instance_type: str | None, gpus: int) -> int:
+    """The GPUs each instance of `instance_type` carries; ``--gpus`` is no SageMaker setting (the type says it)."""
+    if gpus:
+        raise UserInputError("SageMaker instances come with their GPUs: give --instance-type only", where="--gpus")
+    return gpu_table().get(check_instance_type(instance_type), 0)
+
+
+def check_instance_type(instance_type: str | None) -> str:
+    if not instance_type:
+        raise UserInputError("a SageMaker training job needs --instance-type (e.g. ml.p4d.24xlarge)",
+                             where="--instance-type")
+    known = instance_types()
+    if instance_type not in known:
+        family = instance_type.rpartition(".")[0] + "."
+        near = [t for t in known if t.startswith(family)] or [t for t in known if t.startswith("ml.p5")]
+        raise UserInputError(f"{instance_type!r} is not a SageMaker training instance type (botocore's "
+                             f"ResourceConfig.InstanceType); e.g. {', '.join(near[:6])}", where="--instance-type")
+    return instance_type
+
+
+def check_value(value: str, flag: str, *path: str) -> str:
+    """`value` against the model's pattern and length limits for the member at `path` (botocore's own
+    validator checks only minima), refused as one line naming `flag`."""
+    return _within(value, flag, ".".join(path), member(*path).metadata)
+
+
+def _within(value: str, flag: str, label: str, meta: dict[str, Any]) -> str:
+    low, high = meta.get("min", 0), meta.get("max", len(value))
+    if not low <= len(value) <= high:
+        raise UserInputError(f"{value[:80]!r} is {len(value)} characters; SageMaker's {label} takes {low}..{high}",
+                             where=flag)
+    if "pattern" in meta and not re.fullmatch(meta["pattern"], value):
+        raise UserInputError(f"{value[:80]!r} does not match SageMaker's {label} pattern {meta['pattern']}",
+                             where=flag)
+    return value
+
+
+def training_job(*, name: str, image: str, instance_type: str, nodes: int, role_arn: str | None,
+                 output_path: str | None, command: Sequence[str], args: Sequence[str], volume_gb: int | None,
+                 max_runtime_s: int | None) -> str:
+    """The CreateTrainingJob request as JSON; every value is checked against the API model first."""
+    if role_arn is None:
+        raise UserInputError("SageMaker runs a training job as an IAM role: give --role-arn "
+                             "arn:aws:iam::ACCOUNT:role/NAME", where="--role-arn")
+    if output_path is None:
+        raise UserInputError("SageMaker uploads /opt/ml/model to S3: give --output-path s3://BUCKET/PREFIX",
+                             where="--output-path")
+    algorithm: dict[str, Any] = {
+        "TrainingImage": check_value(image, "--image", "AlgorithmSpecification", "TrainingImage"),
+        "TrainingInputMode": INPUT_MODE,
+        "ContainerEntrypoint": _strings(command, "command", "ContainerEntrypoint"),
+    }
+    if args:
+        algorithm["ContainerArguments"] = _strings(args, "--args", "ContainerArguments")
+    request = {
+        "TrainingJobName": check_value(name, "--display-name", "TrainingJobName"),
+        "RoleArn": check_value(role_arn, "--role-arn", "RoleArn"),
+        "AlgorithmSpecification": algorithm,
+        "ResourceConfig": {
+            "InstanceType": instance_type, "InstanceCount": nodes,
+            "VolumeSizeInGB": count(DEFAULT_VOLUME_GB if volume_gb is None else volume_gb, "--volume-size",
+                                    minimum=1)},
+        "OutputDataConfig": {"S3OutputPath": check_value(output_path, "--output-path", "OutputDataConfig",
+                                                         "S3OutputPath")},
+        "StoppingCondition": {"MaxRuntimeInSeconds": count(DEFAULT_MAX_RUNTIME_S if max_runtime_s is None
+                                                           else max_runtime_s, "--max-runtime", minimum=1)},
+    }
+    return json.dumps(request, indent=2) + "\n"
+
+
+def _strings(values: Sequence[str], flag: str, field: str) -> list[str]:
+    """A ContainerEntrypoint or ContainerArguments list within the model's count and per-item limits."""
+    shape = member("AlgorithmSpecification", field)
+    if len(values) > shape.metadata.get("max", len(values)):
+        raise UserInputError(f"{len(values)} words; SageMaker's {field} takes {shape.metadata['max']} at most",
+                             where=flag)
+    return [_within(value, flag, f"{field} item", shape.member.metadata) for value in values]
