@@ -1,0 +1,102 @@
+"""Verbs for CI at fleet scale: `ci github|gitlab` (the pipelines people start from) and `matrix` (what was
+released, as a page). The generators are library code (`publish.pipelines`, `publish.matrix`); this module only
+reads flags into the typed options and writes the text."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import click
+
+from ..errors import UserInputError
+from ..options import CI_SYSTEMS, MATRIX_FORMATS, CiOptions, MatrixOptions, default
+from .context import Callback, Ctx, pass_ctx
+
+
+def write_text(text: str, output: Path | None) -> None:
+    """`text` to `output`, or to stdout without one."""
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserInputError(f"cannot write {output}: {exc.strerror or exc}; choose a file you can write",
+                             where="--output") from None
+    click.echo(f"wrote {output}", err=True)
+
+
+def _checkout_relative(recipes_dir: Path) -> str:
+    """The recipes folder as the jobs see it: relative to the current directory, the checkout root they start in."""
+    rel = os.path.relpath(recipes_dir.resolve(), Path.cwd())
+    if rel == ".." or rel.startswith(".." + os.sep):
+        raise UserInputError(f"{recipes_dir} is outside the current directory; run `trainimg ci` from the "
+                             "checkout's root, where the jobs start", where="--recipes")
+    return Path(rel).as_posix()
+
+
+def ci_flags(fn: Callback) -> Callback:
+    """The flags both pipelines take."""
+    for deco in reversed([
+        click.argument("variants", nargs=-1),
+        click.option("--registry", required=True, metavar="HOST[:PORT][/PREFIX]",
+                     help="Where stage jobs push and promote moves tags; also the build cache."),
+        click.option("--base-image", metavar="REF", help="`release --base-image` in every stage job (a mirror)."),
+        click.option("--runner", multiple=True, metavar="LABEL",
+                     help="GitHub `runs-on` label (default: ubuntu-latest) or GitLab runner tag; repeatable."),
+        click.option("--image", metavar="REF", help="Container image the jobs run in (it needs a Docker engine)."),
+        click.option("--install", default=default(CiOptions, "install"), show_default=True, metavar="CMD",
+                     help="Shell line that puts trainimg on each job's PATH."),
+        click.option("--username-var", default=default(CiOptions, "username_var"), show_default=True,
+                     metavar="NAME", help="CI secret/variable holding the registry user."),
+        click.option("--password-var", default=default(CiOptions, "password_var"), show_default=True,
+                     metavar="NAME", help="CI secret/variable holding the registry password or token."),
+        click.option("--branch", default=default(CiOptions, "branch"), show_default=True,
+                     help="Release on pushes to this branch (and when started by hand)."),
+        click.option("--output", type=click.Path(path_type=Path), default=None,
+                     help="Write the file here (default: stdout)."),
+    ]):
+        fn = deco(fn)
+    return fn
+
+
+@click.group()
+def ci() -> None:
+    """Write a CI pipeline: a stage job per variant (or group sharing parents), then one promote job."""
+
+
+def _ci_command(system: str, what: str) -> click.Command:
+    @ci_flags
+    @pass_ctx
+    def command(c: Ctx, variants: tuple[str, ...], registry: str, base_image: str | None, runner: tuple[str, ...],
+                image: str | None, install: str, username_var: str, password_var: str, branch: str,
+                output: Path | None) -> None:
+        from ..publish.pipelines import pipeline
+
+        opts = CiOptions(system=system, registry=registry, variants=variants, base_image=base_image, runner=runner,
+                         image=image, install=install, username_var=username_var, password_var=password_var,
+                         branch=branch, recipes=_checkout_relative(c.recipes_dir))
+        write_text(pipeline(c.recipes(), opts), output)
+
+    command.__doc__ = f"Write {what} that releases VARIANTS (default: all) across runners."
+    return click.command(system)(command)
+
+
+for _system, _what in zip(CI_SYSTEMS, ("a GitHub Actions workflow", "a .gitlab-ci.yml")):
+    ci.add_command(_ci_command(_system, _what))
+
+
+@click.command("matrix")
+@click.option("--lock", "lock_path", metavar="FILE", default=None,
+              help="The lockfile of the release (default: images.lock).")
+@click.option("--format", "fmt", type=click.Choice(MATRIX_FORMATS), default=default(MatrixOptions, "format"),
+              show_default=True, help="Markdown (a README, a job summary) or a self-contained HTML page.")
+@click.option("--output", type=click.Path(path_type=Path), default=None, help="Write the page here (default: stdout).")
+def matrix(lock_path: str | None, fmt: str, output: Path | None) -> None:
+    """The support matrix: every released variant, its tags and digest, versions read back, size, conformance."""
+    from ..publish.matrix import render_matrix
+
+    opts = MatrixOptions(lock_path=lock_path, format=fmt)
+    write_text(render_matrix(opts.lock_path, opts.format), output)

@@ -1,0 +1,198 @@
+"""CI pipelines people start from: `trainimg ci github` (a GitHub Actions workflow) and `trainimg ci gitlab` (a
+`.gitlab-ci.yml`), both the same release across runners.
+
+Why generated, not documented: the job list follows the recipes (a job per variant, or per group of variants that
+`extends` one another, since a child builds on its parent in the same run), and the commands must spell the CLI's
+contracts exactly. Each stage job logs in (BuildKit reads the registry cache with the docker client's login), runs
+`trainimg release VARIANT... --stage --registry R --cache-from R/<tag>...` (build with the registry as cache, test,
+push the immutable tag only, write `lock.d/<variant>.json`) and hands `lock.d/` on as an artifact; one `promote`
+job needs every stage job, gathers the parts and runs `trainimg promote lock.d/ --registry R` (moving tags only if
+every part passed, `images.lock` written), then `trainimg matrix` for the support matrix. Promote runs even after a
+failed stage job (GitLab `when: always`, GitHub `!cancelled()`): the gate is trainimg's, whatever the engine's
+retry rules, and a missing or failed part makes it refuse with a line naming it, moving nothing.
+
+Credentials appear only as the names of CI secrets/variables (`CiOptions.username_var`, `password_var`); every
+value that reaches a shell line is grammar-checked or quoted.
+"""
+
+from __future__ import annotations
+
+import shlex
+from dataclasses import dataclass
+from typing import Any
+
+import yaml
+
+from ..errors import UserInputError
+from ..options import DEFAULT_LOCK_DIR as STAGED_DIR  # `release --stage` writes it, `promote` reads it
+from ..options import CiOptions
+from ..recipe.grammar import is_reference
+from ..recipe.variant import RecipeSet, Variant
+from .lock import DEFAULT_LOCK
+from .references import RegistryTarget
+
+DEFAULT_RECIPES = "recipes"
+MATRIX_FILES = {"md": "support-matrix.md", "html": "support-matrix.html"}
+GITHUB_RUNNER = "ubuntu-latest"
+GITHUB_ACTIONS = {  # the actions a workflow uses, by major version
+    "checkout": "actions/checkout@v4",
+    "upload": "actions/upload-artifact@v4",
+    "download": "actions/download-artifact@v4",
+}
+ARTIFACT_PREFIX = "lock-"  # GitHub: one artifact per stage job, merged by promote
+
+
+@dataclass(frozen=True)
+class StageGroup:
+    """One stage job: a root variant and every chosen variant that extends it (parents first)."""
+
+    root: str
+    variants: tuple[str, ...]
+    tags: tuple[str, ...]  # local tags: their pushed images are the job's build cache
+
+    @property
+    def job(self) -> str:
+        """The job's name (GitLab's, and GitHub's display name)."""
+        return f"stage-{self.root}"
+
+    @property
+    def job_id(self) -> str:
+        """GitHub's job id grammar is `[A-Za-z_][A-Za-z0-9_-]*`: dots become underscores."""
+        return self.job.replace(".", "_")
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What both pipelines run: the stage groups and the shell lines of each kind of job."""
+
+    groups: tuple[StageGroup, ...]
+    setup: tuple[str, ...]  # install trainimg, log in to the registry
+    promote: tuple[str, ...]
+
+    def stage(self, group: StageGroup, opts: CiOptions, target: RegistryTarget) -> str:
+        """`trainimg release ... --stage` for one group, the registry's copy of each variant as its cache."""
+        args = [*_trainimg(opts), "release", *group.variants, "--stage", "--registry", str(target)]
+        if opts.base_image:
+            args += ["--base-image", opts.base_image]
+        for tag in group.tags:
+            args += ["--cache-from", target.ref(tag)]
+        return shlex.join([*args, "--progress", "plain"])
+
+
+def stage_groups(recipes: RecipeSet, patterns: tuple[str, ...]) -> tuple[StageGroup, ...]:
+    """The chosen variants (all when `patterns` is empty) with their parents, one group per root variant."""
+    chosen = recipes.with_parents(recipes.select(list(patterns)))
+
+    def root(v: Variant) -> str:
+        while v.extends:
+            v = recipes.by_name[v.extends]
+        return v.name
+
+    order: dict[str, list[Variant]] = {}
+    for v in chosen:
+        order.setdefault(root(v), []).append(v)
+    return tuple(StageGroup(name, tuple(v.name for v in vs), tuple(v.tag for v in vs)) for name, vs in order.items())
+
+
+def _trainimg(opts: CiOptions) -> list[str]:
+    return ["trainimg"] if opts.recipes == DEFAULT_RECIPES else ["trainimg", "--recipes", opts.recipes]
+
+
+def plan(recipes: RecipeSet, opts: CiOptions) -> tuple[Plan, RegistryTarget]:
+    """Check every value that reaches a shell line, then lay out the jobs' commands."""
+    target = RegistryTarget.parse(opts.registry)
+    for flag, ref in (("--base-image", opts.base_image), ("--image", opts.image)):
+        if ref is not None and not is_reference(ref):
+            raise UserInputError(f"{ref!r} is not an image reference", where=flag)
+    login = (f'printf \'%s\\n\' "${opts.password_var}" | docker login {shlex.quote(target.host)} '
+             f'--username "${opts.username_var}" --password-stdin')
+    matrix = [shlex.join([*_trainimg(opts), "matrix", "--lock", DEFAULT_LOCK, "--format", fmt, "--output", path])
+              for fmt, path in MATRIX_FILES.items()]
+    groups = stage_groups(recipes, opts.variants)
+    expected = [name for g in groups for name in g.variants] if opts.variants else []  # none: every variant
+    promote = (shlex.join([*_trainimg(opts), "promote", f"{STAGED_DIR}/", *expected, "--registry", str(target)]),
+               *matrix)
+    return Plan(groups, (opts.install, login), promote), target
+
+
+HEADER = ("# Generated by `trainimg ci {system}` from the recipes: regenerate it after changing them, rather than\n"
+          "# editing it. Stage jobs build, test and push each variant's immutable tag; promote moves the tags\n"
+          "# only if every variant passed.\n")
+
+
+def _dump(system: str, doc: dict[str, Any]) -> str:
+    return HEADER.format(system=system) + yaml.safe_dump(doc, sort_keys=False, width=1000, default_flow_style=False)
+
+
+def github_workflow(recipes: RecipeSet, opts: CiOptions) -> str:
+    """A GitHub Actions workflow: a stage job per group, then promote needing all of them."""
+    p, target = plan(recipes, opts)
+    secrets = {name: f"${{{{ secrets.{name} }}}}" for name in (opts.username_var, opts.password_var)}
+    runner: str | list[str] = list(opts.runner) if len(opts.runner) > 1 else (opts.runner or (GITHUB_RUNNER,))[0]
+
+    def job(name: str, steps: list[dict[str, Any]], needs: list[str] | None = None) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": name, "runs-on": runner}
+        if needs:
+            body["needs"] = needs
+        if opts.image:
+            body["container"] = {"image": opts.image}
+        setup = [{"name": "install trainimg", "run": p.setup[0]},  # only the login step sees the secrets
+                 {"name": f"log in to {target.host}", "env": dict(secrets), "run": p.setup[1]}]
+        body["steps"] = [{"uses": GITHUB_ACTIONS["checkout"]}, *setup, *steps]
+        return body
+
+    jobs = {g.job_id: job(g.job, [
+        {"name": "build, test, push the immutable tags", "run": p.stage(g, opts, target)},
+        {"if": "${{ !cancelled() }}", "uses": GITHUB_ACTIONS["upload"],  # a failed part too: promote names it
+         "with": {"name": ARTIFACT_PREFIX + g.root, "path": f"{STAGED_DIR}/", "if-no-files-found": "warn"}},
+    ]) for g in p.groups}
+    jobs["promote"] = job("promote", [
+        {"uses": GITHUB_ACTIONS["download"], "with": {"pattern": ARTIFACT_PREFIX + "*", "path": STAGED_DIR,
+                                                      "merge-multiple": True}},
+        {"name": "move the tags if every variant passed", "run": p.promote[0]},
+        {"name": "support matrix",
+         "run": "\n".join([*p.promote[1:], f'cat {MATRIX_FILES["md"]} >> "$GITHUB_STEP_SUMMARY"'])},
+        {"uses": GITHUB_ACTIONS["upload"],
+         "with": {"name": "images-lock", "path": "\n".join([DEFAULT_LOCK, *MATRIX_FILES.values()])}},
+    ], needs=[g.job_id for g in p.groups])
+    jobs["promote"]["if"] = "${{ !cancelled() }}"  # promote is the gate: it runs, and refuses a missing part
+    doc = {"name": "trainimg release",
+           "on": {"push": {"branches": [opts.branch]}, "workflow_dispatch": {}},
+           "permissions": {"contents": "read"},
+           "concurrency": {"group": "trainimg-release", "cancel-in-progress": False},
+           "jobs": jobs}
+    return _dump("github", doc)
+
+
+def gitlab_pipeline(recipes: RecipeSet, opts: CiOptions) -> str:
+    """A `.gitlab-ci.yml`: stage jobs in stage `stage`, then promote (in `promote`) needing every one."""
+    p, target = plan(recipes, opts)
+    default: dict[str, Any] = {}
+    if opts.image:
+        default["image"] = opts.image
+    if opts.runner:
+        default["tags"] = list(opts.runner)
+    default["before_script"] = list(p.setup)
+    doc: dict[str, Any] = {
+        "workflow": {"rules": [{"if": f'$CI_COMMIT_BRANCH == "{opts.branch}"'},
+                               {"if": '$CI_PIPELINE_SOURCE == "web"'}]},
+        "stages": ["stage", "promote"],
+        "default": default,
+    }
+    for g in p.groups:
+        doc[g.job] = {"stage": "stage", "script": [p.stage(g, opts, target)],
+                      "artifacts": {"paths": [f"{STAGED_DIR}/"], "expire_in": "1 week",
+                                    "when": "always"}}  # a failed part too: promote names its failed checks
+    doc["promote"] = {"stage": "promote", "needs": [{"job": g.job, "artifacts": True} for g in p.groups],
+                      "when": "always",  # promote is the gate: it runs, and refuses a missing part
+                      "resource_group": "trainimg-promote", "script": list(p.promote),
+                      "artifacts": {"paths": [DEFAULT_LOCK, *MATRIX_FILES.values()], "expire_in": "1 year"}}
+    return _dump("gitlab", doc)
+
+
+WRITERS = {"github": github_workflow, "gitlab": gitlab_pipeline}
+
+
+def pipeline(recipes: RecipeSet, opts: CiOptions) -> str:
+    """The pipeline file for `opts.system`."""
+    return WRITERS[opts.system](recipes, opts)
