@@ -30,6 +30,7 @@ import pytest
 from conftest import LOCAL_BASE, ROOT, trainimg
 
 from trainimg.engine.docker import BuildRequest, DockerEngine
+from trainimg.plan.requirements import pins
 
 CPU_VARIANTS = ["jax-0.10.2-cpu-py3.11", "pytorch-2.13.0-cpu-py3.11", "tensorflow-2.21.0-cpu-py3.11"]
 CHILD = "baketest-child"
@@ -82,9 +83,11 @@ def test_the_rule_finds_stage_names_and_misses_keys_named_after_args() -> None:
 
 @pytest.fixture(scope="module")
 def recipes(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """The shipped recipes plus a variant that extends the CPU PyTorch one (labels only: nothing to install)."""
+    """The shipped recipes, with their locks beside them (images/), plus a variant that extends the CPU PyTorch
+    one (labels only: nothing to install)."""
     folder = tmp_path_factory.mktemp("bake") / "recipes"
     shutil.copytree(ROOT / "recipes", folder)
+    shutil.copytree(ROOT / "images", folder.parent / "images")
     (folder / "child.yaml").write_text(CHILD_RECIPE, encoding="utf-8")
     return folder
 
@@ -110,9 +113,12 @@ def test_bake_file_targets_groups_secrets_and_contexts(recipes: Path, state_env:
     assert data["group"]["default"]["targets"] == variants
     for framework in ("pytorch", "tensorflow", "jax"):
         assert data["group"][framework]["targets"] == [v["name"] for v in listed if v["framework"] == framework]
-    # One target per variant and one per stage that two or more variants share, not one per parent stage.
+    # One target per variant and one per stage that two or more variants share, not one per parent stage: for
+    # each group of variants on one base and Python (CPU, CUDA 12, CUDA 13), its python stage, the stage uv
+    # comes from, and for GPU groups comms.
     parents = set(targets) - set(variants)
-    assert 0 < len(parents) <= 5, sorted(parents)
+    assert 0 < len(parents) <= 8, sorted(parents)
+    assert {p.rsplit("-", 1)[0] for p in parents} == {"python", "installer", "comms"}, sorted(parents)
     folder = Path(state_env["TRAINIMG_STATE_DIR"]) / "bake"
     for name, t in targets.items():
         context, df = Path(t["context"]), Path(t["dockerfile"])
@@ -125,6 +131,16 @@ def test_bake_file_targets_groups_secrets_and_contexts(recipes: Path, state_env:
             assert ref.startswith("target:") and ref.removeprefix("target:") in targets, (name, ref)
             assert named_context_rule(text, t["args"], key) == "stage", (name, key)
     assert (secret_files(targets[CPU_VARIANTS[0]])["pip_conf"]).read_text().startswith("[global]")
+    assert (secret_files(targets[CPU_VARIANTS[0]])["uv_conf"]).read_text().startswith("[pip]")
+    for name in variants:  # each lock where its Dockerfile mounts it from: the committed one
+        lock = Path(targets[name]["context"]) / "images" / name / "requirements.lock"
+        if name != CHILD:
+            assert lock.read_text() == (recipes.parent / "images" / name / "requirements.lock").read_text(), name
+            assert f"source=images/{name}/requirements.lock" in Path(targets[name]["dockerfile"]).read_text(), name
+    # The child has no committed lock: one is compiled for the bake, inside its parent's pins.
+    parent_pins = pins((recipes.parent / "images" / "pytorch-2.13.0-cpu-py3.11" / "requirements.lock").read_text())
+    child_lock = Path(targets[CHILD]["context"]) / "images" / CHILD / "requirements.lock"
+    assert pins(child_lock.read_text()) == parent_pins
     child = targets[CHILD]
     assert child["contexts"] == {"parent": "target:pytorch-2.13.0-cpu-py3.11"}
     assert child["labels"]["org.opencontainers.image.base.name"] == "trainimg/pytorch:2.13.0-cpu-py3.11"

@@ -126,36 +126,30 @@ def test_block_python(rs):
     _no_secrets_in_text(text)
 
 
-def test_block_hypertune(rs):
-    text = blocks.hypertune(rs.by_name["pytorch-2.13.0-cpu-py3.11"]).text
-    golden("hypertune", text)
-    assert PIP_SECRETS in text
-    assert "cloudml-hypertune==0.1.0.dev6" in text
-    _no_secrets_in_text(text)
-
-
-def test_block_nccl(rs, compat):
-    v = rs.by_name["pytorch-2.14.1-cu130-py3.12"]
-    text = blocks.nccl(v, compat).text
-    golden("nccl", text)
-    assert PIP_SECRETS in text
-    assert "nvidia-nccl-cu13==2.30.7" in text  # pinned to exactly what the framework build pins
-    assert "/opt/venv/lib/python3.12/site-packages/nvidia/nccl/lib > /etc/ld.so.conf.d/trainimg-nccl.conf" in text
-    assert text.rstrip().endswith("&& ldconfig")
-    _no_secrets_in_text(text)
-    v126 = rs.by_name["pytorch-2.14.1-cu126-py3.11"]
-    assert "nvidia-nccl-cu12==2.29.3" in blocks.nccl(v126, compat).text
-
-
-def test_block_nccl_range(rs, compat):
-    """A framework that requires a range gets the range, not its floor: pip installs the newest wheel in it."""
-    v = rs.by_name["tensorflow-2.21.0-cu125-py3.11"]
-    text = blocks.nccl(v, compat).text
-    golden("nccl_range", text)
-    assert "'nvidia-nccl-cu12>=2.27.7,<3.0'" in text and "==2.27.7" not in text
-    assert "in the range tensorflow 2.21.0 (CUDA 12.5 build) requires (>= 2.27.7, < 3.0)" in text
-    jax = blocks.nccl(rs.by_name["jax-0.10.2-cu130-py3.12"], compat).text
-    assert "'nvidia-nccl-cu13>=2.27.7'" in jax
+@pytest.mark.parametrize("golden_name, variant, wanted", [
+    ("packages_torch_cpu", "pytorch-2.13.0-cpu-py3.11", ("torch==2.13.0+cpu", "numpy", "cloudml-hypertune==0.1.0.dev6")),
+    ("packages_torch_cuda", "pytorch-2.14.1-cu130-py3.12",
+     ("nvidia-nccl-cu13==2.30.7", "the version torch 2.14.1 (CUDA 13.0 build) pins",
+      "/opt/venv/lib/python3.12/site-packages/nvidia/nccl/lib > /etc/ld.so.conf.d/trainimg-nccl.conf && ldconfig")),
+    ("packages_tensorflow_cuda", "tensorflow-2.21.0-cu125-py3.11",
+     ("nvidia-nccl-cu12>=2.27.7,<3.0", "in the range tensorflow 2.21.0 (CUDA 12.5 build) requires (>= 2.27.7, < 3.0)",
+      "tensorflow[and-cuda]==2.21.0")),
+    ("packages_jax_cuda", "jax-0.10.2-cu130-py3.12", ("jax[cuda13]==0.10.2", "jaxlib==0.10.2")),
+])
+def test_block_packages(rs, compat, golden_name, variant, wanted):
+    """Every Python package from the variant's lock: hash-checked, no resolver, secrets and mounts only."""
+    text = blocks.packages(rs.by_name[variant], compat, "uv").text
+    golden(golden_name, text)
+    for w in wanted:
+        assert w in text, w
+    assert "--require-hashes --no-deps -r /run/trainimg-build/requirements.lock" in text
+    assert f"--mount=type=bind,source=images/{variant}/requirements.lock" in text
+    assert "--mount=type=bind,from=installer,source=/opt/trainimg-uv" in text
+    assert "python -m pip freeze > /etc/trainimg/constraints.txt" in text
+    # uv takes the proxy CA from SSL_CERT_FILE: pointed at the secret mount, it names no value of the host's.
+    _no_secrets_in_text(text.replace("export SSL_CERT_FILE=/run/secrets/ca_bundle;", ""))
+    pip = blocks.packages(rs.by_name[variant], compat, "pip").text
+    assert "python -m pip install" in pip and "--require-hashes --no-deps" in pip and "uv" not in pip
 
 
 def test_block_reduction_server():
@@ -170,47 +164,6 @@ def test_block_reduction_server():
     assert "--no-install-recommends google-reduction-server" in text
     assert "TRAINIMG_ALLOW_MISSING" in text and "/etc/trainimg/absent/google-reduction-server" in text
     _no_secrets_in_text(text)
-
-
-@pytest.mark.parametrize("golden_name, variant, wanted", [
-    ("framework_torch_cpu", "pytorch-2.13.0-cpu-py3.11",
-     ("--extra-index-url https://download.pytorch.org/whl/cpu", "torch==2.13.0+cpu")),
-    ("framework_torch_cuda", "pytorch-2.14.1-cu126-py3.11",
-     ("--extra-index-url https://download.pytorch.org/whl/cu126", "torch==2.14.1 ")),
-    ("framework_torch_cuda_pypi", "pytorch-2.14.1-cu130-py3.12", ("      torch==2.14.1 \\",)),
-    ("framework_tensorflow_cpu", "tensorflow-2.21.0-cpu-py3.11", ("tensorflow-cpu==2.21.0",)),
-    ("framework_tensorflow_cuda", "tensorflow-2.21.0-cu125-py3.11", ("'tensorflow[and-cuda]==2.21.0'",)),
-    ("framework_jax_cpu", "jax-0.10.2-cpu-py3.11", ("jax==0.10.2", "jaxlib==0.10.2")),
-    ("framework_jax_cuda", "jax-0.10.2-cu130-py3.12", ("'jax[cuda13]==0.10.2'", "jaxlib==0.10.2")),
-])
-def test_block_framework(rs, compat, golden_name, variant, wanted):
-    text = blocks.framework(rs.by_name[variant], compat).text
-    golden(golden_name, text)
-    assert PIP_SECRETS in text
-    for w in wanted:
-        assert w in text, w
-    assert text.rstrip().endswith("python -m pip freeze > /etc/trainimg/constraints.txt")
-    if "cpu" in variant and variant.startswith("pytorch"):
-        assert "cu126" not in text and "cu13" not in text
-    _no_secrets_in_text(text)
-
-
-def test_block_extras(rs):
-    text = blocks.extras(rs.by_name["pytorch-2.13.0-cpu-py3.11"]).text
-    golden("extras", text)
-    assert PIP_SECRETS in text
-    assert "      numpy==2.1.3 \\\n      Pillow==11.0.0" in text  # sorted, one per line, pinned
-    assert "--constraint /etc/trainimg/constraints.txt" in text  # inside the versions the framework froze
-    _no_secrets_in_text(text)
-
-
-def test_block_extras_without_framework_has_no_constraints(tmp_path):
-    d = tmp_path / "recipes"
-    d.mkdir()
-    (d / "b.yaml").write_text("framework: none\nos: debian12\npython: '3.11'\nextras: [numpy==2.1.3]\n")
-    (v,) = load_recipes(d).variants
-    text = blocks.extras(v).text
-    assert "--constraint" not in text and "numpy==2.1.3" in text
 
 
 def test_block_runtime(rs):
@@ -247,9 +200,8 @@ def test_whole_dockerfiles_golden(rs, compat):
 
 def test_golden_files_are_all_used():
     names = {p.stem for p in GOLDEN.glob("*.txt")}
-    expected = {"base", "python", "hypertune", "nccl", "nccl_range", "reduction_server", "extras", "runtime", "labels",
-                "framework_torch_cpu", "framework_torch_cuda", "framework_torch_cuda_pypi",
-                "framework_tensorflow_cpu", "framework_tensorflow_cuda", "framework_jax_cpu", "framework_jax_cuda",
+    expected = {"base", "python", "reduction_server", "runtime", "labels", "sbom",
+                "packages_torch_cpu", "packages_torch_cuda", "packages_tensorflow_cuda", "packages_jax_cuda",
                 "dockerfile_pytorch-2.13.0-cpu-py3.11", "dockerfile_pytorch-2.14.1-cu130-py3.12",
                 "dockerfile_my-trainer", "dockerfile_base-base-cu126-py3.11"}
     assert names == expected
@@ -260,50 +212,52 @@ def test_golden_files_are_all_used():
 
 def test_plan_stages(rs, compat):
     cpu = make_plan(rs.by_name["pytorch-2.13.0-cpu-py3.11"], compat)
-    assert [s.name for s in cpu.stages] == ["base", "python", "comms", "framework", "image"]
-    assert [b.name for b in cpu.stages[2].blocks] == ["hypertune"]
+    assert [s.name for s in cpu.stages] == ["base", "python", "installer", "framework", "image"]
+    assert [b.name for b in cpu.stages[3].blocks] == ["packages"]
     assert cpu.args == (("BASE_IMAGE", "debian:bookworm-slim"),) and cpu.components == ()
     gpu = make_plan(rs.by_name["pytorch-2.14.1-cu130-py3.12"], compat)
-    assert [b.name for b in gpu.stages[2].blocks] == ["hypertune", "nccl", "reduction_server"]
+    assert [b.name for b in gpu.stages[3].blocks] == ["reduction_server"]
     assert gpu.components == ("google-reduction-server",)
-    assert [s.name for s in gpu.parents] == ["python", "comms", "framework"]
+    assert [s.name for s in gpu.parents] == ["python", "installer", "comms", "framework"]
+    pip = make_plan(rs.by_name["pytorch-2.14.1-cu130-py3.12"], compat, installer="pip")
+    assert [s.name for s in pip.parents] == ["python", "comms", "framework"]  # no uv stage for pip
     none = make_plan(rs.by_name["base-base-cu126-py3.11"], compat)
-    assert [s.name for s in none.stages] == ["base", "python", "comms", "image"]
-    assert [b.name for b in none.stages[2].blocks] == ["hypertune", "reduction_server"]
+    assert [s.name for s in none.stages] == ["base", "python", "installer", "comms", "image"]
+    assert [b.name for b in none.stages[4].blocks][0] == "packages"
     child_v = rs.by_name["my-trainer"]
     child = make_plan(child_v, compat, rs.by_name[child_v.extends])
     assert child.args == (("PARENT_IMAGE", "trainimg/pytorch:2.14.1-cu130-py3.12"),)
     # The parent image is a stage of its own, so a bake named context can replace it by its literal name.
-    assert [s.name for s in child.stages] == ["parent", "image"] and child.stages[0].parent == "${PARENT_IMAGE}"
-    assert child.stages[1].parent == "parent" and child.parents == ()
-    assert [b.name for b in child.stages[1].blocks] == ["extras", "secrets_cleanup", "labels"]
+    assert [s.name for s in child.stages] == ["parent", "installer", "image"]
+    assert child.stages[0].parent == "${PARENT_IMAGE}" and child.stages[2].parent == "parent"
+    assert [b.name for b in child.stages[2].blocks][:2] == ["packages", "secrets_cleanup"]
     with pytest.raises(ValueError):
         make_plan(child_v, compat)
 
 
-def test_cpu_plans_share_python_and_comms_stages(rs, compat):
+def test_cpu_plans_share_python_and_installer_stages(rs, compat):
     plans = {n: make_plan(rs.by_name[n], compat) for n in
              ("pytorch-2.13.0-cpu-py3.11", "tensorflow-2.21.0-cpu-py3.11", "jax-0.10.2-cpu-py3.11")}
     keys = [{s.name: s.key for s in p.stages} for p in plans.values()]
-    for stage in ("base", "python", "comms"):
+    for stage in ("base", "python", "installer"):
         assert len({k[stage] for k in keys}) == 1, stage
     assert len({k["framework"] for k in keys}) == 3
     assert len({k["image"] for k in keys}) == 3
 
 
-def test_shipped_cpu_plans_share_python_and_comms_stages(compat):
+def test_shipped_cpu_plans_share_python_and_installer_stages(compat):
     shipped = load_recipes(REPO / "recipes")
     cpu = [v for v in shipped.variants if not v.gpu and v.framework in ("pytorch", "tensorflow", "jax")]
     assert {v.framework for v in cpu} == {"pytorch", "tensorflow", "jax"}
     keys = [{s.name: s.key for s in make_plan(v, compat).stages} for v in cpu]
-    assert len({k["python"] for k in keys}) == 1 and len({k["comms"] for k in keys}) == 1
+    assert len({k["python"] for k in keys}) == 1 and len({k["installer"] for k in keys}) == 1
 
 
 def test_gpu_stage_keys_differ_by_content(rs, compat):
     a = {s.name: s.key for s in make_plan(rs.by_name["pytorch-2.14.1-cu130-py3.12"], compat).stages}
     b = {s.name: s.key for s in make_plan(rs.by_name["jax-0.10.2-cu130-py3.12"], compat).stages}
     assert a["python"] == b["python"]  # same base image and Python
-    assert a["comms"] != b["comms"]  # NCCL 2.30.7 (torch) vs 2.27.7 (jax)
+    assert a["framework"] != b["framework"]  # NCCL 2.30.7 (torch) vs >=2.27.7 (jax), each from its own lock
 
 
 # --- determinism --------------------------------------------------------------------------------------------------

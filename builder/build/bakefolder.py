@@ -1,5 +1,6 @@
-"""The folder of files a bake file names: a context holding the runtime, the rendered Dockerfiles, and the
-secrets (pip.conf, the CA bundle) as mode-0600 files the targets name with `src=`.
+"""The folder of files a bake file names: a context holding the runtime and each variant's lock (where its
+Dockerfile mounts it from), the rendered Dockerfiles, and the secrets (pip.conf, uv.toml, the CA bundle) as
+mode-0600 files the targets name with `src=`.
 
 One folder outside every build context, under trainimg's state folder (named on stderr by `trainimg bake`),
 written afresh on each run and removed by `trainimg bake --clean`: secrets never sit in a context or the
@@ -9,17 +10,20 @@ repository, and never outlive the user's wish.
 from __future__ import annotations
 
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from ..plan.stages import CA_SECRET, PIP_CONF_SECRET
+from ..options import LockOptions
+from ..plan.stages import CA_SECRET, PIP_CONF_SECRET, UV_CONF_SECRET
+from ..recipe.compat import load_compat
 from ..recipe.loading import RecipeSet
 from ..render.bake import BakeInputs, bake_file
 from ..render.dockerfile import plans, render_plan
 from ..state import state_dir
 from .builder import provenance, provenance_labels, runtime_context
-from .wheelhouse import default_ca_bundle, pip_conf, write_secret
+from .locking import locks_into
+from .wheelhouse import default_ca_bundle, default_wheelhouses, pip_conf, uv_conf, write_secret
 
 
 def bake_dir(env: Mapping[str, str]) -> Path:
@@ -36,14 +40,20 @@ def clean(env: Mapping[str, str]) -> Path | None:
     return folder
 
 
-def write_bake(recipes: RecipeSet, names: list[str], env: Mapping[str, str], repo_root: Path) -> dict[str, Any]:
-    """Write the bake folder afresh for the chosen variants (and those they extend); return the bake file."""
-    chosen = {v.name for v in recipes.with_parents(recipes.select(names))}
-    selected = [p for p in plans(recipes) if p.variant.name in chosen]
+def write_bake(recipes: RecipeSet, names: list[str], env: Mapping[str, str], repo_root: Path,
+               say: Callable[[str], None]) -> dict[str, Any]:
+    """Write the bake folder afresh for the chosen variants (and those they extend); return the bake file.
+    `say` hears about locks compiled for variants that have none committed."""
+    variants = recipes.with_parents(recipes.select(names))
+    chosen = {v.name for v in variants}
+    compat = load_compat()
+    selected = [p for p in plans(recipes, compat=compat) if p.variant.name in chosen]
     clean(env)
     folder = bake_dir(env)
     folder.mkdir(mode=0o700, parents=True)
     context = runtime_context(folder / "context")
+    locks_into(context, recipes, variants, repo_root, LockOptions(wheelhouses=default_wheelhouses(env)), env, say,
+               compat)
     (folder / "dockerfiles").mkdir()
     dockerfiles = {}
     for plan in selected:
@@ -53,7 +63,8 @@ def write_bake(recipes: RecipeSet, names: list[str], env: Mapping[str, str], rep
     secrets_dir.mkdir(mode=0o700)
     ca = default_ca_bundle(env)
     conf = write_secret(secrets_dir, PIP_CONF_SECRET, pip_conf(_pip_lines(env), ca, env))
-    secrets = [f"id={PIP_CONF_SECRET},src={conf}"]
+    uv = write_secret(secrets_dir, UV_CONF_SECRET, uv_conf(_pip_lines(env), env))
+    secrets = [f"id={PIP_CONF_SECRET},src={conf}", f"id={UV_CONF_SECRET},src={uv}"]
     if ca is not None:
         secrets.append(f"id={CA_SECRET},src={write_secret(secrets_dir, CA_SECRET, ca.read_text(encoding='utf-8'))}")
     prov = provenance(repo_root, env)

@@ -10,8 +10,11 @@ so a new port or a rotated token never invalidates the cache.
 from __future__ import annotations
 
 import http.server
+import json
 import os
 import threading
+import urllib.error
+import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -118,6 +121,34 @@ def pip_conf(wheelhouse_lines: list[str], ca_bundle: Path | None, env: Mapping[s
     # resolve (offline machines, mirrors standing in for download.pytorch.org): one retry, unless the host says.
     retries = env.get("PIP_RETRIES", "1")
     lines.append(f"retries = {retries if retries.isdigit() else 1}")
+    return "\n".join(lines) + "\n"
+
+
+def reachable(url: str, timeout: float = 10.0) -> bool:
+    """Whether an index answers at all (any HTTP status counts; DNS or connection failures do not). pip skips an
+    index that does not answer; uv stops, so uv is given only the ones that do."""
+    try:
+        urllib.request.urlopen(urllib.request.Request(url, method="HEAD"), timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return True
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+    return True
+
+
+def uv_conf(wheelhouse_lines: list[str], env: Mapping[str, str]) -> str:
+    """The uv.toml secret: the same wheelhouses and index URLs as `pip_conf`, as uv reads them. Every index is
+    searched for the locked version (pip's behaviour; uv's default stops at the first index naming a package)."""
+    conf = pip_conf(wheelhouse_lines, None, env)
+    values = dict(line.split(" = ", 1) for line in conf.splitlines()[1:] if " = " in line)
+    lines = ["[pip]", 'index-strategy = "unsafe-best-match"']
+    if values.get("index-url"):
+        lines.append(f"index-url = {json.dumps(values['index-url'])}")
+    extra = [u for u in values.get("extra-index-url", "").split() if u.startswith("http://127.0.0.1:") or reachable(u)]
+    if extra:
+        lines.append(f"extra-index-url = {json.dumps(extra)}")
+    if values.get("find-links"):
+        lines.append(f"find-links = {json.dumps(values['find-links'].split())}")
     return "\n".join(lines) + "\n"
 
 

@@ -15,10 +15,24 @@ import jinja2
 
 from ..recipe.compat import Compat, as_constraint, is_pin, spoken
 from ..recipe.loading import Variant
+from .installer import (
+    BUILD_MOUNTS,
+    CA_SECRET,
+    INSTALLER_STAGE,
+    PIP_CONF_SECRET,
+    UV,
+    UV_CONF_SECRET,
+    UV_DIR,
+    UV_SHA256,
+    UV_VERSION,
+    WHEEL_CACHE_ID,
+)
+from .requirements import LOCK_NAME, variant_requirements
 from ..runtime.contract import (
     ABSENT_DIR,
     CONSTRAINTS_PATH,
     ETC_DIR,
+    IMAGE_LOCK_PATH,
     LABELS_PATH,
     LAUNCH_BIN,
     MANIFEST_PATH,
@@ -27,6 +41,7 @@ from ..runtime.contract import (
     RUNTIME_BIN,
     RUNTIME_PACKAGE,
     RUNTIME_ROOT,
+    SBOM_PATH,
     VENV,
 )
 
@@ -36,11 +51,13 @@ GOOGLE_APT_REPO = "https://packages.cloud.google.com/apt"
 
 @dataclass(frozen=True)
 class Block:
-    """Dockerfile text for one component, and the component names whose absence it may record."""
+    """Dockerfile text for one component, the component names whose absence it may record, and the stages its
+    RUN steps mount files from (`--mount=from=`): a stage needs those as much as its FROM (bake names them)."""
 
     name: str
     text: str
     components: tuple[str, ...] = ()
+    mounts: tuple[str, ...] = ()
 
 
 @cache
@@ -76,32 +93,42 @@ def python(v: Variant) -> Block:
     return Block("python", _render("python", python=v.python, venv=VENV))
 
 
-def pip_install(name: str, requirements: list[str], *, indexes: tuple[str, ...] = (), after: str = "",
-                comment: str = "", constraints: str = "") -> Block:
-    return Block(name, _render("pip", requirements=requirements, indexes=indexes, after=after, comment=comment,
-                               constraints=constraints))
+def installer_stage() -> Block:
+    """uv, pinned by hash, into a stage the install steps mount (`--installer uv`)."""
+    return Block(INSTALLER_STAGE, _render("installer", version=UV_VERSION, uv_dir=UV_DIR,
+                                          requirement=f"uv=={UV_VERSION} --hash=sha256:{UV_SHA256}",
+                                          conf_secret=PIP_CONF_SECRET, ca_secret=CA_SECRET))
 
 
-def hypertune(v: Variant) -> Block:
-    return pip_install("hypertune", [f"cloudml-hypertune=={v.hypertune}"],
-                       comment="cloudml-hypertune: reports metrics to the platform's hyperparameter tuning (seed 002).")
-
-
-def requirement(wheel: str, constraint: str) -> str:
-    """A pip requirement for a recipe constraint: a pin is ``==``, a range is written as it stands."""
-    return f"{wheel}=={constraint}" if is_pin(constraint) else f"{wheel}{constraint}"
-
-
-def nccl(v: Variant, compat: Compat) -> Block:
-    """NCCL before the framework, as the recipe constrains it (pin or range), so the framework's install keeps it."""
+def nccl_note(v: Variant, compat: Compat) -> list[str]:
+    """What the lock holds of NCCL and why, as comment lines of the install step."""
     key, wheels = compat.build(v.framework, v.version, v.cuda)  # type: ignore[arg-type]
-    lib = f"{VENV}/lib/python{v.python}/site-packages/nvidia/nccl/lib"
     text = _render("nccl", nccl=spoken(v.nccl), wheel=wheels.nccl_wheel, ranged=not is_pin(v.nccl),  # type: ignore[arg-type]
                    framework_pip=f"{compat.frameworks[v.framework].pip_name} {v.version} (CUDA {key} build)",  # type: ignore[index]
-                   required=spoken(as_constraint(wheels.nccl)),
-                   requirements=[requirement(wheels.nccl_wheel, v.nccl)], indexes=(), comment="",  # type: ignore[arg-type]
-                   constraints="", after=f"echo {lib} > /etc/ld.so.conf.d/trainimg-nccl.conf && ldconfig")
-    return Block("nccl", text)
+                   required=spoken(as_constraint(wheels.nccl)))
+    return text.splitlines()
+
+
+def packages(v: Variant, compat: Compat, installer: str) -> Block:
+    """Every wheel of the variant's lock, hash-checked, no resolver; then NCCL registered with the loader (GPU)
+    and a pip freeze into the constraints file that holds every version for a team's later `pip install`."""
+    req = variant_requirements(v, compat, parent=None) if not v.extends else None
+    wanted = ", ".join(req.requirements) if req else ", ".join(v.extras)
+    comment = [f"Every wheel {LOCK_NAME} pins, checked against its hash, no resolver. Locked from:",
+               f"  {wanted}", f"Every installed version is then held by {CONSTRAINTS_PATH}."]
+    after = []
+    if v.gpu and v.framework != "none" and not v.extends:
+        comment += nccl_note(v, compat)
+        nccl_lib = f"{VENV}/lib/python{v.python}/site-packages/nvidia/nccl/lib"
+        after.append(f"echo {nccl_lib} > /etc/ld.so.conf.d/trainimg-nccl.conf && ldconfig")
+    after.append(f"mkdir -p {ETC_DIR} && python -m pip freeze > {CONSTRAINTS_PATH}")
+    # The lock stays in the image (one small text file): what it was installed from, the hashes its SBOM lists.
+    after.append(f"cp {BUILD_MOUNTS}/{LOCK_NAME} {IMAGE_LOCK_PATH}")
+    text = _render("install", comment=comment, installer=installer, lock=f"images/{v.name}/{LOCK_NAME}",
+                   mounts=BUILD_MOUNTS, installer_stage=INSTALLER_STAGE, uv_dir=UV_DIR, cache_id=WHEEL_CACHE_ID,
+                   python=f"{VENV}/bin/python", after=after, ca_secret=CA_SECRET,
+                   conf_secret=UV_CONF_SECRET if installer == UV else PIP_CONF_SECRET)
+    return Block("packages", text, mounts=(INSTALLER_STAGE,) if installer == UV else ())
 
 
 def reduction_server() -> Block:
@@ -110,51 +137,22 @@ def reduction_server() -> Block:
                  components=(REDUCTION_SERVER_PACKAGE,))
 
 
-def framework(v: Variant, compat: Compat) -> Block:
-    """The framework, then a pip freeze into the constraints file that holds every version in place."""
-    fw = compat.frameworks[v.framework]  # type: ignore[index]
-    release = compat.release(v.framework, v.version)  # type: ignore[arg-type]
-    if release is None:
-        raise ValueError(f"no compatibility data for {v.framework} {v.version}: validate the recipe first")
-    indexes: tuple[str, ...] = ()
-    if v.cuda is None:
-        name = release.cpu_pip_name or fw.pip_name
-        local = "+cpu" if release.cpu_pip_index else ""
-        reqs = [f"{name}=={v.version}{local}"]
-        indexes = (release.cpu_pip_index,) if release.cpu_pip_index else ()
-    else:
-        _, wheels = compat.build(v.framework, v.version, v.cuda)  # type: ignore[arg-type]
-        extra = f"[{wheels.pip_extra}]" if wheels.pip_extra else ""
-        reqs = [f"{fw.pip_name}{extra}=={v.version}"]
-        if v.cudnn and v.cudnn != as_constraint(wheels.cudnn):  # the tested cuDNN, narrower than the wheels' range
-            reqs.append(requirement(wheels.cudnn_wheel, v.cudnn))
-        indexes = (wheels.pip_index,) if wheels.pip_index else ()
-    if v.framework == "jax":
-        reqs.append(f"jaxlib=={v.version}")
-    after = f"mkdir -p {ETC_DIR} && python -m pip freeze > {CONSTRAINTS_PATH}"
-    return pip_install("framework", reqs, indexes=indexes, after=after,
-                       comment=f"{fw.pip_name} {v.version}; every installed version is then held by "
-                               f"{CONSTRAINTS_PATH}.")
-
-
-def extras(v: Variant) -> Block:
-    # Held by the constraints file the framework block froze (a framework-less image has none to hold).
-    held = CONSTRAINTS_PATH if v.framework != "none" else ""
-    return pip_install("extras", list(v.extras), constraints=held,
-                       comment="Extra packages of the recipe, inside the held versions." if held
-                       else "Extra packages of the recipe.")
-
-
 def secrets_cleanup() -> Block:
-    """BuildKit 0.8 leaves the empty /run/secrets mount point in the layer of a RUN that mounted a secret; a
-    later RUN without mounts removes it (the root variants' runtime step does this itself)."""
-    return Block("secrets_cleanup", "RUN rmdir /run/secrets 2>/dev/null || true")
+    """BuildKit 0.8 leaves the empty mount points of a RUN's secrets and mounts in its layer; a later RUN without
+    mounts removes them (the root variants' runtime step does this itself)."""
+    return Block("secrets_cleanup", f"RUN rmdir /run/secrets 2>/dev/null || true; rm -rf {BUILD_MOUNTS}")
 
 
 def runtime(v: Variant) -> Block:
     return Block("runtime", _render("runtime", python=v.python, venv=VENV, baked=RUNTIME_BAKED, root=RUNTIME_ROOT,
                                     package=RUNTIME_PACKAGE, launch_bin=LAUNCH_BIN, runtime_bin=RUNTIME_BIN,
-                                    manifest=MANIFEST_PATH))
+                                    manifest=MANIFEST_PATH, mounts=BUILD_MOUNTS))
+
+
+def sbom() -> Block:
+    """The image's SBOM, written by the runtime from inside the image; after every install and the labels (it
+    names the image by its variant label), with no mount, so it leaves nothing but the file."""
+    return Block("sbom", _render("sbom", package=RUNTIME_PACKAGE, sbom=SBOM_PATH))
 
 
 def labels(pairs: list[tuple[str, str]]) -> Block:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 
 from . import blocks
 from .blocks import Block
+from .installer import CA_SECRET, DEFAULT_INSTALLER, INSTALLER_STAGE, PIP_CONF_SECRET, UV, UV_CONF_SECRET
 from ..recipe.compat import Compat
 from ..recipe.compat import load_compat
 from ..recipe.loading import RecipeSet, Variant
@@ -31,9 +32,6 @@ PARENT_ARG = "PARENT_IMAGE"
 FINAL_STAGE = "image"
 # The stage an extending variant's image builds on; a bake target's named context replaces it by this name.
 PARENT_STAGE = "parent"
-# BuildKit secret ids: the generated pip.conf and the proxy CA bundle reach RUN steps only as secret mounts.
-CA_SECRET = "ca_bundle"
-PIP_CONF_SECRET = "pip_conf"
 
 
 @dataclass(frozen=True)
@@ -46,6 +44,12 @@ class Stage:
     @property
     def text(self) -> str:
         return "\n".join(b.text for b in self.blocks)
+
+    @property
+    def needs(self) -> tuple[str, ...]:
+        """The stages of its Dockerfile this stage is built from: its FROM stage, then those its steps mount."""
+        below = () if self.parent.startswith("$") else (self.parent,)
+        return below + tuple(m for b in self.blocks for m in b.mounts if m not in below)
 
 
 @dataclass(frozen=True)
@@ -87,48 +91,51 @@ def static_labels(v: Variant, compat: Compat) -> list[tuple[str, str]]:
     return pairs + list(v.labels)
 
 
-def make_plan(v: Variant, compat: Compat, parent: Variant | None = None) -> Plan:
-    """Compose the blocks of `v` into stages. Extending variants add one stage on `parent`'s image."""
+def make_plan(v: Variant, compat: Compat, parent: Variant | None = None, installer: str = DEFAULT_INSTALLER
+              ) -> Plan:
+    """Compose the blocks of `v` into stages. Extending variants add one stage on `parent`'s image (and, with uv,
+    the stage uv comes from). Every Python package comes from the variant's lock in one hash-checked step."""
+    tool = [(INSTALLER_STAGE, "python", [blocks.installer_stage()])] if installer == UV else []
     if v.extends:
         if parent is None or parent.name != v.extends:
             raise ValueError(f"make_plan needs the parent variant {v.extends!r} of {v.name!r}")
         args = ((PARENT_ARG, parent.tag),)
-        image_blocks = ([blocks.extras(v), blocks.secrets_cleanup()] if v.extras else []) + [
-            blocks.labels(static_labels(v, compat))]
-        on_parent = [(PARENT_STAGE, f"${{{PARENT_ARG}}}", [blocks.parent(PARENT_STAGE)]),
+        image_blocks = ([blocks.packages(v, compat, installer), blocks.secrets_cleanup()] if v.extras else []) + [
+            blocks.labels(static_labels(v, compat)), blocks.sbom()]
+        tool = [(INSTALLER_STAGE, PARENT_STAGE, [blocks.installer_stage()])] if installer == UV and v.extras else []
+        on_parent = [(PARENT_STAGE, f"${{{PARENT_ARG}}}", [blocks.parent(PARENT_STAGE)]), *tool,
                      (FINAL_STAGE, PARENT_STAGE, image_blocks)]
         return Plan(v, args, _chain(on_parent, args))
 
     args = ((BASE_ARG, v.base_image),)
-    comms = [blocks.hypertune(v)] if v.hypertune else []
-    if v.gpu and v.framework != "none":
-        comms.append(blocks.nccl(v, compat))
-    if v.reduction_server:
-        comms.append(blocks.reduction_server())
     spec: list[tuple[str, str, list[Block]]] = [
         ("base", f"${{{BASE_ARG}}}", [blocks.base()]),
         ("python", "base", [blocks.python(v)]),
+        *tool,
     ]
     last = "python"
-    if comms:
-        spec.append(("comms", last, comms))
+    if v.reduction_server:
+        spec.append(("comms", last, [blocks.reduction_server()]))
         last = "comms"
+    install = [blocks.packages(v, compat, installer)]
     if v.framework != "none":
-        spec.append(("framework", last, [blocks.framework(v, compat)]))
-        last = "framework"
-    image_blocks = ([blocks.extras(v)] if v.extras else []) + [blocks.runtime(v),
-                                                                blocks.labels(static_labels(v, compat))]
-    spec.append((FINAL_STAGE, last, image_blocks))
+        spec.append(("framework", last, install))
+        last, install = "framework", []
+    spec.append((FINAL_STAGE, last, install + [blocks.runtime(v), blocks.labels(static_labels(v, compat)),
+                                               blocks.sbom()]))
     return Plan(v, args, _chain(spec, args))
 
 
-def plans(recipes: RecipeSet, variants: Iterable[Variant] | None = None, *, compat: Compat | None = None
-          ) -> list[Plan]:
+def plans(recipes: RecipeSet, variants: Iterable[Variant] | None = None, *, compat: Compat | None = None,
+          installer: str = DEFAULT_INSTALLER) -> list[Plan]:
     """The plan of each of `variants` (default: every variant of `recipes`), an extending one on its parent: the one
     place plans are made, for render, bake, build and `list` alike."""
     compat = compat or load_compat()
     chosen = recipes.variants if variants is None else variants
-    return [make_plan(v, compat, recipes.by_name.get(v.extends or "")) for v in chosen]
+    return [make_plan(v, compat, recipes.by_name.get(v.extends or ""), installer) for v in chosen]
+
+
+__all__ = ["CA_SECRET", "PIP_CONF_SECRET", "UV_CONF_SECRET", "Plan", "Stage", "make_plan", "plans"]
 
 
 def _chain(spec: list[tuple[str, str, list[Block]]], args: tuple[tuple[str, str], ...]) -> tuple[Stage, ...]:

@@ -37,6 +37,7 @@ class OperatingSystem(_Frozen):
 
     cpu_image: str | None = None
     python: tuple[str, ...]
+    glibc: str  # its C library's version: the manylinux platform a variant's lock is resolved for
     source: str
 
 

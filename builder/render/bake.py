@@ -59,16 +59,25 @@ def parent_target(stage: Stage) -> str:
 
 def _shared_targets(plan: Plan, shared: set[str], targets: dict[str, Any], common: Mapping[str, Any]
                     ) -> dict[str, str]:
-    """Add a target for each shared parent stage of `plan` not yet made; return the variant's `contexts`:
-    its topmost shared stage (the stages under it come with that target, through its own `contexts`)."""
-    below: dict[str, str] = {}
-    for stage in plan.parents:
-        if stage.key not in shared:
-            continue
+    """Add a target for each shared parent stage of `plan` not yet made; return the final stage's `contexts`."""
+    for stage in plan.parents:  # in Dockerfile order: what a stage needs is made before it
         name = parent_target(stage)
-        if name not in targets:
+        if stage.key in shared and name not in targets:
             targets[name] = {**common, "target": stage.name, "args": dict(plan.args)}
-            if below:
-                targets[name]["contexts"] = dict(below)
-        below = {stage.name: f"target:{name}"}
-    return below
+            if contexts := _contexts(plan, stage, shared):
+                targets[name]["contexts"] = contexts
+    return _contexts(plan, plan.stages[-1], shared)
+
+
+def _contexts(plan: Plan, stage: Stage, shared: set[str]) -> dict[str, str]:
+    """The nearest shared stages `stage` is built from (its FROM chain and the stages its steps mount, such as
+    uv's): each such target brings the stages under it through its own `contexts`."""
+    by_name = {s.name: s for s in plan.stages}
+    out: dict[str, str] = {}
+    for name in stage.needs:
+        below = by_name[name]
+        if below.key in shared:
+            out[name] = f"target:{parent_target(below)}"
+        else:
+            out.update(_contexts(plan, below, shared))
+    return out

@@ -1,0 +1,230 @@
+"""The install figures of issue 25: `uv_vs_pip` (cold build with uv / with pip, and the same with a warm wheel
+cache mount) and `reproducible` (two cold builds of one variant: the same lock, packages and `pip freeze`; which
+layers still differ by digest, and why).
+
+"Cold" without pruning anything shared: each build's base is a fresh image of its own (`local/debian:bookworm`
+plus a one-line marker file, a new layer chain: BuildKit keys every stage on it and runs every step again; the
+marker is the one file two builds' base layers differ in), and its wheel cache
+mount has an id of this run's own (the rendered Dockerfile's `id=trainimg-wheels-...` renamed), so no wheel
+another build downloaded is reused. "Warm" reuses that cache id on another fresh base: every step runs again, the
+wheels come from the cache. Other users' BuildKit cache and images are never touched; this run's cache mounts are
+pruned by id at the end, its images removed by the bench's prefix.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import subprocess
+import tarfile
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any
+
+from figures import BENCH_PREFIX
+
+INSTALLS_VARIANT = "pytorch-2.13.0-cpu-py3.11"
+CACHE_MOUNT = "cached mount /run/trainimg-build/cache"  # how BuildKit describes a wheel cache mount's record
+
+
+@dataclass(frozen=True)
+class ColdBuild:
+    tag: str
+    seconds: float
+
+
+def rendered(variant: str, installer: str, cache_id: str, folder: Path) -> Path:
+    """The variant's Dockerfile as `trainimg render` writes it for `installer`, its wheel cache mount renamed."""
+    from trainimg.plan.installer import WHEEL_CACHE_ID
+    from trainimg.plan.stages import plans
+    from trainimg.recipe.loading import load_recipes
+    from trainimg.render.dockerfile import render_plan
+
+    recipes = load_recipes(Path("recipes"))
+    (plan,) = plans(recipes, [recipes.by_name[variant]], installer=installer)
+    text = render_plan(plan)
+    if f"id={WHEEL_CACHE_ID}-" not in text:
+        raise ValueError(f"{variant}'s Dockerfile mounts no wheel cache `id={WHEEL_CACHE_ID}-...`")
+    path = folder / f"{variant}.{installer}.{cache_id}.Dockerfile"
+    path.write_text(text.replace(f"id={WHEEL_CACHE_ID}-", f"id={cache_id}-"), encoding="utf-8")
+    return path
+
+
+def fresh_base(docker: Callable[..., Any], base: str, name: str) -> str:
+    """`base` plus one marker file: a new layer chain, so no BuildKit cache entry matches a stage on it (a new
+    label alone is not enough: the 20.10 engine keys a local base on its layers, not its image ID)."""
+    tag = f"{BENCH_PREFIX}cold-base:{name}"
+    docker("build", "-t", tag, "-", input=f"FROM {base}\nRUN echo {name} > /etc/trainimg-bench-cold\n",
+           what=f"fresh base {tag}")
+    return tag
+
+
+# ---- what two builds hold -----------------------------------------------------------------------------------
+
+
+def image_text(docker: Callable[..., Any], tag: str, *cmd: str) -> str:
+    return str(docker("run", "--rm", "--network", "none", "--entrypoint", cmd[0], tag, *cmd[1:],
+                      what=f"{' '.join(cmd[:3])} in {tag}").stdout)
+
+
+def sbom_components(text: str) -> set[str]:
+    """Each component of a CycloneDX SBOM as one comparable string: its purl (or name and version) and hashes."""
+    doc = json.loads(text)
+    out = set()
+    for c in doc.get("components", []):
+        hashes = ",".join(sorted(f"{h.get('alg')}:{h.get('content')}" for h in c.get("hashes", [])))
+        out.add(f"{c.get('purl') or c.get('name', '') + '@' + c.get('version', '')} {hashes}")
+    return out
+
+
+def differing_lines(a: str, b: str) -> list[str]:
+    """Lines in one text and not the other, each marked with the build it came from."""
+    left, right = set(a.splitlines()), set(b.splitlines())
+    return sorted([f"1: {x}" for x in left - right] + [f"2: {x}" for x in right - left])
+
+
+class _Hashing(io.RawIOBase):
+    """A reader that hashes what passes through it: a layer tar's sha256 is its diff ID."""
+
+    def __init__(self, raw: IO[bytes]) -> None:
+        self.raw, self.sha = raw, hashlib.sha256()
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        data = self.raw.read(len(buffer))
+        self.sha.update(data)
+        buffer[:len(data)] = data
+        return len(data)
+
+
+FileState = tuple[int, str, int]  # size, sha256 of the content (or the link target), mtime
+
+
+def layer_files(docker_cli: str, tag: str) -> Iterator[tuple[str, dict[str, FileState]]]:
+    """(diff ID, path -> file state) of each layer of `docker save tag`, streamed (never written to disk)."""
+    proc = subprocess.Popen([docker_cli, "save", tag], stdout=subprocess.PIPE)
+    assert proc.stdout is not None
+    with tarfile.open(fileobj=proc.stdout, mode="r|") as outer:
+        for member in outer:
+            if not member.name.endswith("layer.tar"):
+                continue
+            fh = outer.extractfile(member) if member.isreg() else None
+            if fh is None:  # a link to a layer listed before it: the same diff ID
+                continue
+            hashing = _Hashing(fh)
+            files: dict[str, FileState] = {}
+            with tarfile.open(fileobj=io.BufferedReader(hashing, 1 << 20), mode="r|") as layer:
+                for f in layer:
+                    data = layer.extractfile(f) if f.isreg() else None  # a stream cannot open links
+                    digest = hashlib.sha256(data.read() if data else f.linkname.encode()).hexdigest()
+                    files[f.name] = (f.size, digest, int(f.mtime))
+            while hashing.read(1 << 20):  # the tar's zero padding is part of the diff ID
+                pass
+            yield f"sha256:{hashing.sha.hexdigest()}", files
+    if proc.wait() != 0:
+        raise ValueError(f"docker save {tag} exited {proc.returncode}")
+
+
+def why_layers_differ(docker_cli: str, docker: Callable[..., Any], one: str, two: str) -> list[dict[str, Any]]:
+    """For each layer position whose diff ID differs between two builds: its Dockerfile step and what differs in
+    it: files only in one, files whose content differs (a few named), files that differ only in their mtime."""
+    layers = [json.loads(docker("image", "inspect", "--format", "{{json .RootFS.Layers}}", t).stdout)
+              for t in (one, two)]
+    steps = _layer_steps(docker, one)
+    files = [dict(layer_files(docker_cli, t)) for t in (one, two)]
+    out = []
+    for i, (a, b) in enumerate(zip(layers[0], layers[1])):
+        if a == b:
+            continue
+        fa, fb = files[0].get(a, {}), files[1].get(b, {})
+        content = sorted(p for p in fa.keys() & fb.keys() if fa[p][:2] != fb[p][:2])
+        mtime = [p for p in fa.keys() & fb.keys() if fa[p][:2] == fb[p][:2] and fa[p][2] != fb[p][2]]
+        out.append({"layer": i, "step": steps[i] if i < len(steps) else "?", "files": len(fa),
+                    "only_in_one": len(fa.keys() ^ fb.keys()), "content_differs": len(content),
+                    "content_examples": content[:6], "mtime_only": len(mtime)})
+    return out
+
+
+def _layer_steps(docker: Callable[..., Any], tag: str) -> list[str]:
+    """The Dockerfile step of each layer of `tag`, bottom up (history entries that made no layer dropped)."""
+    rows = [json.loads(line) for line in docker("image", "history", "--no-trunc", "--format", "{{json .}}",
+                                                tag).stdout.splitlines() if line.strip()]
+    return [r["CreatedBy"][:120] for r in reversed(rows) if r.get("Size") not in ("0B", "0")]
+
+
+# ---- the measurement ----------------------------------------------------------------------------------------
+
+
+class InstallBench:
+    """Cold and warm builds of one variant with each installer, through the bench's own docker and secrets."""
+
+    def __init__(self, docker: Callable[..., Any], docker_build: Callable[..., float], docker_cli: str,
+                 tmp: Path, base: str, log: Callable[[str], None], variant: str) -> None:
+        self.docker, self.docker_build, self.docker_cli = docker, docker_build, docker_cli
+        self.tmp, self.base, self.log, self.variant = tmp, base, log, variant
+        self.run = uuid.uuid4().hex[:8]
+        self.count = 0
+        self.mounts_before = self.cache_mounts()
+
+    def build(self, installer: str, cache_id: str, flags: list[str]) -> ColdBuild:
+        """One build of the variant on a fresh base, its wheel cache mount `cache_id`."""
+        self.count += 1
+        name = f"{self.run}-{self.count}"
+        base = fresh_base(self.docker, self.base, name)
+        dockerfile = rendered(self.variant, installer, cache_id, self.tmp)
+        tag = f"{BENCH_PREFIX}installs:{self.variant}-{installer}-{name}"
+        seconds = self.docker_build(dockerfile, tag, flags, base=base)
+        self.log(f"  {installer} build {name} (cache {cache_id}): {seconds:.1f} s")
+        return ColdBuild(tag, seconds)
+
+    def cache_mounts(self) -> set[str]:
+        """IDs of the engine's wheel cache mount records. The engine runs one disk-usage scan at a time and says
+        so to a second caller (another user's `docker system df`): wait for it."""
+        for _ in range(20):
+            res = self.docker("system", "df", "-v", "--format", "{{json .BuildCache}}", check=False)
+            if res.stdout.strip():
+                break
+            time.sleep(5)
+        out = res.stdout
+        return {e["ID"] for e in json.loads(out or "[]") if str(e.get("Description", "")).startswith(CACHE_MOUNT)}
+
+    def prune_own_mounts(self) -> None:
+        """Remove the wheel cache mounts this run made (new since it began: the ids are this run's own)."""
+        for record in sorted(self.cache_mounts() - self.mounts_before):
+            self.docker("builder", "prune", "-f", "--filter", f"id={record}", check=False)
+
+    def uv_vs_pip(self, flags: list[str]) -> dict[str, ColdBuild]:
+        builds = {}
+        for installer in ("uv", "pip"):
+            cache = f"trainimg-bench-{self.run}-{installer}"
+            builds[f"{installer}_cold"] = self.build(installer, cache, flags)
+            builds[f"{installer}_warm"] = self.build(installer, cache, flags)
+        return builds
+
+    def reproducible(self, first: ColdBuild, flags: list[str]) -> dict[str, Any]:
+        """A second cold uv build against `first`: lock, pip freeze and SBOM components compared; the layers that
+        differ by digest, and what differs inside them."""
+        second = self.build("uv", f"trainimg-bench-{self.run}-again", flags)
+        docker = self.docker
+        from trainimg.runtime.contract import IMAGE_LOCK_PATH, SBOM_PATH
+
+        texts = {}
+        for key, cmd in {"lock": ("cat", IMAGE_LOCK_PATH), "freeze": ("python", "-m", "pip", "freeze"),
+                         "sbom": ("sh", "-c", f"cat {SBOM_PATH} 2>/dev/null || echo '{{}}'")}.items():
+            texts[key] = [image_text(docker, t, *cmd) for t in (first.tag, second.tag)]
+        sboms = [sbom_components(t) for t in texts["sbom"]]
+        return {
+            "seconds": [first.seconds, second.seconds],
+            "lock_differs": differing_lines(*texts["lock"]),
+            "freeze_differs": differing_lines(*texts["freeze"]),
+            "packages": len(texts["freeze"][0].splitlines()),
+            "sbom_components": len(sboms[0]),
+            "sbom_differs": sorted(sboms[0] ^ sboms[1]),
+            "layers": why_layers_differ(self.docker_cli, docker, first.tag, second.tag),
+        }

@@ -1,0 +1,132 @@
+"""`trainimg lock`: resolve each variant's requirements into `images/<variant>/requirements.lock` with uv.
+
+uv resolves for a Python and platform other than the host's (`--python-version`, `--python-platform`), which pip
+cannot, and writes every wheel's hashes. It reads the same sources the build does: the recipe's extra index, the
+host's index settings (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL) and the wheel folders (`--wheelhouse`, default
+PIP_FIND_LINKS), so the hashes it records are the hashes of the wheels the build will fetch. A recipe index that
+does not answer (download.pytorch.org behind a closed network) is left out and said so in the lock's header, as
+pip in the build skips it. An existing lock is the preference: versions move only with --upgrade.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import tempfile
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from ..errors import CheckFailed, UserInputError
+from ..options import LockOptions
+from ..plan.installer import UV
+from ..plan.requirements import (
+    LOCK_NAME,
+    Requirements,
+    lock_header,
+    lock_path,
+    lock_states,
+    pins,
+    text_digest,
+    variant_requirements,
+)
+from ..recipe.compat import Compat, load_compat
+from ..recipe.loading import RecipeSet, Variant
+from .wheelhouse import Wheelhouse, check_dirs, reachable
+
+
+def uv_binary() -> str:
+    try:
+        from uv import find_uv_bin
+    except ImportError:
+        raise UserInputError("uv is not installed: `pip install trainimg` brings it", where="lock") from None
+    return str(find_uv_bin())
+
+
+def source_args(wheelhouses: Sequence[Wheelhouse], env: Mapping[str, str]) -> list[str]:
+    """uv's index and wheel-folder flags for the host's settings and the wheel folders the build serves."""
+    args = ["--index-url", env["PIP_INDEX_URL"]] if env.get("PIP_INDEX_URL") else []
+    for url in env.get("PIP_EXTRA_INDEX_URL", "").split():
+        args += ["--extra-index-url", url] if reachable(url) else []  # pip in the build skips it too
+    for w in wheelhouses:
+        args += ["--extra-index-url", f"file://{w.path}/simple"] if w.is_index else ["--find-links", str(w.path)]
+    for url in env.get("PIP_FIND_LINKS", "").split():  # wheel pages a builder reaches too (bake, CI runners)
+        args += ["--find-links", url] if url.startswith(("http://", "https://")) else []
+    return args
+
+
+def compile_lock(req: Requirements, opts: LockOptions, env: Mapping[str, str], previous: str | None,
+                 constraints: str | None = None) -> str:
+    """The lock text for `req`: trainimg's header, then uv's pins with hashes and `# via` annotations."""
+    used = tuple(i for i in req.indexes if reachable(i))
+    with tempfile.TemporaryDirectory(prefix="trainimg-lock-") as tmp:
+        folder = Path(tmp)
+        (folder / "requirements.in").write_text("\n".join(req.requirements) + "\n", encoding="utf-8")
+        out = folder / "requirements.txt"
+        if previous is not None and not opts.upgrade:
+            out.write_text(previous, encoding="utf-8")  # uv keeps an output file's pins unless told to upgrade
+        cmd = [uv_binary(), "pip", "compile", "requirements.in", "-o", out.name, "--quiet", "--no-header",
+               "--generate-hashes", "--python-version", req.python, "--python-platform", req.platform,
+               "--index-strategy", "unsafe-best-match", *source_args(check_dirs(opts.wheelhouses), env)]
+        for url in used:
+            cmd += ["--extra-index-url", url]
+        if constraints is not None:
+            (folder / "constraints.txt").write_text(constraints, encoding="utf-8")
+            cmd += ["--constraint", "constraints.txt"]
+        cmd += ["--upgrade"] if opts.upgrade else [a for p in opts.upgrade_packages for a in ("--upgrade-package", p)]
+        proc = subprocess.run(cmd, cwd=folder, env={**os.environ, **env}, capture_output=True, text=True)
+        if proc.returncode != 0:
+            said = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+            raise CheckFailed(f"uv could not resolve {', '.join(req.requirements)}: "
+                              f"{' '.join(said[-6:])[:600]}", where=f"lock {req.variant}")
+        return lock_header(req, used, UV) + out.read_text(encoding="utf-8")
+
+
+def lock_variants(recipes: RecipeSet, names: list[str], root: Path, opts: LockOptions, env: Mapping[str, str],
+                  say: Callable[[str], None], compat: Compat | None = None) -> list[Path]:
+    """Write the lock of each chosen variant (parents first, since a child resolves inside its parent's lock); a
+    parent that was not chosen is locked only when it has no lock yet."""
+    compat = compat or load_compat()
+    wanted = {v.name for v in recipes.select(names)}
+    inputs: dict[str, Requirements] = {}
+    written = []
+    for v in recipes.with_parents(recipes.select(names)):
+        parent_text = lock_path(root, v.extends).read_text(encoding="utf-8") if v.extends else None
+        inputs[v.name] = variant_requirements(v, compat, inputs.get(v.extends or ""),
+                                              text_digest(parent_text) if parent_text else "")
+        path = lock_path(root, v.name)
+        previous = path.read_text(encoding="utf-8") if path.is_file() else None
+        if v.name not in wanted and previous is not None:
+            continue
+        held = "".join(f"{n}=={ver}\n" for n, ver in pins(parent_text).items()) if parent_text else None
+        text = compile_lock(inputs[v.name], opts, env, previous, held)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text, encoding="utf-8")
+        say(f"{path.relative_to(root)}: {len(pins(text))} packages locked"
+            + (" (unchanged)" if text == previous else ""))
+        written.append(path)
+    return written
+
+
+def locks_into(ctx: Path, recipes: RecipeSet, chosen: list[Variant], root: Path, opts: LockOptions,
+               env: Mapping[str, str], say: Callable[[str], None], compat: Compat) -> dict[str, str]:
+    """Put each variant's lock where its Dockerfile mounts it from (`images/<variant>/` of the build context, for
+    `trainimg build` and `trainimg bake` alike); return variant -> lock digest.
+
+    A committed lock must be current (a stale one is refused: `trainimg lock` it); a variant with none (a
+    recipes folder of your own) gets one compiled for this build, in the context only."""
+    states = lock_states(chosen, compat, root)
+    stale = [s for s in states if s.state == "stale"]
+    if stale:
+        raise UserInputError(f"{stale[0].path} was locked from an older {stale[0].source}: run `trainimg lock "
+                             f"{stale[0].variant}`", where="lock")
+    for s in states:
+        if s.state == "fresh":
+            target = ctx / s.path
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(root / s.path, target)
+    missing = [s.variant for s in states if s.state == "missing"]
+    if missing:
+        lock_variants(recipes, missing, ctx, opts, env, say, compat)
+        say(f"locked {', '.join(missing)} for this build (no committed lock)")
+    return {v.name: text_digest((ctx / "images" / v.name / LOCK_NAME).read_text(encoding="utf-8")) for v in chosen}

@@ -1,0 +1,77 @@
+"""Verbs for CI at fleet scale: promote (the final job after `release --stage`) and prune (no litter)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import click
+
+from ..errors import CheckFailed, UserInputError
+from ..options import PromoteOptions, PruneOptions
+from .context import Ctx, pass_ctx
+from .gate import _credentials, registry_flags
+from .images import _engine
+
+
+@click.command()
+@click.argument("lock_dir", type=click.Path(path_type=Path))
+@click.argument("variants", nargs=-1)
+@registry_flags
+@click.option("--lock", "lock_path", metavar="FILE", default=None,
+              help="The lockfile the promoted variants are merged into (default: images.lock).")
+@pass_ctx
+def promote(c: Ctx, lock_dir: Path, variants: tuple[str, ...], registry: str, username: str | None,
+            password_stdin: bool, lock_path: str | None) -> None:
+    """Move the tags of what `release --stage` jobs staged in LOCK_DIR, only if every part is in and passed.
+
+    VARIANTS (default: every variant of the recipes, each with its parents) are the parts expected."""
+    from ..publish.lock import DEFAULT_LOCK
+    from ..publish.promote import check_parts, promote as run_promote
+    from ..publish.push import reachable_target
+    from ..publish.references import RegistryTarget
+    from ..publish.registryapi import RegistryAPI
+
+    opts = PromoteOptions(lock_dir=lock_dir, variants=variants, lock_path=lock_path)
+    target = RegistryTarget.parse(registry)
+    recipes = c.recipes()
+    api = RegistryAPI(reachable_target(_engine(), target), _credentials(target, username, password_stdin, c.env))
+    entries, problems = check_parts(recipes, opts.lock_dir, opts.variants, api, target)
+    for line in problems:
+        click.echo(f"promote: {line}", err=True)
+    if problems:
+        raise CheckFailed(f"nothing promoted: {len(problems)} problem(s) in {opts.lock_dir}")
+    written = run_promote(entries, api, target, opts.lock_path or DEFAULT_LOCK)
+    for e in written.values():
+        click.echo(f"promoted {e.variant}: {', '.join(sorted(e.pushed))}")
+    click.echo(f"locked {len(written)} variant(s) in {opts.lock_path or DEFAULT_LOCK}")
+
+
+@click.command()
+@click.option("--label", "labels", multiple=True, metavar="KEY=VALUE",
+              help="Only images that also carry this label (a recipe's `labels:`); repeatable.")
+@click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
+@pass_ctx
+def prune(c: Ctx, labels: tuple[str, ...], dry_run: bool) -> None:
+    """Remove the images trainimg made (by its labels), named or not, and nothing else."""
+    from ..build.litter import prunable, prune as run_prune
+
+    pairs = {}
+    for text in labels:
+        key, eq, value = text.partition("=")
+        if not eq:
+            raise UserInputError(f"{text!r}: use KEY=VALUE", where="--label")
+        pairs[key] = value
+    opts = PruneOptions(labels=pairs, dry_run=dry_run)
+    engine = _engine()
+    found = prunable(engine, opts.labels)
+    if opts.dry_run:
+        for image in found:
+            click.echo(f"would remove {image.id[7:19]} {' '.join(image.tags) or '<none>'} ({image.size / 1e6:.0f} MB)")
+        click.echo(f"{len(found)} image(s) trainimg made")
+        return
+    removed, kept = run_prune(engine, found)
+    for image in removed:
+        click.echo(f"removed {image.id[7:19]} {' '.join(image.tags) or '<none>'}")
+    for image in kept:
+        click.echo(f"kept {image.id[7:19]}: a container uses it or another image is built on it")
+    click.echo(f"removed {len(removed)} image(s), {sum(i.size for i in removed) / 1e6:.0f} MB")

@@ -1,0 +1,101 @@
+"""Release across runners: each CI job stages its variants (`release --stage`: immutable tags pushed, one part per
+variant in `lock.d/`), and one final job promotes them (`trainimg promote lock.d/`): every part there and
+well-formed, every digest in the registry with a passed record, or nothing moves. Then each moving tag is a
+registry manifest copy of its winner (no layer pulled or pushed) and the parts are merged into `images.lock`.
+
+A part is a lockfile (publish/lock.py's format) holding exactly one variant, named `<variant>.json`: the same
+reader checks both, and a part is what that variant's entry in `images.lock` becomes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from ..errors import UserInputError
+from ..recipe.variant import RecipeSet
+from .lock import LockEntry, copy_moving_tags, read_lock, write_lock
+from .references import RegistryTarget
+from .registryapi import RegistryAPI
+
+PART_SUFFIX = ".json"
+
+
+def part_path(lock_dir: str | Path, variant: str) -> Path:
+    return Path(lock_dir) / f"{variant}{PART_SUFFIX}"
+
+
+def write_parts(lock_dir: str | Path, entries: Iterable[LockEntry]) -> list[Path]:
+    """One part per entry (replacing an older part of the same variant)."""
+    paths = []
+    for entry in entries:
+        path = part_path(lock_dir, entry.variant)
+        path.unlink(missing_ok=True)
+        write_lock(path, [entry])
+        paths.append(path)
+    return paths
+
+
+def _read_part(path: Path, variant: str) -> LockEntry | str:
+    """The part's one entry, or the problem with it (one line)."""
+    try:
+        entries = read_lock(path)
+    except UserInputError as err:
+        return f"{variant}: malformed part: {err}"
+    if list(entries) != [variant]:
+        return f"{variant}: {path} holds {', '.join(sorted(entries)) or 'no variant'}, not exactly {variant}"
+    return entries[variant]
+
+
+def _check_entry(entry: LockEntry, path: Path, api: RegistryAPI, target: RegistryTarget) -> str | None:
+    """The problem with one staged entry, None when its digest is in the registry with a passed record."""
+    ref = target.ref(entry.tag)
+    if not entry.conformance.get("passed"):
+        failed = ", ".join(entry.conformance.get("failed") or []) or "no passed record"
+        return f"{entry.variant}: failed conformance ({failed}) in {path}"
+    digest = entry.pushed.get(ref)
+    if digest is None:
+        return f"{entry.variant}: {path} records no push of {ref} (staged to another registry?)"
+    name, tag = ref.split("/", 1)[1].rsplit(":", 1)
+    remote = api.remote_digest(name, tag)
+    if remote != digest:
+        return f"{entry.variant}: the registry serves {remote or 'nothing'} for {ref}, the part says {digest}"
+    return None
+
+
+def check_parts(recipes: RecipeSet, lock_dir: Path, variants: Iterable[str], api: RegistryAPI,
+                target: RegistryTarget) -> tuple[dict[str, LockEntry], list[str]]:
+    """The staged entries of the expected variants (`variants`, default all, with their parents) and every
+    problem found, one line each: a missing or malformed part, a failed record, a digest the registry lacks."""
+    expected = recipes.with_parents(recipes.select(list(variants)))
+    entries: dict[str, LockEntry] = {}
+    problems: list[str] = []
+    for v in expected:
+        path = part_path(lock_dir, v.name)
+        if not path.is_file():
+            problems.append(f"{v.name}: no part {path} (its stage job did not finish)")
+            continue
+        got = _read_part(path, v.name)
+        problem = got if isinstance(got, str) else _check_entry(got, path, api, target)
+        if problem:
+            problems.append(problem)
+        elif isinstance(got, LockEntry):
+            entries[v.name] = got
+    return entries, problems
+
+
+def promote(entries: Mapping[str, LockEntry], api: RegistryAPI, target: RegistryTarget,
+            lock_path: str | Path) -> dict[str, LockEntry]:
+    """Set the moving tags of checked `entries` by registry manifest copies and merge them into `lock_path`;
+    returns the entries as written."""
+    digests = {e.tag: e.pushed[target.ref(e.tag)] for e in entries.values()}
+    moved = copy_moving_tags(api, target, digests)
+    out = []
+    for e in entries.values():
+        pushed = {target.ref(e.tag): digests[e.tag]}
+        pushed.update({res.ref: res.digest for mt, res in moved.items() if res.digest == digests[e.tag]
+                       and mt.rpartition(":")[0] == e.tag.rpartition(":")[0]})
+        out.append(dataclasses.replace(e, pushed=dict(sorted(pushed.items()))))
+    write_lock(lock_path, out)
+    return {e.variant: e for e in out}

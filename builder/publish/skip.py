@@ -1,0 +1,82 @@
+"""Deciding what to build: a variant whose inputs key the registry's image already carries, and whose image has a
+passed conformance record, is skipped (no build, no test, no push), from two small requests per variant: its
+immutable tag's manifest and that manifest's config blob (the labels). No layer is ever read.
+
+The record is the lockfile entry that pushed exactly that digest with a passed conformance summary (a runner that
+starts empty trusts the lockfile the repository keeps, not its own engine). `--rebuild` builds everything.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from ..recipe.variant import Variant
+from ..runtime.contract import INPUTS_LABEL
+from .lock import LockEntry
+from .references import RegistryTarget, split_tag
+from .registryapi import RegistryAPI
+
+
+@dataclass(frozen=True)
+class Decision:
+    """Whether one variant is built; `reason` is the one line the CLI prints. A skipped variant names the
+    registry `digest` it keeps and the lock `entry` that vouches for it."""
+
+    variant: str
+    tag: str
+    skip: bool
+    reason: str
+    digest: str | None = None
+    entry: LockEntry | None = None
+
+    def line(self) -> str:
+        return f"{'skipped' if self.skip else 'building'} {self.variant}: {self.reason}"
+
+
+def _short(key: str | None) -> str:
+    return key.split(":", 1)[-1][:12] if key else "none"
+
+
+def remote_inputs(api: RegistryAPI, repository: str, tag: str) -> tuple[str, str | None] | None:
+    """(manifest digest, its `trainimg.inputs` label) of `repository:tag`, None when the tag is not there."""
+    got = api.manifest_json(repository, tag)
+    if got is None:
+        return None
+    manifest = json.loads(got[0])
+    config = manifest.get("config", {}).get("digest")
+    if not config:  # an index (several platforms): trainimg pushes none, so it was not made by a release
+        return got[2], None
+    labels = (json.loads(api.blob(repository, config)).get("config") or {}).get("Labels") or {}
+    return got[2], labels.get(INPUTS_LABEL)
+
+
+def decide(api: RegistryAPI, target: RegistryTarget, variants: Sequence[Variant], keys: Mapping[str, str],
+           entries: Mapping[str, LockEntry], rebuild: bool) -> dict[str, Decision]:
+    """A Decision per variant of `variants` (with their inputs `keys`), against the registry and lock `entries`."""
+    out: dict[str, Decision] = {}
+    for v in variants:
+        ref = target.ref(v.tag)
+        if rebuild:
+            out[v.name] = Decision(v.name, v.tag, False, "--rebuild")
+            continue
+        name, tag = split_tag(v.tag)
+        remote = remote_inputs(api, target.repository(name), tag)
+        if remote is None:
+            out[v.name] = Decision(v.name, v.tag, False, f"{ref} is not in the registry")
+            continue
+        digest, key = remote
+        entry = entries.get(v.name)
+        if key != keys[v.name]:
+            why = "its parent changed" if v.extends and not out.get(v.extends, Decision("", "", True, "")).skip \
+                else "inputs changed"
+            out[v.name] = Decision(v.name, v.tag, False, f"{why} (registry {_short(key)}, now "
+                                                         f"{_short(keys[v.name])})")
+        elif entry is None or entry.pushed.get(ref) != digest or not entry.conformance.get("passed"):
+            out[v.name] = Decision(v.name, v.tag, False, f"inputs {_short(key)} unchanged but no passed conformance "
+                                                         f"record of {ref}@{digest} in the lockfile")
+        else:
+            out[v.name] = Decision(v.name, v.tag, True, f"inputs {_short(key)} unchanged; {ref}@{digest} passed "
+                                                        "conformance (lockfile)", digest, entry)
+    return out

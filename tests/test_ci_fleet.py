@@ -1,0 +1,274 @@
+"""CI at fleet scale against the real engine, BuildKit and a real registry (Debian's docker-registry with its
+access log on): the inputs key and skipping, --rebuild, a changed pin and a changed parent, release --stage and
+promote, no dangling image after a rebuild, and `trainimg prune`.
+
+The module's recipes are three small variants FROM local/debian:bookworm without a framework (Python, hypertune,
+the runtime: seconds to build from BuildKit's cache): `dsk-a`, `dsk-b` (roots) and `dsk-child` (extends dsk-a,
+pins six). Each carries the label `dsk.run=<this run>`, so prune is scoped to this module's images.
+Tests run in file order: each step starts from what the one before left in the registry and the lockfile.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import re
+import shutil
+import socket
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import docker.errors
+import pytest
+from conftest import LOCAL_BASE, trainimg
+
+from trainimg.publish.localregistry import LocalRegistry
+from trainimg.publish.lock import read_lock
+from trainimg.publish.references import RegistryTarget
+from trainimg.publish.registryapi import RegistryAPI
+from trainimg.runtime.contract import INPUTS_LABEL
+
+pytestmark = pytest.mark.engine
+
+RUN = uuid.uuid4().hex[:8]
+RUN_LABEL = f"dsk.run={RUN}"
+NAMES = ("dsk-a", "dsk-b", "dsk-child")
+_BLOB_GET = re.compile(r'"GET /v2/(\S+)/blobs/(sha256:[0-9a-f]{64})')
+
+
+def _root(name: str, extra_labels: str = "") -> str:
+    return (f"framework: none\nname: {name}\nrepository: dsk-{RUN}/{name}\nos: debian12\npython: \"3.11\"\n"
+            f"labels: {{dsk.run: \"{RUN}\"{extra_labels}}}\n")
+
+
+def _child(pin: str) -> str:
+    return (f"name: dsk-child\nrepository: dsk-{RUN}/dsk-child\nextends: dsk-a\nextras: [\"six=={pin}\"]\n"
+            f"labels: {{dsk.run: \"{RUN}\"}}\n")
+
+
+class Fleet:
+    """The module's recipes, registry (access log on), lockfile and environment."""
+
+    def __init__(self, folder: Path, registry: LocalRegistry, env: dict[str, str]) -> None:
+        self.folder, self.registry = folder, registry
+        self.recipes = folder / "recipes"
+        self.recipes.mkdir()
+        self.write("dsk-a", _root("dsk-a"))
+        self.write("dsk-b", _root("dsk-b"))
+        self.write("dsk-child", _child("1.16.0"))
+        info = registry.start()
+        self.host, self.user, self.password = info.host, info.username, info.password
+        self.env = {**env, "TRAINIMG_REGISTRY_PASSWORD": info.password}
+        self.lock = folder / "images.lock"
+        self.target = RegistryTarget.parse(self.host)
+
+    def write(self, name: str, text: str) -> None:
+        (self.recipes / f"{name}.yaml").write_text(text, encoding="utf-8")
+
+    def tag(self, name: str) -> str:
+        return f"dsk-{RUN}/{name}:base-cpu-py3.11"
+
+    def cli(self, *args: str, timeout: float = 600) -> tuple[int, str, str]:
+        r = trainimg("--recipes", str(self.recipes), *args, env=self.env, timeout=timeout)
+        return r.returncode, r.stdout, r.stderr
+
+    def release(self, *extra: str) -> tuple[int, str, str]:
+        return self.cli("release", *NAMES, "--base-image", LOCAL_BASE, "--progress", "plain", "--registry",
+                        self.host, "--username", self.user, "--lock", str(self.lock), *extra)
+
+    def log_offset(self) -> int:
+        return self.registry.log_path.stat().st_size
+
+    def blob_gets(self, since: int) -> list[tuple[str, str]]:
+        """(repository, digest) of every blob GET the registry logged after byte `since`."""
+        with open(self.registry.log_path, "rb") as fh:
+            fh.seek(since)
+            text = fh.read().decode("utf-8", "replace")
+        return _BLOB_GET.findall(text)
+
+    def layers(self) -> set[str]:
+        api = RegistryAPI(self.target, {"username": self.user, "password": self.password})
+        found = set()
+        for name in NAMES:
+            repo, tag = self.tag(name).rsplit(":", 1)
+            got = api.manifest_json(repo, tag)
+            assert got is not None, name
+            found |= {layer["digest"] for layer in json.loads(got[0])["layers"]}
+        return found
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@pytest.fixture(scope="module")
+def fleet(tmp_path_factory: pytest.TempPathFactory, state_env: dict[str, str],
+          client: docker.DockerClient) -> Iterator[Fleet]:
+    folder = tmp_path_factory.mktemp("dsk-fleet")
+    registry = LocalRegistry(folder / "registry", port=_free_port(), access_log=True)
+    fleet = Fleet(folder, registry, state_env)
+    yield fleet
+    registry.stop()
+    for image in client.images.list(filters={"label": RUN_LABEL}):
+        try:
+            client.images.remove(image.id, force=True)
+        except docker.errors.APIError:
+            pass
+
+
+def _lines(out: str, word: str) -> dict[str, str]:
+    """{variant: reason} of the `skipped X: ...` / `building X: ...` lines."""
+    return {m.group(1): m.group(2) for m in re.finditer(rf"^{word} (\S+): (.*)$", out, re.M)}
+
+
+def test_first_release_records_the_inputs_key(fleet: Fleet, client: docker.DockerClient) -> None:
+    code, out, err = fleet.release()
+    assert code == 0, err[-3000:]
+    assert set(_lines(out, "building")) == set(NAMES), out
+    entries = read_lock(fleet.lock)
+    for name in NAMES:
+        key = entries[name].inputs
+        assert key and key.startswith("sha256:"), entries[name]
+        assert client.images.get(fleet.tag(name)).labels[INPUTS_LABEL] == key
+    assert len({entries[n].inputs for n in NAMES}) == 3
+
+
+def test_nothing_changed_skips_everything_without_a_layer_get(fleet: Fleet, client: docker.DockerClient) -> None:
+    before = read_lock(fleet.lock)
+    for name in NAMES:  # an empty runner: the images are only in the registry
+        client.images.remove(fleet.tag(name), force=True)
+    since = fleet.log_offset()
+    code, out, err = fleet.release()
+    assert code == 0, err[-3000:]
+    skipped = _lines(out, "skipped")
+    assert set(skipped) == set(NAMES) and not _lines(out, "building"), out
+    assert all("unchanged" in why and "passed conformance" in why for why in skipped.values()), skipped
+    layer_gets = [d for _, d in fleet.blob_gets(since) if d in fleet.layers()]
+    assert layer_gets == [], layer_gets
+    assert fleet.blob_gets(since), "the config blobs are read (the labels): the access log must show them"
+    assert read_lock(fleet.lock) == before  # the entries are kept as they were
+    for name in NAMES:
+        with pytest.raises(docker.errors.ImageNotFound):
+            client.images.get(fleet.tag(name))
+
+
+def test_a_changed_pin_rebuilds_that_variant_only(fleet: Fleet) -> None:
+    fleet.write("dsk-child", _child("1.17.0"))
+    old = read_lock(fleet.lock)["dsk-child"].inputs
+    code, out, err = fleet.release()
+    assert code == 0, err[-3000:]
+    assert set(_lines(out, "skipped")) == {"dsk-a", "dsk-b"}, out
+    assert _lines(out, "building")["dsk-child"].startswith("inputs changed"), out
+    assert read_lock(fleet.lock)["dsk-child"].inputs != old
+
+
+def test_a_changed_parent_rebuilds_its_child(fleet: Fleet) -> None:
+    fleet.write("dsk-a", _root("dsk-a", ", dsk.note: changed"))
+    code, out, err = fleet.release()
+    assert code == 0, err[-3000:]
+    building = _lines(out, "building")
+    assert set(building) == {"dsk-a", "dsk-child"} and set(_lines(out, "skipped")) == {"dsk-b"}, out
+    assert building["dsk-child"].startswith("its parent changed"), building
+
+
+def test_rebuild_forces_and_leaves_no_dangling_image(fleet: Fleet, client: docker.DockerClient) -> None:
+    code, _, err = fleet.cli("build", "dsk-b", "--base-image", LOCAL_BASE, "--progress", "plain")  # skipped so far
+    assert code == 0, err[-3000:]
+    old_id = client.images.get(fleet.tag("dsk-b")).id
+    fleet.write("dsk-b", _root("dsk-b", ", dsk.note: relabelled"))  # a new image ID: the tag moves
+    code, out, err = fleet.release("--rebuild")
+    assert code == 0, err[-3000:]
+    assert set(_lines(out, "building")) == set(NAMES) and all(
+        why == "--rebuild" for why in _lines(out, "building").values()), out
+    assert client.images.get(fleet.tag("dsk-b")).id != old_id
+    with pytest.raises(docker.errors.ImageNotFound):
+        client.images.get(old_id)  # the image the tag left was trainimg's and unused: removed
+    dangling = client.images.list(filters={"dangling": True, "label": RUN_LABEL})
+    assert dangling == [], [i.id for i in dangling]
+    passes = [t for i in client.images.list(name="trainimg-pass/*") for t in i.tags if "/dsk-" in t]
+    assert passes == [], passes
+
+
+# -- stage and promote ------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def staged(fleet: Fleet) -> Path:
+    lock_dir = fleet.folder / "lock.d"
+    fleet.write("dsk-b", _root("dsk-b", ", dsk.note: staged"))  # one variant built by the stage job, two skipped
+    code, out, err = fleet.cli("release", *NAMES, "--stage", "--lock-dir", str(lock_dir), "--lock", str(fleet.lock),
+                               "--base-image", LOCAL_BASE, "--progress", "plain", "--registry", fleet.host,
+                               "--username", fleet.user)
+    assert code == 0, err[-3000:]
+    assert set(_lines(out, "building")) == {"dsk-b"} and set(_lines(out, "skipped")) == {"dsk-a", "dsk-child"}, out
+    return lock_dir
+
+
+def _promote(fleet: Fleet, lock_dir: Path, lock: Path) -> tuple[int, str, str]:
+    return fleet.cli("promote", str(lock_dir), *NAMES, "--registry", fleet.host, "--username", fleet.user,
+                     "--lock", str(lock), timeout=120)
+
+
+def test_stage_writes_a_part_per_variant_and_promote_locks_them(fleet: Fleet, staged: Path) -> None:
+    assert sorted(p.name for p in staged.iterdir()) == [f"{n}.json" for n in sorted(NAMES)]
+    lock = fleet.folder / "promoted.lock"
+    code, out, err = _promote(fleet, staged, lock)
+    assert code == 0, err
+    entries = read_lock(lock)
+    api = RegistryAPI(fleet.target, {"username": fleet.user, "password": fleet.password})
+    for name in NAMES:
+        ref = fleet.target.ref(fleet.tag(name))
+        part = read_lock(staged / f"{name}.json")[name]
+        assert entries[name].pushed[ref] == part.pushed[ref] == api.remote_digest(*fleet.tag(name).rsplit(":", 1))
+        assert entries[name].inputs == part.inputs and entries[name].conformance["passed"] is True
+
+
+@pytest.mark.parametrize("damage", ["missing", "failed", "not_in_registry"])
+def test_promote_moves_nothing_when_a_part_is_wrong(fleet: Fleet, staged: Path, damage: str) -> None:
+    broken = fleet.folder / f"lock.d-{damage}"
+    shutil.copytree(staged, broken)
+    part = broken / "dsk-b.json"
+    if damage == "missing":
+        part.unlink()
+    else:
+        data = json.loads(part.read_text(encoding="utf-8"))
+        entry = data["variants"]["dsk-b"]
+        if damage == "failed":
+            entry["conformance"].update(passed=False, failed=["hypertune"])
+        else:
+            entry["pushed"] = {ref: "sha256:" + "0" * 64 for ref in entry["pushed"]}
+        part.write_text(json.dumps(data), encoding="utf-8")
+    lock = fleet.folder / f"promoted-{damage}.lock"
+    code, _, err = _promote(fleet, broken, lock)
+    assert code == 1, err
+    problems = [line for line in err.splitlines() if line.startswith("promote: ")]
+    assert len(problems) == 1 and problems[0].startswith("promote: dsk-b: "), err
+    expected = {"missing": "no part", "failed": "failed conformance (hypertune)",
+                "not_in_registry": "the part says sha256:0000"}[damage]
+    assert expected in problems[0], problems
+    assert "nothing promoted" in err.splitlines()[-1]
+    assert not lock.exists(), "nothing moves: no lockfile written"
+
+
+# -- prune -----------------------------------------------------------------------------------------------------
+
+
+def test_prune_removes_only_what_trainimg_made(fleet: Fleet, client: docker.DockerClient) -> None:
+    foreign, _ = client.images.build(fileobj=io.BytesIO(f"FROM {LOCAL_BASE}\nRUN echo {RUN} > /dsk\n".encode()),
+                                     labels={"dsk.run": RUN}, rm=True, forcerm=True, pull=False)
+    ours = {i.id for i in client.images.list(filters={"label": RUN_LABEL}) if "trainimg.managed" in i.labels}
+    assert ours, "the module's releases left its images on the engine"
+    code, out, err = fleet.cli("prune", "--label", RUN_LABEL, "--dry-run", timeout=120)
+    assert code == 0, err
+    listed = {line.split()[2] for line in out.splitlines() if line.startswith("would remove")}
+    assert {i[7:19] for i in ours} <= listed and foreign.id[7:19] not in listed, out
+    assert {i.id for i in client.images.list(filters={"label": RUN_LABEL})} >= ours  # a dry run removes nothing
+    code, out, err = fleet.cli("prune", "--label", RUN_LABEL, timeout=120)
+    assert code == 0, err
+    left = {i.id for i in client.images.list(filters={"label": RUN_LABEL})}
+    assert left == {foreign.id}, (left, out)
+    client.images.remove(foreign.id, force=True)
