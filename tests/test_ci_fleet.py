@@ -1,6 +1,7 @@
 """CI at fleet scale against the real engine, BuildKit and a real registry (Debian's docker-registry with its
-access log on): the inputs key and skipping, --rebuild, a changed pin and a changed parent, release --stage and
-promote, no dangling image after a rebuild, and `trainimg prune`.
+access log on): the inputs key and skipping (on the lockfile's record, or on the release record beside the image),
+a moving tag set by a manifest copy (no blob moves), --rebuild, a changed pin and a changed parent, release --stage
+and promote, no dangling image after a rebuild, and `trainimg prune`.
 
 The module's recipes are three small variants FROM local/debian:bookworm without a framework (Python, hypertune,
 the runtime: seconds to build from BuildKit's cache): `dsk-a`, `dsk-b` (roots) and `dsk-child` (extends dsk-a,
@@ -10,6 +11,7 @@ Tests run in file order: each step starts from what the one before left in the r
 
 from __future__ import annotations
 
+import dataclasses
 import io
 import json
 import re
@@ -24,10 +26,15 @@ import docker.errors
 import pytest
 from conftest import LOCAL_BASE, trainimg
 
+from trainimg.publish.accesslog import fetched_blobs, layer_digests, log_offset, requests_since, uploads
 from trainimg.publish.localregistry import LocalRegistry
-from trainimg.publish.lock import read_lock
+from trainimg.publish.lock import copy_moving_tags, read_lock
+from trainimg.publish.passrecord import RECORD_TYPE, attach_records, registry_entry
+from trainimg.publish.referrers import attach, subject_of
 from trainimg.publish.references import RegistryTarget
 from trainimg.publish.registryapi import RegistryAPI
+from trainimg.publish.skip import BUILDING, SKIPPED, decide, read_decisions
+from trainimg.recipe.loading import load_recipes
 from trainimg.runtime.contract import INPUTS_LABEL
 
 pytestmark = pytest.mark.engine
@@ -35,7 +42,6 @@ pytestmark = pytest.mark.engine
 RUN = uuid.uuid4().hex[:8]
 RUN_LABEL = f"dsk.run={RUN}"
 NAMES = ("dsk-a", "dsk-b", "dsk-child")
-_BLOB_GET = re.compile(r'"GET /v2/(\S+)/blobs/(sha256:[0-9a-f]{64})')
 
 
 def _root(name: str, extra_labels: str = "") -> str:
@@ -79,23 +85,21 @@ class Fleet:
                         self.host, "--username", self.user, "--lock", str(self.lock), *extra)
 
     def log_offset(self) -> int:
-        return self.registry.log_path.stat().st_size
+        return log_offset(self.registry.log_path)
 
-    def blob_gets(self, since: int) -> list[tuple[str, str]]:
-        """(repository, digest) of every blob GET the registry logged after byte `since`."""
-        with open(self.registry.log_path, "rb") as fh:
-            fh.seek(since)
-            text = fh.read().decode("utf-8", "replace")
-        return _BLOB_GET.findall(text)
+    def blob_gets(self, since: int) -> list[str]:
+        """The digest of every blob the registry served after byte `since` of its access log."""
+        return [digest for digest, _ in fetched_blobs(requests_since(self.registry.log_path, since))]
+
+    def api(self) -> RegistryAPI:
+        return RegistryAPI(self.target, {"username": self.user, "password": self.password})
 
     def layers(self) -> set[str]:
-        api = RegistryAPI(self.target, {"username": self.user, "password": self.password})
-        found = set()
+        found: set[str] = set()
         for name in NAMES:
-            repo, tag = self.tag(name).rsplit(":", 1)
-            got = api.manifest_json(repo, tag)
-            assert got is not None, name
-            found |= {layer["digest"] for layer in json.loads(got[0])["layers"]}
+            layers = layer_digests(self.api(), *self.tag(name).rsplit(":", 1))
+            assert layers, name
+            found |= layers
         return found
 
 
@@ -121,20 +125,40 @@ def fleet(tmp_path_factory: pytest.TempPathFactory, state_env: dict[str, str],
 
 
 def _lines(out: str, word: str) -> dict[str, str]:
-    """{variant: reason} of the `skipped X: ...` / `building X: ...` lines."""
-    return {m.group(1): m.group(2) for m in re.finditer(rf"^{word} (\S+): (.*)$", out, re.M)}
+    """{variant: reason} of the `skipped X: ...` (word SKIPPED) or `building X: ...` (BUILDING) lines."""
+    return {name: why for name, (skipped, why) in read_decisions(out).items() if skipped == (word == SKIPPED)}
 
 
 def test_first_release_records_the_inputs_key(fleet: Fleet, client: docker.DockerClient) -> None:
     code, out, err = fleet.release()
     assert code == 0, err[-3000:]
-    assert set(_lines(out, "building")) == set(NAMES), out
+    assert set(_lines(out, BUILDING)) == set(NAMES), out
+    assert len(re.findall(r"^record: pushed ", out, re.M)) == len(NAMES), out  # each entry beside its image
     entries = read_lock(fleet.lock)
     for name in NAMES:
         key = entries[name].inputs
         assert key and key.startswith("sha256:"), entries[name]
         assert client.images.get(fleet.tag(name)).labels[INPUTS_LABEL] == key
     assert len({entries[n].inputs for n in NAMES}) == 3
+
+
+def test_a_moving_tag_is_a_manifest_copy_no_layer_moves(fleet: Fleet) -> None:
+    """copy_moving_tags (release's last step, and promote's) on a real pushed image: the moving tag names the
+    immutable manifest's digest, and the registry's access log shows manifest requests only: no blob fetched,
+    no upload started."""
+    repo, tag = fleet.tag("dsk-a").rsplit(":", 1)
+    api = fleet.api()
+    digest = api.remote_digest(repo, tag)
+    assert digest is not None
+    since = fleet.log_offset()
+    moved = copy_moving_tags(api, fleet.target, {f"{repo}:1.2.3-cpu-py3.11": digest})
+    assert list(moved) == [f"{repo}:1.2-cpu"], moved
+    assert moved[f"{repo}:1.2-cpu"].digest == digest and moved[f"{repo}:1.2-cpu"].bytes_uploaded == 0
+    logged = requests_since(fleet.registry.log_path, since)
+    assert api.remote_digest(repo, "1.2-cpu") == digest
+    assert fetched_blobs(logged) == [] and uploads(logged) == [], logged
+    assert {(r.method, r.path) for r in logged if r.status < 400} == {
+        ("GET", f"/v2/{repo}/manifests/{digest}"), ("PUT", f"/v2/{repo}/manifests/1.2-cpu")}, logged
 
 
 def test_nothing_changed_skips_everything_without_a_layer_get(fleet: Fleet, client: docker.DockerClient) -> None:
@@ -144,10 +168,10 @@ def test_nothing_changed_skips_everything_without_a_layer_get(fleet: Fleet, clie
     since = fleet.log_offset()
     code, out, err = fleet.release()
     assert code == 0, err[-3000:]
-    skipped = _lines(out, "skipped")
-    assert set(skipped) == set(NAMES) and not _lines(out, "building"), out
+    skipped = _lines(out, SKIPPED)
+    assert set(skipped) == set(NAMES) and not _lines(out, BUILDING), out
     assert all("unchanged" in why and "passed conformance" in why for why in skipped.values()), skipped
-    layer_gets = [d for _, d in fleet.blob_gets(since) if d in fleet.layers()]
+    layer_gets = [d for d in fleet.blob_gets(since) if d in fleet.layers()]
     assert layer_gets == [], layer_gets
     assert fleet.blob_gets(since), "the config blobs are read (the labels): the access log must show them"
     assert read_lock(fleet.lock) == before  # the entries are kept as they were
@@ -156,13 +180,49 @@ def test_nothing_changed_skips_everything_without_a_layer_get(fleet: Fleet, clie
             client.images.get(fleet.tag(name))
 
 
+def test_a_runner_without_the_lockfile_trusts_the_record_beside_the_image(fleet: Fleet) -> None:
+    """No lockfile, no image on the engine: the release entry each release pushed beside its image (an OCI artifact
+    whose subject is the image's manifest) is the passed record; the lockfile is written back from it, the same."""
+    before = read_lock(fleet.lock)
+    fleet.lock.rename(fleet.lock.with_suffix(".kept"))
+    since = fleet.log_offset()
+    code, out, err = fleet.release()
+    assert code == 0, err[-3000:]
+    skipped = _lines(out, SKIPPED)
+    assert set(skipped) == set(NAMES) and not _lines(out, BUILDING), out
+    assert all(why.endswith("passed conformance (record beside the image)") for why in skipped.values()), skipped
+    assert [d for d in fleet.blob_gets(since) if d in fleet.layers()] == []
+    assert read_lock(fleet.lock) == before
+
+
+def test_a_record_of_other_inputs_or_a_failed_run_is_not_trusted(fleet: Fleet) -> None:
+    """The record beside the image must name the same variant, digest and inputs key, and have passed."""
+    entry = read_lock(fleet.lock)["dsk-b"]
+    ref = fleet.target.ref(entry.tag)
+    digest = entry.pushed[ref]
+    assert entry.inputs is not None
+    assert registry_entry(fleet.api(), fleet.target, entry.tag, digest, "dsk-b", entry.inputs) == entry
+    assert registry_entry(fleet.api(), fleet.target, entry.tag, digest, "dsk-b", "sha256:" + "1" * 64) is None
+    assert registry_entry(fleet.api(), fleet.target, entry.tag, digest, "dsk-a", entry.inputs) is None
+    failed = dataclasses.replace(entry, conformance={**entry.conformance, "passed": False})
+    attach_records(fleet.api(), fleet.target, [failed])  # the newest record is the one read
+    assert registry_entry(fleet.api(), fleet.target, entry.tag, digest, "dsk-b", entry.inputs) is None
+    variant = load_recipes(fleet.recipes).by_name["dsk-b"]
+    no_lock = decide(fleet.api(), fleet.target, [variant], {"dsk-b": entry.inputs}, {}, rebuild=False)["dsk-b"]
+    assert not no_lock.skip and no_lock.reason.endswith("in the lockfile or beside the image"), no_lock
+    repository = entry.tag.rsplit(":", 1)[0]
+    attach(fleet.api(), repository, subject_of(fleet.api(), repository, digest), RECORD_TYPE, b"not json")
+    malformed = decide(fleet.api(), fleet.target, [variant], {"dsk-b": entry.inputs}, {}, rebuild=False)["dsk-b"]
+    assert not malformed.skip and "is malformed" in malformed.reason, malformed  # a build, not a failed release
+
+
 def test_a_changed_pin_rebuilds_that_variant_only(fleet: Fleet) -> None:
     fleet.write("dsk-child", _child("1.17.0"))
     old = read_lock(fleet.lock)["dsk-child"].inputs
     code, out, err = fleet.release()
     assert code == 0, err[-3000:]
-    assert set(_lines(out, "skipped")) == {"dsk-a", "dsk-b"}, out
-    assert _lines(out, "building")["dsk-child"].startswith("inputs changed"), out
+    assert set(_lines(out, SKIPPED)) == {"dsk-a", "dsk-b"}, out
+    assert _lines(out, BUILDING)["dsk-child"].startswith("inputs changed"), out
     assert read_lock(fleet.lock)["dsk-child"].inputs != old
 
 
@@ -170,8 +230,8 @@ def test_a_changed_parent_rebuilds_its_child(fleet: Fleet) -> None:
     fleet.write("dsk-a", _root("dsk-a", ", dsk.note: changed"))
     code, out, err = fleet.release()
     assert code == 0, err[-3000:]
-    building = _lines(out, "building")
-    assert set(building) == {"dsk-a", "dsk-child"} and set(_lines(out, "skipped")) == {"dsk-b"}, out
+    building = _lines(out, BUILDING)
+    assert set(building) == {"dsk-a", "dsk-child"} and set(_lines(out, SKIPPED)) == {"dsk-b"}, out
     assert building["dsk-child"].startswith("its parent changed"), building
 
 
@@ -182,8 +242,8 @@ def test_rebuild_forces_and_leaves_no_dangling_image(fleet: Fleet, client: docke
     fleet.write("dsk-b", _root("dsk-b", ", dsk.note: relabelled"))  # a new image ID: the tag moves
     code, out, err = fleet.release("--rebuild")
     assert code == 0, err[-3000:]
-    assert set(_lines(out, "building")) == set(NAMES) and all(
-        why == "--rebuild" for why in _lines(out, "building").values()), out
+    assert set(_lines(out, BUILDING)) == set(NAMES) and all(
+        why == "--rebuild" for why in _lines(out, BUILDING).values()), out
     assert client.images.get(fleet.tag("dsk-b")).id != old_id
     with pytest.raises(docker.errors.ImageNotFound):
         client.images.get(old_id)  # the image the tag left was trainimg's and unused: removed
@@ -204,7 +264,7 @@ def staged(fleet: Fleet) -> Path:
                                "--base-image", LOCAL_BASE, "--progress", "plain", "--registry", fleet.host,
                                "--username", fleet.user)
     assert code == 0, err[-3000:]
-    assert set(_lines(out, "building")) == {"dsk-b"} and set(_lines(out, "skipped")) == {"dsk-a", "dsk-child"}, out
+    assert set(_lines(out, BUILDING)) == {"dsk-b"} and set(_lines(out, SKIPPED)) == {"dsk-a", "dsk-child"}, out
     return lock_dir
 
 
