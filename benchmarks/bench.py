@@ -15,6 +15,11 @@ image. That slows every other build on the engine and removes every unused image
 the naive baseline), prints their figures as ``skipped``, and writes ``reports/bench-quick.json`` without touching
 README.md.
 
+``ci_noop_release``, ``ci_noop_layer_bytes`` and ``ci_one_change`` (benchmarks/cifleet.py) release a small fleet to
+a private registry with its access log on, empty the runner (by default only the bench's own images and new cache
+records; ``TRAINIMG_BENCH_PRUNE_ALL=1``: ``docker system prune -af`` and ``docker builder prune -af``), release
+again with nothing changed, then with one pin changed; ``--ci`` measures only those.
+
 Exit status: 0 when every figure was measured (goals missed or not), 1 when a measurement itself failed.
 """
 
@@ -37,8 +42,10 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from installs import INSTALLS_VARIANT
 from figures import (
     FIGURES,
+    below_the_install,
     GOALS,
     bench_refs,
     change_pin,
@@ -132,6 +139,7 @@ class Bench:
         self.bench_variants: list[str] = []
         self.bench_tags: dict[str, str] = {}
         self.dockerfiles: dict[str, Path] = {}
+        self.registry_log = self.tmp / "no-registry.log"  # the log of the registry fresh_registry started last
 
     # -- bookkeeping
 
@@ -182,8 +190,8 @@ class Bench:
             raise StepFailed(f"the bench matrix has {len(self.bench_variants)} variants; it needs at least 3")
         for plan in plans(bench):  # the bench copies must share their parents exactly as the shipped ones do
             ref = shipped.get(plan.variant.name)
-            mine = [(s.name, s.key) for s in plan.parents]
-            theirs = [(s.name, s.key) for s in ref.parents] if ref else None
+            mine = below_the_install(plan.parents)
+            theirs = below_the_install(ref.parents) if ref else None
             if mine != theirs:
                 raise StepFailed(f"bench variant {plan.variant.name} does not render to the shipped variant's stages")
         out = self.tmp / "rendered"
@@ -228,23 +236,25 @@ class Bench:
 
     @contextmanager
     def pip_secrets(self) -> Iterator[list[str]]:
-        """The pip.conf (and CA bundle) secrets exactly as `trainimg build` makes them, wheelhouses served alike."""
-        from trainimg.build.wheelhouse import check_dirs, default_ca_bundle, pip_conf, serve, write_secret
-        from trainimg.plan.stages import CA_SECRET, PIP_CONF_SECRET
+        """The pip.conf, uv.toml (and CA bundle) secrets exactly as `trainimg build` makes them, wheelhouses
+        served alike."""
+        from trainimg.build.wheelhouse import check_dirs, default_ca_bundle, pip_conf, serve, uv_conf, write_secret
+        from trainimg.plan.stages import CA_SECRET, PIP_CONF_SECRET, UV_CONF_SECRET
 
         ca = default_ca_bundle(self.env)
         with serve(check_dirs(tuple(Path(w) for w in WHEELHOUSES))) as lines:
             secrets_dir = self.tmp / "secrets"
             secrets_dir.mkdir(mode=0o700, exist_ok=True)
             conf = write_secret(secrets_dir, PIP_CONF_SECRET, pip_conf(lines, ca, self.env))
-            flags = ["--secret", f"id={PIP_CONF_SECRET},src={conf}"]
+            uv = write_secret(secrets_dir, UV_CONF_SECRET, uv_conf(lines, self.env))
+            flags = ["--secret", f"id={PIP_CONF_SECRET},src={conf}", "--secret", f"id={UV_CONF_SECRET},src={uv}"]
             if ca is not None:
                 flags += ["--secret", f"id={CA_SECRET},src={ca}"]
             yield flags
 
-    def docker_build(self, dockerfile: Path, tag: str, secret_flags: list[str]) -> float:
+    def docker_build(self, dockerfile: Path, tag: str, secret_flags: list[str], base: str = BASE_IMAGE) -> float:
         env = dict(self.env, DOCKER_BUILDKIT="1")
-        res = run([docker_cli(), "build", "-f", str(dockerfile), "--build-arg", f"BASE_IMAGE={BASE_IMAGE}",
+        res = run([docker_cli(), "build", "-f", str(dockerfile), "--build-arg", f"BASE_IMAGE={base}",
                    *secret_flags, "--network", "host", "--progress", "plain", "-t", tag, "."],
                   env=env, what=f"docker build {dockerfile.name} ({tag})")
         return res.seconds
@@ -336,16 +346,18 @@ wc -l < /tmp/added
         return manifest_bytes(resp.json())
 
     @contextmanager
-    def fresh_registry(self) -> Iterator[Any]:
-        """A LocalRegistry on a free port for this block, its password in TRAINIMG_REGISTRY_PASSWORD; stopped
-        after, and the registry-prefixed tags `push` made removed."""
+    def fresh_registry(self, access_log: bool = False) -> Iterator[Any]:
+        """A LocalRegistry on a free port for this block, its password in TRAINIMG_REGISTRY_PASSWORD, its log at
+        `self.registry_log` (one line per request with `access_log`); stopped after, and the registry-prefixed
+        tags `push` made removed."""
         from trainimg.publish.localregistry import LocalRegistry
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             port = s.getsockname()[1]
-        reg = LocalRegistry(self.tmp / f"registry-{port}", port=port)
+        reg = LocalRegistry(self.tmp / f"registry-{port}", port=port, access_log=access_log)
         info = reg.start()
+        self.registry_log = reg.log_path
         env_backup = self.env.get("TRAINIMG_REGISTRY_PASSWORD")
         self.env["TRAINIMG_REGISTRY_PASSWORD"] = info.password
         try:
@@ -393,6 +405,31 @@ wc -l < /tmp/added
                 f"size / (base + payload) {rows[name]['size_overhead']:.3f}")
         return rows
 
+    def prune_engine_keeping_base(self) -> None:
+        """An ephemeral CI runner's engine: `docker system prune -af` and `docker builder prune -af`, every user's
+        images and cache, but the base image (nothing can be pulled here), held by a sleeping container."""
+        keeper = f"trainimg-bench-keep-{os.getpid()}"
+        self.docker("run", "-d", "--name", keeper, "--network", "none", "--entrypoint", "sleep", BASE_IMAGE,
+                    "infinity", what="hold the base image through the prune")
+        try:
+            self.docker("system", "prune", "-af", what="docker system prune")
+            self.docker("builder", "prune", "-af", what="docker builder prune")
+        finally:
+            self.docker("rm", "-f", keeper, check=False)
+
+    def ci_figures(self) -> None:
+        """ci_noop_release, ci_noop_layer_bytes and ci_one_change (benchmarks/cifleet.py); a failure marks the
+        figures not yet measured failed."""
+        from cifleet import CI_FIGURES, CiFleet
+
+        try:
+            CiFleet(self, log, PIN_FROM, PIN_TO).measure()
+        except (StepFailed, OSError, ValueError, json.JSONDecodeError) as exc:
+            log(f"bench: ci figures failed: {exc}")
+            for name in CI_FIGURES:
+                if self.figures[name]["status"] != "ok":
+                    self.fail(name, f"failed: {exc}")
+
     def ci_rebuild(self, tag: str) -> float:
         """An ephemeral CI runner: push the released image, prune the engine to nothing but the base image,
         rebuild with `--cache-from` the pushed image, push again. Returns the rebuild's seconds."""
@@ -406,17 +443,12 @@ wc -l < /tmp/added
             remote = f"{info.host}/{tag}"
             push = ("push", tag, "--registry", info.host, "--username", info.username)
             first = parse_pushed_bytes(self.trainimg(*push).stdout)
-            keeper = f"trainimg-bench-keep-{os.getpid()}"
-            self.docker("run", "-d", "--name", keeper, "--network", "none", "--entrypoint", "sleep", BASE_IMAGE,
-                        "infinity", what="hold the base image through the prune")
             try:
-                self.docker("system", "prune", "-af", what="docker system prune")
-                self.docker("builder", "prune", "-af", what="docker builder prune")
+                self.prune_engine_keeping_base()
                 rows_json = self.tmp / "ci_rebuild.json"
                 res = self.trainimg("build", PIN_VARIANT, *self.build_args(), "--cache-from", remote, "--json",
                                     str(rows_json), recipes=BENCH_RECIPES)
             finally:
-                self.docker("rm", "-f", keeper, check=False)
                 self.env.pop("DOCKER_CONFIG", None)
             (row,) = json.loads(rows_json.read_text())
             self.trainimg("test", tag, "--replicas", "1", "--progress", "quiet", check=False)
@@ -434,6 +466,48 @@ wc -l < /tmp/added
         recipe.write_text(change_pin(recipe.read_text(encoding="utf-8"), PIN_FROM, PIN_TO), encoding="utf-8")
         seconds, _ = self.matrix_build(copy, [PIN_VARIANT], "pin_change_rebuild")
         return seconds
+
+    def installs(self, variant: str) -> None:
+        """uv_vs_pip, uv_vs_pip_warm and reproducible_package_diffs for `variant` (benchmarks/installs.py)."""
+        from installs import InstallBench
+
+        ib = InstallBench(self.docker, self.docker_build, docker_cli(), self.tmp, BASE_IMAGE, log, variant)
+        try:
+            with self.pip_secrets() as flags:
+                builds = step("uv_vs_pip", self, lambda: ib.uv_vs_pip(flags))
+                if builds is FAILED:
+                    self.fail("uv_vs_pip_warm", "not measured: the uv/pip builds failed")
+                    self.fail("reproducible_package_diffs", "not measured: the uv/pip builds failed")
+                    return
+                self.set_installs(variant, builds)
+                same = step("reproducible_package_diffs", self, lambda: ib.reproducible(builds["uv_cold"], flags))
+                if same is not FAILED:
+                    self.set_reproducible(variant, same)
+        finally:
+            ib.prune_own_mounts()
+
+    def set_installs(self, variant: str, builds: dict[str, Any]) -> None:
+        t = {k: b.seconds for k, b in builds.items()}
+        self.details.setdefault("installs", {})[variant] = {"seconds": t}
+        self.set("uv_vs_pip", ratio(t["uv_cold"], t["pip_cold"]),
+                 f"{variant} built by `docker build` from its rendered Dockerfile on a fresh base (every step runs) "
+                 f"with a new, empty wheel cache mount: uv {t['uv_cold']:.1f} s / pip {t['pip_cold']:.1f} s")
+        self.set("uv_vs_pip_warm", ratio(t["uv_warm"], t["pip_warm"]),
+                 f"the same on another fresh base with the wheel cache mount the cold build filled: uv "
+                 f"{t['uv_warm']:.1f} s / pip {t['pip_warm']:.1f} s")
+
+    def set_reproducible(self, variant: str, same: dict[str, Any]) -> None:
+        self.details["reproducible"] = {"variant": variant, **same}
+        diffs = len(same["lock_differs"]) + len(same["freeze_differs"]) + len(same["sbom_differs"])
+        layers = "; ".join(f"layer {d['layer']} ({d['step'][:60]}): {d['content_differs']} of {d['files']} files "
+                           f"differ in content (e.g. {', '.join(d['content_examples'][:3]) or 'none'}), "
+                           f"{d['mtime_only']} only in mtime" for d in same["layers"])
+        self.set("reproducible_package_diffs", diffs,
+                 f"two cold uv builds of {variant} ({same['seconds'][0]:.0f} s, {same['seconds'][1]:.0f} s): lines "
+                 f"differing in /etc/trainimg/requirements.lock {len(same['lock_differs'])}, in `pip freeze` "
+                 f"({same['packages']} packages) {len(same['freeze_differs'])}, SBOM components "
+                 f"({same['sbom_components']}) {len(same['sbom_differs'])}. Layers differing by digest: "
+                 f"{len(same['layers'])}: {layers or 'none'}")
 
     # -- the whole run
 
@@ -522,6 +596,14 @@ wc -l < /tmp/added
                 log(f"  pin change rebuild took {seconds:.1f} s (no cold denominator in --quick)")
         step("pin_change_rebuild_ratio", self, pin)
 
+        if self.quick:
+            for name in ("uv_vs_pip", "uv_vs_pip_warm", "reproducible_package_diffs"):
+                self.skip(name, "skipped (--quick): five cold builds (`--installs` runs them alone)")
+        else:
+            self.installs(INSTALLS_VARIANT)
+
+        self.ci_figures()
+
         # Last: it prunes the whole engine, so nothing after it could reuse a cache.
         if self.quick or not alone:
             self.skip("ci_rebuild_ratio", "skipped (--quick): the engine is not pruned, no cold denominator")
@@ -584,7 +666,22 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", action="store_true",
                         help="also build, gate and push the GPU image of each framework and report its size, "
                              "compressed size as pushed and size / (base + payload) (downloads gigabytes cold)")
+    parser.add_argument("--installs", metavar="VARIANT", nargs="?", const=INSTALLS_VARIANT,
+                        help="measure only uv_vs_pip, uv_vs_pip_warm and reproducible_package_diffs for VARIANT "
+                             f"(default {INSTALLS_VARIANT}); prunes nothing shared; writes "
+                             "reports/bench-installs-VARIANT.json")
+    parser.add_argument("--ci", action="store_true",
+                        help="measure only ci_noop_release, ci_noop_layer_bytes and ci_one_change (prunes only "
+                             "the bench's own images and cache unless TRAINIMG_BENCH_PRUNE_ALL=1); writes "
+                             "reports/bench-ci.json")
     args = parser.parse_args(argv)
+    if args.installs:
+        return installs_only(args.installs)
+    if args.ci:
+        from cifleet import CI_FIGURES
+
+        return figures_only(CI_FIGURES, "--ci", Bench.ci_figures, ROOT / "reports" / "bench-ci.json", {},
+                            keep_images=True)  # it removes its own images: another bench's stay
 
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))
@@ -661,6 +758,40 @@ def main(argv: list[str] | None = None) -> int:
     else:
         log("bench: --quick leaves README.md alone")
     return 1 if failed else 0
+
+
+def installs_only(variant: str) -> int:
+    """`--installs VARIANT`: the install figures alone (cold without pruning: benchmarks/installs.py)."""
+    return figures_only(("uv_vs_pip", "uv_vs_pip_warm", "reproducible_package_diffs"), f"--installs {variant}",
+                        lambda bench: bench.installs(variant), ROOT / "reports" / f"bench-installs-{variant}.json",
+                        {"variant": variant}, keep_images=False)
+
+
+def figures_only(names: Sequence[str], what: str, measure: Callable[[Bench], None], path: Path,
+                 extra: Mapping[str, Any], keep_images: bool) -> int:
+    """Some figures alone (`what`: the option that asked, for the log): measured by `measure`, printed, written
+    to `path` with `extra`; README.md is left alone; the trainimg-bench/* images removed unless `keep_images`.
+    Exit status as main's."""
+    os.chdir(ROOT)
+    sys.path.insert(0, str(ROOT))
+    bench = Bench(quick=False, keep_images=keep_images)
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    machine = machine_info(bench.env)
+    log(f"bench {what}: {date}, {machine_line(machine)}")
+    try:
+        measure(bench)
+    finally:
+        bench.cleanup()
+    for name in names:
+        row = bench.figures[name]
+        print(f"{name}: {format_value(row['value'], GOALS[name].unit, row['status'])}", flush=True)
+        log(f"how {name}: {row['how'] or 'not measured'}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"date": date, "machine": machine, **extra,
+                                "figures": {n: bench.figures[n] for n in names}, "details": bench.details},
+                               indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    log(f"bench: wrote {path.relative_to(ROOT)}")
+    return 1 if any(bench.figures[n]["status"] == "failed" for n in names) else 0
 
 
 if __name__ == "__main__":

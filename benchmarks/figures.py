@@ -20,7 +20,7 @@ START_MARKER, END_MARKER = "<!-- bench:start -->", "<!-- bench:end -->"
 class Figure:
     name: str
     goal: float
-    unit: str  # "ratio", "bytes" or "ms"
+    unit: str  # "ratio", "bytes", "count", "ms" or "s"
     what: str
 
 
@@ -35,9 +35,24 @@ FIGURES: tuple[Figure, ...] = (
     Figure("render_ms_per_variant", 10.0, "ms", "render the shipped matrix, best of 5, per variant"),
     Figure("ci_rebuild_ratio", 0.2, "ratio",
            "rebuild on a pruned engine with `--cache-from` the pushed image / the same variant cold"),
+    Figure("uv_vs_pip", 0.5, "ratio", "cold build installing the lock with uv / with pip (fresh base, empty wheel cache)"),
+    Figure("uv_vs_pip_warm", 1.0, "ratio", "the same with the wheel cache mount warm: uv no slower than pip"),
+    Figure("reproducible_package_diffs", 0, "count",
+           "lock, `pip freeze` and SBOM lines differing between two cold builds of one variant"),
+    Figure("ci_noop_release", 2.0, "s",
+           "`release` of small variants on an emptied runner, nothing changed: seconds per variant"),
+    Figure("ci_noop_layer_bytes", 0, "bytes", "layer bytes that `release` pulled from the registry (its access log)"),
+    Figure("ci_one_change", 0, "count",
+           "one extra pin changed: variants built or skipped other than exactly that one and its children"),
 )
 FIGURE_NAMES = tuple(f.name for f in FIGURES)
 GOALS = {f.name: f for f in FIGURES}
+
+
+def below_the_install(stages: Sequence[Any]) -> list[str]:
+    """Keys of the parent stages under a variant's lock install: the stages a bench copy must share with the shipped
+    variant (the install step holds the whole lock, the bench's pinned extra included, so it differs)."""
+    return [s.key for s in stages if all(b.name != "packages" for b in s.blocks)]
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:
@@ -48,12 +63,13 @@ def ratio(numerator: float | None, denominator: float | None) -> float | None:
 
 
 def format_value(value: float | int | None, unit: str = "ratio", status: str = "ok") -> str:
-    """How a figure is printed: ratios with 3 decimals, ms with 2, bytes as an integer; else the status."""
+    """How a figure is printed: ratios with 3 decimals, ms and s with 2, bytes and counts as integers; else the
+    status."""
     if value is None:
         return status if status != "ok" else "skipped"
-    if unit == "bytes":
+    if unit in ("bytes", "count"):
         return str(int(value))
-    if unit == "ms":
+    if unit in ("ms", "s"):
         return f"{value:.2f}"
     return f"{value:.3f}"
 
@@ -84,7 +100,7 @@ def goal_met(name: str, value: float | int | None) -> bool | None:
 
 def format_goal(name: str) -> str:
     fig = GOALS[name]
-    if fig.unit == "bytes":
+    if fig.unit in ("bytes", "count"):
         return f"{int(fig.goal)}"
     return f"≤ {fig.goal:g}"
 

@@ -57,9 +57,26 @@ SIDE_REPLICAS = IntLimit(0, 64)  # ps, evaluators
 NPROC_PER_NODE = IntLimit(1, 64)  # processes in one replica (one per GPU, or CPU workers)
 PARALLEL_TRIALS = IntLimit(1, 64)
 BUILD_JOBS = IntLimit(1, 16)
+INSTALLERS = ("uv", "pip")  # what installs a variant's lock in the build (`--installer`)
+DEFAULT_INSTALLER = "uv"
 TEST_TIMEOUT = SecondsLimit(5, 7200)
 JOB_TIMEOUT = SecondsLimit(1, 30 * 24 * 3600)
 NO_TIMEOUT = 10.0**9  # what the replica runner waits for a job without --timeout
+DEFAULT_LOCK_DIR = "lock.d"  # where `release --stage` writes one part per variant for `trainimg promote`
+
+
+@dataclass(frozen=True, kw_only=True)
+class LockOptions:
+    """`trainimg lock`: the wheel folders it resolves from (as the build serves them) and how far versions move."""
+
+    wheelhouses: tuple[Path, ...] = ()
+    upgrade: bool = False  # re-resolve every package to the newest that fits
+    upgrade_packages: tuple[str, ...] = ()  # only these move; the rest keep the lock's pins
+
+    def __post_init__(self) -> None:
+        if self.upgrade and self.upgrade_packages:
+            raise UserInputError("--upgrade moves every package already; drop --upgrade-package",
+                                 where="--upgrade-package")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -75,9 +92,15 @@ class BuildOptions:
     base_overrides: Mapping[str, str] = field(default_factory=dict)
     # Registry images to reuse BuildKit's inline cache from (`--cache-from`; `release` adds the locked image).
     cache_from: tuple[str, ...] = ()
+    # variant name -> its inputs key (publish/inputs.py), labelled on the image; `release` fills it in.
+    inputs_keys: Mapping[str, str] = field(default_factory=dict)
+    # What installs the lock in the build: uv (default), or pip (`--installer pip`); both check every hash.
+    installer: str = DEFAULT_INSTALLER
 
     def __post_init__(self) -> None:
         BUILD_JOBS.check(self.jobs, "--jobs")
+        if self.installer not in INSTALLERS:
+            raise UserInputError(f"{self.installer!r}: use {' or '.join(INSTALLERS)}", where="--installer")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,6 +216,47 @@ class ReleaseOptions:
     build: BuildOptions
     test: TestOptions
     lock_path: str | None = None
+    rebuild: bool = False  # build, test and push even a variant whose inputs key and passed image are in the registry
+    # One CI job of many: push the immutable tags only, write a part per variant into lock_dir (the lockfile is
+    # read, for what to skip and the cache, never written: `trainimg promote` writes it).
+    stage: bool = False
+    lock_dir: str = DEFAULT_LOCK_DIR
+
+    def __post_init__(self) -> None:
+        if not self.lock_dir.strip():
+            raise UserInputError("give a folder", where="--lock-dir")
+        if self.lock_dir != DEFAULT_LOCK_DIR and not self.stage:
+            raise UserInputError("--lock-dir is where --stage writes its parts: add --stage", where="--lock-dir")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PromoteOptions:
+    """`trainimg promote LOCK_DIR`: the parts the stage jobs wrote, the variants expected (none: every variant of
+    the recipes; each with its parents) and the lockfile the promotion is merged into."""
+
+    lock_dir: Path
+    variants: tuple[str, ...] = ()
+    lock_path: str | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variants", tuple(self.variants))
+        if not self.lock_dir.is_dir():
+            raise UserInputError(f"{self.lock_dir} is not a folder of stage parts (`release --stage` writes them)",
+                                 where="promote")
+
+
+@dataclass(frozen=True, kw_only=True)
+class PruneOptions:
+    """`trainimg prune`: only images that also carry every one of `labels` (KEY=VALUE); `dry_run` lists them."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+    dry_run: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "labels", MappingProxyType(dict(self.labels)))
+        for key in self.labels:
+            if not key or "=" in key:
+                raise UserInputError(f"{key!r}: use --label KEY=VALUE", where="--label")
 
 
 def default(options: type, name: str) -> object:
@@ -201,3 +265,57 @@ def default(options: type, name: str) -> object:
         if f.name == name:
             return f.default
     raise KeyError(f"{options.__name__} has no option {name!r}")
+
+
+CI_SYSTEMS = ("github", "gitlab")  # `trainimg ci SYSTEM`: the CI engines a pipeline is written for
+MATRIX_FORMATS = ("md", "html")  # `trainimg matrix --format`
+CI_BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")  # a branch name both engines accept unquoted
+
+
+@dataclass(frozen=True, kw_only=True)
+class CiOptions:
+    """`trainimg ci github|gitlab`: the pipeline's registry, variants, runners and where its secrets come from.
+
+    Credentials are never values here, only the names of the CI secrets/variables that hold them, so a generated
+    file can be committed. `install` is the shell line that puts trainimg on each job's PATH (default: the
+    checkout, `python3 -m pip install .`)."""
+
+    system: str
+    registry: str
+    variants: tuple[str, ...] = ()  # names or globs; none: every variant of the recipes
+    base_image: str | None = None  # `release --base-image`: a mirror of the recipes' FROM
+    runner: tuple[str, ...] = ()  # GitHub `runs-on` labels (none: ubuntu-latest), GitLab runner `tags`
+    image: str | None = None  # the container image the jobs run in (GitHub `container`, GitLab `image`)
+    install: str = "python3 -m pip install ."
+    username_var: str = "TRAINIMG_REGISTRY_USER"
+    password_var: str = "TRAINIMG_REGISTRY_PASSWORD"
+    branch: str = "main"  # releases run on pushes to this branch (and by hand)
+    recipes: str = "recipes"  # the recipes folder, relative to the checkout
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variants", tuple(self.variants))
+        object.__setattr__(self, "runner", tuple(self.runner))
+        if self.system not in CI_SYSTEMS:
+            raise UserInputError(f"{self.system!r} is not one of {', '.join(CI_SYSTEMS)}", where="ci")
+        for flag, name in (("--username-var", self.username_var), ("--password-var", self.password_var)):
+            if not ENV_NAME.fullmatch(name):
+                raise UserInputError(f"{name!r} is not a variable name", where=flag)
+        for flag, text in (("--install", self.install), *(("--runner", r) for r in self.runner)):
+            if not text.strip() or "\n" in text or "${{" in text:
+                raise UserInputError(f"{text!r}: give one non-empty line without `${{{{`", where=flag)
+        if not CI_BRANCH.fullmatch(self.branch) or ".." in self.branch:
+            raise UserInputError(f"{self.branch!r} is not a branch name", where="--branch")
+        if not self.recipes.strip() or "\n" in self.recipes:
+            raise UserInputError(f"{self.recipes!r} is not a folder", where="--recipes")
+
+
+@dataclass(frozen=True, kw_only=True)
+class MatrixOptions:
+    """`trainimg matrix`: which lockfile (None: the default images.lock) and which page format."""
+
+    lock_path: str | None = None
+    format: str = MATRIX_FORMATS[0]
+
+    def __post_init__(self) -> None:
+        if self.format not in MATRIX_FORMATS:
+            raise UserInputError(f"{self.format!r}: use {' or '.join(MATRIX_FORMATS)}", where="--format")

@@ -22,9 +22,16 @@ from .errors import CheckFailed
 from .options import ReleaseOptions, TestOptions
 from .progress import Progress, log_printer
 from .conformance.structure import check_structure_tests
-from .publish.lock import DEFAULT_LOCK, cache_sources, push_release, read_lock, record_release
-from .publish.push import PushResult
+from .publish.inputs import inputs_keys
+from .publish.lock import (DEFAULT_LOCK, LockEntry, cache_sources, moving_tag, push_release, read_lock,
+                           release_entries, write_lock)
+from .publish.passrecord import attach_records
+from .publish.promote import write_parts
+from .publish.push import PushResult, reachable_target
+from .publish.registryapi import RegistryAPI
+from .publish.skip import Decision, decide
 from .publish.references import RegistryTarget
+from .publish.sbom import SbomPublisher
 from .recipe.loading import RecipeSet
 
 
@@ -33,6 +40,7 @@ class ReleaseResult:
     builds: list[VariantBuild]
     suites: list[Suite]
     pushed: Mapping[str, PushResult]
+    skipped: Mapping[str, Decision] = dataclasses.field(default_factory=dict)  # variant -> why it was not built
 
 
 def test_images(engine: Engine, images: Sequence[tuple[str, str | None]], opts: TestOptions,
@@ -59,26 +67,76 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
             target: RegistryTarget, credentials: dict[str, str] | None, env: Mapping[str, str], root: Path,
             progress: str, on_suite: Callable[[Suite], None] | None = None,
             on_tested: Callable[[list[Suite]], None] | None = None,
-            on_pushed: Callable[[str, Any], None] | None = None) -> ReleaseResult:
+            on_pushed: Callable[[str, Any], None] | None = None,
+            on_decision: Callable[[Decision], None] | None = None,
+            on_sbom: Callable[[str], None] | None = None,
+            on_record: Callable[[str], None] | None = None) -> ReleaseResult:
     """Build `variants` (all of them when empty), test each, and push only if every suite passed; then record the
-    release in `opts.lock_path`. `on_tested` sees every suite before the decision (reports are written even when
-    nothing is pushed). Raises CheckFailed, naming each failed variant and check, when anything failed."""
+    release in `opts.lock_path` (or, with `opts.stage`, one part per variant in `opts.lock_dir`, no moving tag).
+
+    Each variant's inputs key is computed first; one whose key and passed image the registry already holds is
+    skipped (publish/skip.py; `on_decision` sees every verdict) and keeps its digest, its lock entry and its
+    place in the moving tags. `on_tested` sees every suite before the decision (reports are written even when
+    nothing is pushed). Each pushed variant's lock entry then goes beside its image too (publish/passrecord.py;
+    `on_record` sees a line each). Raises CheckFailed, naming each failed variant and check, when anything
+    failed."""
     previous = read_lock(opts.lock_path or DEFAULT_LOCK)  # a malformed lockfile fails before an hour of building
     check_structure_tests(opts.test.structure_tests)
-    build_opts = opts.build
+    chosen = recipes.with_parents(recipes.select(list(variants)))
+    keys = inputs_keys(recipes, engine, [v.name for v in chosen], opts.build, root, env)
+    api = RegistryAPI(reachable_target(engine, target), credentials)
+    decisions = decide(api, target, chosen, keys, previous, opts.rebuild)
+    for d in decisions.values():
+        if on_decision is not None:
+            on_decision(d)
+    wanted = [v.name for v in chosen if not decisions[v.name].skip]
+    build_opts = dataclasses.replace(opts.build, inputs_keys=keys)
     if not build_opts.cache_from:  # an ephemeral CI runner starts empty: the last release's pushes are its cache
-        chosen = [v.name for v in recipes.with_parents(recipes.select(list(variants)))]
-        build_opts = dataclasses.replace(build_opts, cache_from=cache_sources(previous, chosen))
-    builds = Builder(recipes, engine, Progress(progress, env), env, root).build(list(variants), build_opts)
+        build_opts = dataclasses.replace(build_opts, cache_from=cache_sources(previous, wanted))
+    builds = Builder(recipes, engine, Progress(progress, env), env, root).build(wanted, build_opts) if wanted else []
+    builds = [b for b in builds if b.name in wanted]  # a skipped parent built again only for its child stays out
     suites = test_images(engine, [(b.tag, b.name) for b in builds], opts.test, env, progress, on_suite)
     if on_tested is not None:
         on_tested(suites)
+    kept = {d.variant: d for d in decisions.values() if d.skip}
     failed = [s for s in suites if not s.passed]
     if failed:
+        if opts.stage:  # promote names the failure instead of a missing part
+            write_parts(opts.lock_dir, release_entries(engine, recipes, builds, suites, {}))
         raise CheckFailed("nothing pushed: " + "; ".join(
             f"{s.name} failed {', '.join(ch.name for ch in s.failed)}" for s in failed))
+    sboms = SbomPublisher(engine, target, credentials, on_sbom)
+    for b in builds:  # every image's SBOM is read before the first push: one without it never leaves
+        sboms.read(b.tag)
+
+    def pushed_with_sbom(tag: str, result: PushResult) -> None:
+        if on_pushed is not None:
+            on_pushed(tag, result)
+        sboms(tag, result)  # beside the image, as a referrer of its manifest
+
     pushed = push_release(engine, builds, target, credentials,
-                          gate=lambda image_id, ref: records.require_pass(image_id, ref, env), on_pushed=on_pushed)
-    if opts.lock_path:
-        record_release(opts.lock_path, engine, recipes, builds, suites, pushed)
-    return ReleaseResult(builds, suites, pushed)
+                          gate=lambda image_id, ref: records.require_pass(image_id, ref, env),
+                          on_pushed=pushed_with_sbom,
+                          kept={d.tag: d.digest for d in kept.values() if d.digest}, moving=not opts.stage)
+    attach_records(api, target, _record(opts, engine, recipes, builds, suites, pushed, kept, target), on_record)
+    return ReleaseResult(builds, suites, pushed, kept)
+
+
+def _record(opts: ReleaseOptions, engine: Engine, recipes: RecipeSet, builds: list[VariantBuild],
+            suites: list[Suite], pushed: Mapping[str, PushResult], kept: Mapping[str, Decision],
+            target: RegistryTarget) -> list[LockEntry]:
+    """Write what was released: the stage parts, or the lockfile (skipped variants' entries kept, their moving
+    tags updated). Returns the entries of the variants built."""
+    skipped = []
+    for d in kept.values():
+        assert d.entry is not None and d.digest is not None
+        refs = {target.ref(d.tag): d.digest}
+        if not opts.stage:
+            refs.update({r.ref: r.digest for t, r in pushed.items() if moving_tag(d.tag) == t and r.digest == d.digest})
+        skipped.append(dataclasses.replace(d.entry, pushed=dict(sorted(refs.items()))))
+    built = release_entries(engine, recipes, builds, suites, pushed)
+    if opts.stage:
+        write_parts(opts.lock_dir, [*built, *skipped])
+    elif opts.lock_path:
+        write_lock(opts.lock_path, [*built, *skipped])
+    return built

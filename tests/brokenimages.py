@@ -33,6 +33,7 @@ from pathlib import Path
 import docker
 import docker.errors
 from trainimg.runtime.contract import LABELS_PATH
+from wheels import write_wheel
 
 TEST_LABEL = {"trainimg.test": "1"}
 SITE_PACKAGES = "/opt/venv/lib/python3.11/site-packages"
@@ -253,3 +254,15 @@ def owned_by(client: docker.DockerClient, pid: int) -> list[str]:
     found += [f"network {n['Name']}" for n in client.api.networks(filters={"label": RUN_LABEL})
               if (n.get("Labels") or {}).get(OWNER_LABEL) == owner]
     return found
+
+
+# A recipe-level way to make one variant of a release fail conformance (tests/test_release.py,
+# tests/test_ci_gitlab_local.py): a wheel its `extras` pin, served from a wheelhouse the test writes.
+BREAKER = "trainimg-release-breaker"
+
+
+def breaker_wheel(folder: Path) -> Path:
+    """A pure-Python wheel whose .pth breaks torch.distributed.all_reduce after import (see the module doc)."""
+    dist = BREAKER.replace("-", "_")
+    return write_wheel(folder, BREAKER, "1.0", {f"{dist}.py": TORCH_PATCH.format(mode="wrong_sum").encode(),
+                                                 f"{dist}.pth": f"import {dist}\n".encode()})

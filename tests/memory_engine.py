@@ -79,6 +79,17 @@ class MemoryEngine(Engine):
             raise EngineError(f"no image {image_id}")
         self.images[ref] = info
 
+    def labelled_images(self, label: str) -> list[ImageInfo]:
+        key, eq, value = label.partition("=")
+        found = {i.id: i for i in self.images.values() if key in i.labels and (not eq or i.labels[key] == value)}
+        return list(found.values())
+
+    def remove_image(self, ref: str) -> bool:
+        names = [name for name, info in self.images.items() if ref in (name, info.id)]
+        for name in names:
+            del self.images[name]
+        return bool(names)
+
     def run_command(self, spec: ContainerSpec, timeout: float = 300.0) -> CommandResult:
         outcome = self.script(spec)
         if outcome.hang or outcome.seconds > timeout:

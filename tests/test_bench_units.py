@@ -22,7 +22,8 @@ _spec.loader.exec_module(bench)
 def test_figure_names_are_the_contract() -> None:
     assert figures.FIGURE_NAMES == (
         "matrix_build_ratio", "noop_rebuild_ratio", "pin_change_rebuild_ratio", "size_vs_naive", "size_overhead",
-        "allreduce_4_vs_1", "repush_bytes", "render_ms_per_variant", "ci_rebuild_ratio")
+        "allreduce_4_vs_1", "repush_bytes", "render_ms_per_variant", "ci_rebuild_ratio", "uv_vs_pip",
+        "uv_vs_pip_warm", "reproducible_package_diffs", "ci_noop_release", "ci_noop_layer_bytes", "ci_one_change")
 
 
 @pytest.mark.parametrize("num, den, expected", [
@@ -38,6 +39,8 @@ def test_ratio(num, den, expected) -> None:
     (0, "bytes", "ok", "0"),
     (1234567.0, "bytes", "ok", "1234567"),
     (3.14159, "ms", "ok", "3.14"),
+    (0.4567, "s", "ok", "0.46"),
+    (2, "count", "ok", "2"),
     (None, "ratio", "skipped", "skipped"),
     (None, "ratio", "ok", "skipped"),
     (None, "bytes", "failed", "failed"),
@@ -168,7 +171,8 @@ def test_the_repository_readme_has_the_markers_once() -> None:
 
 
 def test_the_bench_matrix_shares_the_shipped_parents() -> None:
-    """The bench copies render to the same python/comms/framework stages as the shipped CPU variants."""
+    """The bench copies render to the same stages as the shipped CPU variants below the lock install (python, uv's
+    stage, comms); the install holds the bench's own pinned extra."""
     from trainimg.recipe.loading import load_recipes
     from trainimg.plan.stages import plans
 
@@ -178,7 +182,8 @@ def test_the_bench_matrix_shares_the_shipped_parents() -> None:
     assert all(p.variant.tag.startswith(figures.BENCH_PREFIX) for p in mine)
     assert len({p.parents[0].key for p in mine}) == 1  # one shared python stage
     for p in mine:
-        assert [s.key for s in p.parents] == [s.key for s in shipped[p.variant.name].parents]
+        assert figures.below_the_install(p.parents) == figures.below_the_install(shipped[p.variant.name].parents)
+        assert len(figures.below_the_install(p.parents)) >= 2
     assert bench.PIN_VARIANT in {p.variant.name for p in mine}
 
 
@@ -239,3 +244,16 @@ def test_ci_rebuild_ratio_goal() -> None:
     assert figures.goal_met("ci_rebuild_ratio", figures.ratio(30.0, 200.0)) is True
     assert figures.goal_met("ci_rebuild_ratio", figures.ratio(50.0, 200.0)) is False
     assert figures.format_goal("ci_rebuild_ratio") == "≤ 0.2"
+
+
+def test_the_ci_fleet_recipes_load_and_one_change_rebuilds_the_variant_and_its_child(tmp_path: Path) -> None:
+    import cifleet
+
+    for name, text in cifleet.ci_recipes("0123abcd", bench.PIN_FROM).items():
+        (tmp_path / name).write_text(text, encoding="utf-8")
+    must, every = cifleet.expected_rebuilds(tmp_path, cifleet.CHANGED)  # loads and validates them as trainimg does
+    assert must == {"ci-a", "ci-a-child"} and every == {"ci-a", "ci-a-child", "ci-b", "ci-c"}
+    recipe = (tmp_path / f"{cifleet.CHANGED}.yaml").read_text(encoding="utf-8")
+    assert figures.change_pin(recipe, bench.PIN_FROM, bench.PIN_TO).count(bench.PIN_TO) == 1
+    assert set(cifleet.CI_FIGURES) <= set(figures.FIGURE_NAMES)
+    assert figures.format_goal("ci_noop_release") == "≤ 2" and figures.format_goal("ci_one_change") == "0"

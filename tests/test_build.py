@@ -29,6 +29,11 @@ from brokenimages import TestImages, registry_digest
 from conftest import CPU_VARIANT, LOCAL_BASE, ROOT, cpu_recipe, trainimg
 from conftest_registry import RegistryLogin
 
+from trainimg.plan.installer import UV
+from trainimg.plan.requirements import lock_header, lock_path, variant_requirements
+from trainimg.recipe.compat import load_compat
+from trainimg.recipe.loading import load_recipes
+
 pytestmark = pytest.mark.engine
 
 REAL_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -242,9 +247,9 @@ def test_secret_build_ran_pip_with_the_secrets(secret_build: SecretBuild) -> Non
     assert rep["manifest"]["distributions"]["six"] == "1.16.0"
     assert rep["manifest"]["distributions"]["torch"] == "2.13.0+cpu"
     assert rep["cache_hits"] < rep["steps"], "nothing ran: the secrets were never mounted"
-    run_id = secret_build.extra.split("[", 1)[1].split("]", 1)[0]
+    # The extra is in the lock, so the lock's install step (secrets mounted) runs anew.
     step = next(m.group(1) for line in secret_build.log.splitlines()
-                if run_id in line and "pip install" in line and (m := re.search(r"(#\d+) \[", line)))
+                if "--require-hashes" in line and "[framework" in line and (m := re.search(r"(#\d+) \[", line)))
     assert not re.search(rf"{step} CACHED$", secret_build.log, re.M), "the extras step (pip, secrets) was cached"
     assert re.search(rf"{step} DONE [0-9.]+s$", secret_build.log, re.M), f"{step} did not run to the end"
 
@@ -287,9 +292,33 @@ def test_no_run_secrets_directory_in_the_image(secret_build: SecretBuild, client
 # -- a failing build -------------------------------------------------------------------------------------------
 
 
+def test_an_unresolvable_pin_fails_when_locking_in_one_line(state_env: dict[str, str], tmp_path: Path) -> None:
+    """No committed lock: the build locks first, and a pin no index has stops it there, before the engine."""
+    recipes = write_recipes(tmp_path, "failtest-lock", ["six==0.0.999"])
+    r = trainimg("--recipes", str(recipes), "build", "failtest-lock", "--base-image", LOCAL_BASE,
+                 "--progress", "quiet", env=state_env, timeout=300)
+    assert r.returncode == 1, (r.returncode, r.stderr[-3000:])
+    line = one_line(r.stderr)
+    assert "lock failtest-lock" in line and "six==0.0.999" in line, line
+
+
+def write_unavailable_lock(recipes: Path, name: str, pin: str) -> None:
+    """A lock that is current for the recipe (its header is what `trainimg lock` writes) but pins, besides the
+    shipped CPU PyTorch lock's wheels, one that no index has: the engine's install step is what fails."""
+    variant = load_recipes(recipes).by_name[name]
+    body = lock_path(ROOT, CPU_VARIANT).read_text(encoding="utf-8").split("\n", 1)[1]
+    body = "\n".join(ln for ln in body.splitlines() if not ln.startswith("#")) + "\n"
+    text = lock_header(variant_requirements(variant, load_compat()), (), UV) + body + f"{pin} \\\n" \
+        f"    --hash=sha256:{'0' * 64}\n"
+    path = lock_path(recipes.parent, name)
+    path.parent.mkdir(parents=True)
+    path.write_text(text, encoding="utf-8")
+
+
 def test_failing_build_exits_1_with_one_line_and_leaves_no_tag(client: docker.DockerClient,
                                                                state_env: dict[str, str], tmp_path: Path) -> None:
     recipes = write_recipes(tmp_path, "failtest", ["six==0.0.999"])
+    write_unavailable_lock(recipes, "failtest", "six==0.0.999")
     tag = "trainimg-test/failtest:2.13.0-cpu-py3.11"
     remove_image(client, tag)
     before = {c["Id"] for c in client.api.containers(all=True)}  # one listing: never inspects (other users')
@@ -343,8 +372,9 @@ def test_push_after_test_passed_matches_the_registry_digest(cpu_image: str, stat
     env = {**state_env, "TRAINIMG_REGISTRY_PASSWORD": registry.password}
     r, _ = push(CPU_VARIANT, registry, env, "--username", registry.username)
     assert r.returncode == 0, r.stderr[-3000:]
-    line = one_line(r.stdout)
+    line, sbom = r.stdout.strip().splitlines()  # the image, then its SBOM pushed beside it (tests/test_sbom.py)
     assert line.startswith(f"pushed {registry.host}/{CPU_TAG}@sha256:"), line
+    assert sbom.startswith(f"sbom: pushed {registry.host}/"), sbom
     digest = line.split("@", 1)[1].split()[0]
     assert registry_digest(registry.host, registry.username, registry.password, CPU_TAG) == digest
     assert registry.password not in r.stdout + r.stderr

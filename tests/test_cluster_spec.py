@@ -26,6 +26,15 @@ GPU = {"pytorch": "pytorch-2.14.1-cu130-py3.11", "jax": "jax-0.10.2-cu126-py3.11
        "tensorflow": "tensorflow-2.21.0-cu125-py3.11"}
 
 
+#: The platforms whose specs the matrix below hands to tests/k8sconsumers.py or bash; Azure ML's command jobs go to
+#: azure-ai-ml's load_job in tests/test_azureml_spec.py.
+K8S_OR_SLURM = tuple(p for p in CLUSTER_PLATFORMS if p not in ("azureml", "sagemaker"))
+#: The platforms that take --gpus; SageMaker's instance type says its GPUs (tests/test_sagemaker_spec.py).
+BY_GPUS = tuple(p for p in CLUSTER_PLATFORMS if p != "sagemaker")
+#: What a platform needs besides the shared flags: Azure ML names its compute cluster.
+NEEDS = {"azureml": ("--compute", "gpu-cluster")}
+
+
 def spec(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
     code = main(["spec", *args])
     out, err = capsys.readouterr()
@@ -40,12 +49,12 @@ def refused(capsys: pytest.CaptureFixture[str], where: str, text: str, *args: st
 
 def matrix() -> list[tuple[str, str, int, int, bool]]:
     """platform x framework x nodes x GPUs x (program | conformance); TensorFlow has no Trainer v2 runtime."""
-    cases = itertools.product(CLUSTER_PLATFORMS, sorted(GPU), (1, 2, 4), (0, 1, 8), (False, True))
+    cases = itertools.product(K8S_OR_SLURM, sorted(GPU), (1, 2, 4), (0, 1, 8), (False, True))
     return [c for c in cases if not (c[0] == "trainjob" and c[1] == "tensorflow")]
 
 
 def test_every_generated_spec_is_accepted_by_its_consumer(capsys: pytest.CaptureFixture[str]) -> None:
-    checked = {platform: 0 for platform in CLUSTER_PLATFORMS}
+    checked = {platform: 0 for platform in K8S_OR_SLURM}
     for platform, framework, nodes, gpus, conformance in matrix():
         program = ["--conformance"] if conformance else ["--", "python", "train.py", "--epochs", "3"]
         code, out, err = spec(capsys, "--platform", platform, "--image", GPU[framework], "--registry", REGISTRY,
@@ -76,20 +85,21 @@ def test_slurm_container_runtimes(capsys: pytest.CaptureFixture[str], runtime: s
 
 def test_launcher_gets_a_process_count_only_where_the_platform_gives_none(capsys: pytest.CaptureFixture[str]) -> None:
     commands = {}
-    for platform in CLUSTER_PLATFORMS:
+    for platform in BY_GPUS:
         code, out, err = spec(capsys, "--platform", platform, "--image", GPU["pytorch"], "--registry", REGISTRY,
-                              "--replicas", "2", "--gpus", "4", "--", "python", "t.py")
+                              "--replicas", "2", "--gpus", "4", *NEEDS.get(platform, ()), "--", "python", "t.py")
         assert code == 0, err
         commands[platform] = "--nproc-per-node 4" in out or "- --nproc-per-node\n        - '4'" in out or \
             "--nproc-per-node\n" in out
     # TF_CONFIG and a JobSet say nothing of processes per node; a PyTorch program there needs the count.
-    assert commands == {"trainjob": False, "pytorchjob": False, "tfjob": True, "jobset": True, "slurm": False}
+    assert commands == {"trainjob": False, "pytorchjob": False, "tfjob": True, "jobset": True, "slurm": False,
+                        "azureml": False}
 
 
-@pytest.mark.parametrize("platform", CLUSTER_PLATFORMS)
+@pytest.mark.parametrize("platform", BY_GPUS)
 def test_cpu_build_given_gpus_is_refused_before_it_queues(capsys: pytest.CaptureFixture[str], platform: str) -> None:
     refused(capsys, "--gpus", "CPU", "--platform", platform, "--image", CPU, "--registry", REGISTRY,
-            "--replicas", "2", "--gpus", "8", "--", "python", "t.py")
+            "--replicas", "2", "--gpus", "8", *NEEDS.get(platform, ()), "--", "python", "t.py")
 
 
 @pytest.mark.parametrize("platform", ["vertex", "aiplatform"])

@@ -25,10 +25,13 @@ from trainimg.options import JobOptions
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
-PLATFORMS = ["slurm", "trainjob", "pytorchjob", "tfjob", "jaxjob", "jobset"]
+PLATFORMS = ["slurm", "trainjob", "pytorchjob", "tfjob", "jaxjob", "jobset", "azureml", "sagemaker"]
 SHAPES = [(2, 1), (4, 1), (2, 2)]  # (replicas, processes per replica)
+#: Platforms that start every process themselves: a container per process (Slurm's tasks, Azure ML's pytorch).
+PER_PROCESS = ("slurm", "azureml")
 # How each replica's launcher says it was started (its first line): by the platform, or starting them itself.
-STARTED = {"slurm": "started by slurm", "trainjob": "started by torchrun"}
+STARTED = {"slurm": "started by slurm", "trainjob": "started by torchrun",
+           "azureml": "started by azureml"}
 LAUNCH_LINE = re.compile(r"^\[(?P<replica>[^\]]+)\] trainimg-launch: (?P<how>.*)$", re.M)
 
 
@@ -60,7 +63,7 @@ def test_pytorch_on_each_platform(cpu_image: str, platform: str, replicas: int, 
     assert check["reason"] == f"sum {world * (world + 1) // 2} on all {world} ranks"
     assert ranks(check) == list(range(world))
     names = list(check["details"]["replicas"])
-    assert len(names) == (world if platform == "slurm" else replicas), names  # Slurm: a container per task
+    assert len(names) == (world if platform in PER_PROCESS else replicas), names
     launched = {m["replica"]: m["how"] for m in LAUNCH_LINE.finditer(output)}
     assert set(launched) == set(names), output[-3000:]
     expected = STARTED.get(platform) or (f"via torchrun (nproc-per-node {nproc})" if nproc > 1 else "via exec")
@@ -68,7 +71,9 @@ def test_pytorch_on_each_platform(cpu_image: str, platform: str, replicas: int, 
 
 
 FITS = [("jax", "slurm"), ("jax", "jobset"), ("jax", "jaxjob"), ("jax", "trainjob"), ("tensorflow", "tfjob"),
-        ("tensorflow", "slurm"), ("tensorflow", "jobset")]
+        ("tensorflow", "slurm"), ("tensorflow", "jobset"),
+        ("tensorflow", "azureml"), ("jax", "azureml"),
+        ("tensorflow", "sagemaker"), ("jax", "sagemaker")]
 
 
 @pytest.mark.parametrize(("framework", "platform"), FITS)
@@ -123,3 +128,28 @@ def test_run_shapes_each_platform_refuses(kwargs: dict, where: str, words: str) 
     with pytest.raises(UserInputError) as exc:
         run_job(engine, "any", JobOptions(command=["true"], replicas=2, **kwargs))
     assert exc.value.where == where and words in exc.value.message
+
+
+def test_tensorflow_on_azureml_at_four_workers(framework_images: dict[str, str],  # noqa: F811
+                                               state_env: dict[str, str], tmp_path: Path) -> None:
+    """Azure ML's tensorflow distribution at 4 workers (2 is in FITS): TF_CONFIG workers only, ``environment: cloud``,
+    a real MultiWorkerMirroredStrategy all-reduce across the 4 containers."""
+    check, _ = gate(framework_images["tensorflow"], "azureml", 4, 1, state_env, tmp_path)
+    assert check["status"] == "passed" and check["reason"] == "sum 10 on all 4 ranks", check["reason"]
+    assert sorted(check["details"]["replicas"]) == [f"worker-{k}" for k in range(4)] and ranks(check) == [0, 1, 2, 3]
+
+
+def test_sagemaker_replicas_read_their_mounted_resource_config(cpu_image: str) -> None:
+    """Each SageMaker replica finds its own resourceconfig.json where SageMaker puts it, read-only, answers to the
+    name it lists (algo-1, algo-2); the launcher reads the file (no SM_* variable is set)."""
+    # Its own name resolves on the job's network (the peers' names carry the all-reduce in the runs above).
+    script = ("import json, os, socket; c = json.load(open('/opt/ml/input/config/resourceconfig.json')); "
+              "print('SM', c['current_host'], ','.join(c['hosts']), os.environ['RANK'], os.environ['MASTER_ADDR'], "
+              "os.environ['MASTER_PORT'], os.access('/opt/ml/input/config/resourceconfig.json', os.W_OK), "
+              "bool(socket.gethostbyname(c['current_host'])), os.environ['TRAINIMG_PLATFORM'])")
+    opts = JobOptions(command=["python3", "-c", script], platform="sagemaker", replicas=2, timeout=300)
+    result = run_job(DockerEngine(), cpu_image, opts)
+    assert result.exit_code == 0, result.summary() + "\n".join(r.logs[-1500:] for r in result.replicas)
+    said = sorted(line.split()[1:] for r in result.replicas for line in r.logs.splitlines() if line.startswith("SM "))
+    assert said == [["algo-1", "algo-1,algo-2", "0", "algo-1", "7777", "False", "True", "sagemaker"],
+                    ["algo-2", "algo-1,algo-2", "1", "algo-1", "7777", "False", "True", "sagemaker"]], said

@@ -18,7 +18,7 @@ from test_platform_clients import Row, judge, node_count, port, read, run_client
 
 from trainimg.runtime.hostfile import format_hostfile
 from trainimg.runtime.launch import launch_env
-from trainimg.runtime.platforms import ompi
+from trainimg.runtime.platforms import azureml, ompi
 from trainimg.runtime.world import ClusterInfo, split_address
 
 CASES = 420  # environments generated; the excused (JAX pointed at a launcher pod) do not count towards LEAST
@@ -65,9 +65,9 @@ def job(rng: random.Random, tmp: Path, number: int) -> list[tuple[dict[str, Any]
     return out
 
 
-def batch(tmp: Path) -> list[tuple[dict[str, Any], dict[str, str]]]:
+def batch(tmp: Path, least: int = CASES) -> list[tuple[dict[str, Any], dict[str, str]]]:
     rng, cases, number = random.Random(23), [], 0
-    while len(cases) < CASES:
+    while len(cases) < least:
         cases += job(rng, tmp, number)
         number += 1
     return cases
@@ -120,3 +120,40 @@ def test_launcher_hands_torch_the_ompi_ranks(tmp_path: Path) -> None:
                "master_node": facts["reach"].get(mine["MASTER_ADDR"]), "node": int(mine["TRAINIMG_NODE_RANK"])}
         rows.append(Row(f"mpi-{i} {facts['shape']}", own, source, source))
     judge("Open MPI: torch env:// from OMPI_COMM_WORLD_*", rows)
+
+
+def azure_ml(facts: dict[str, Any], env: dict[str, str], rng: random.Random) -> dict[str, str]:
+    """The same ranks as Azure ML's ``mpi`` distribution starts them: its run markers, ``AZ_BATCH_MASTER_NODE``
+    (multi-node) or ``AZ_BATCHAI_MPI_MASTER_NODE`` (one node) naming node 0, and no hostfile or MASTER_ADDR of the
+    job's own (Azure ML's mpirun runs on node 0, so ``OMPI_MCA_orte_hnp_uri`` names node 0 too)."""
+    nodes = int(env[ompi.SIZE]) // int(env[ompi.LOCAL_SIZE])
+    first = next(address for address, node in facts["reach"].items() if node == 0 and address[0].isdigit())
+    kept = {k: v for k, v in env.items() if k not in (ompi.HOSTFILE, "MASTER_ADDR", ompi.KEEP_FQDN, ompi.DEFAULT_SLOTS)}
+    markers = {"AZUREML_RUN_ID": f"train_{rng.getrandbits(32):08x}", azureml.NODE_COUNT: str(nodes)}
+    master = ({azureml.SINGLE_NODE_MASTER: first} if nodes == 1
+              else {azureml.MULTI_NODE_MASTER: f"{first}:{rng.randint(1024, 65535)}"})
+    return {**kept, **markers, **master}
+
+
+def test_jax_ompi_cluster_agrees_on_azure_ml_mpi(tmp_path: Path) -> None:
+    """Azure ML's mpi distribution is read as Azure ML (its markers win over Open MPI's) and JAX agrees with it."""
+    rng = random.Random(2305)
+    cases = [(facts, azure_ml(facts, env, rng)) for facts, env in batch(tmp_path, 2 * CASES)
+             if facts["shape"] in ("plain", "one-node")]
+    assert len(cases) >= 200, len(cases)
+    answers = run_client("jax", "jax_client.py", [{"mode": "detect", "env": env} for _, env in cases])
+    rows = []
+    for i, ((facts, env), theirs) in enumerate(zip(cases, answers)):
+        info = read(env)
+        assert isinstance(info, ClusterInfo) and info.platform == azureml.NAME == info.started_by, (env, info)
+        mine = launch_env(info, {})
+        own = jax_view(facts, mine["JAX_COORDINATOR_ADDRESS"], int(mine["JAX_NUM_PROCESSES"]),
+                       int(mine["JAX_PROCESS_ID"]), int(mine["LOCAL_RANK"]))
+        ids = theirs.get("local_device_ids")
+        client = jax_view(facts, theirs.get("coordinator"), theirs.get("num_processes"), theirs.get("process_id"),
+                          ids[0] if ids else None)
+        jax_port = int(env.get("JAX_COORDINATOR_PORT") or int(env[ompi.HNP_URI].split(".")[0]) // 4096 % 4096 + 61440)
+        truth = {"detected": True, "process_count": int(env[ompi.SIZE]), "process_id": int(env[ompi.RANK]),
+                 "local_process_id": int(env[ompi.LOCAL_RANK]), "coordinator": {"node": 0, "port": jax_port}}
+        rows.append(Row(f"azureml-mpi-{i} {facts['shape']}", own, client, truth))
+    judge("Azure ML mpi: JAX's OmpiCluster", rows)

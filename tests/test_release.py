@@ -18,12 +18,9 @@ names a changed version pin and the layers that differ.
 
 from __future__ import annotations
 
-import base64
-import hashlib
 import io
 import json
 import uuid
-import zipfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -33,44 +30,23 @@ import docker.errors
 import pytest
 import requests
 import xmlschema
-from brokenimages import TORCH_PATCH
+from brokenimages import BREAKER, breaker_wheel
 from conftest import LOCAL_BASE, ROOT, cpu_recipe, trainimg
 from conftest_registry import RegistryLogin
 
 from trainimg.publish.lock import LockEntry, moving_tag, read_lock
 from trainimg.publish.push import RegistryTarget
-from trainimg.publish.registryapi import MANIFEST_TYPES
+from trainimg.publish.referrers import referrers
+from trainimg.publish.registryapi import MANIFEST_TYPES, RegistryAPI
+from trainimg.runtime.sbom import MEDIA_TYPE as SBOM_MEDIA_TYPE
 from registryread import remote_tags
 
 pytestmark = pytest.mark.engine
 
 RUN = uuid.uuid4().hex[:8]
 VERSION = "2.13.0-cpu-py3.11"
-BREAKER = "trainimg-release-breaker"
 WHEELS = Path("/opt/wheels")
 
-
-
-def breaker_wheel(folder: Path) -> Path:
-    """A pure-Python wheel whose .pth breaks torch.distributed.all_reduce after import (see the module doc)."""
-    dist = BREAKER.replace("-", "_")
-    files = {
-        f"{dist}.py": TORCH_PATCH.format(mode="wrong_sum").encode(),
-        f"{dist}.pth": f"import {dist}\n".encode(),
-        f"{dist}-1.0.dist-info/METADATA": f"Metadata-Version: 2.1\nName: {BREAKER}\nVersion: 1.0\n".encode(),
-        f"{dist}-1.0.dist-info/WHEEL": b"Wheel-Version: 1.0\nGenerator: trainimg-tests\nRoot-Is-Purelib: true\n"
-                                      b"Tag: py3-none-any\n",
-    }
-    record = [f"{name},sha256={base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b'=').decode()},"
-              f"{len(data)}" for name, data in files.items()]
-    record.append(f"{dist}-1.0.dist-info/RECORD,,")
-    files[f"{dist}-1.0.dist-info/RECORD"] = ("\n".join(record) + "\n").encode()
-    folder.mkdir(parents=True, exist_ok=True)
-    path = folder / f"{dist}-1.0-py3-none-any.whl"
-    with zipfile.ZipFile(path, "w", zipfile.ZIP_DEFLATED) as zf:
-        for name, data in files.items():
-            zf.writestr(name, data)
-    return path
 
 
 class Release:
@@ -131,8 +107,10 @@ def rel(tmp_path_factory: pytest.TempPathFactory, registry: RegistryLogin, state
         tag = release.tag(name)
         refs |= {tag, moving_tag(tag) or tag, release.target.ref(tag), release.target.ref(moving_tag(tag) or tag),
                  f"trainimg-locked/{name}"}
-    for image in client.images.list():
-        for t in image.tags:
+    # One listing call, tags read from its answer: `images.list()` inspects every image and fails when another
+    # process removes one in between.
+    for image in client.api.images():
+        for t in image.get("RepoTags") or []:
             if t in refs or t.rpartition(":")[0] in refs:
                 try:
                     client.api.remove_image(t, force=True)
@@ -191,6 +169,10 @@ def test_b_release_pushes_both_and_locks_registry_digests(rel: Release, good_rel
         assert immutable is not None
         assert entry.pushed[rel.target.ref(tag)] == immutable
         assert entry.pushed[rel.target.ref(mt)] == rel.head(mt) == immutable
+        # Its SBOM beside it: one artifact whose subject is the released manifest (the moving tag adds none).
+        sboms = referrers(RegistryAPI(rel.target, rel.creds), f"trainimg-test/{rel.repos[name]}", immutable,
+                          SBOM_MEDIA_TYPE)
+        assert len(sboms) == 1, sboms
     # Deterministic bytes: sorted keys, two-space indent, one trailing newline.
     text = rel.lock.read_text(encoding="utf-8")
     assert text.endswith("}\n") and not text.endswith("\n\n")

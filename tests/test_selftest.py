@@ -24,7 +24,7 @@ from test_gpu_image import cuda_image, gpu_images  # noqa: F401  (the CUDA torch
 from trainimg.runtime.cluster import parse_cluster
 from trainimg.runtime.expect import expectations, image_labels
 from trainimg.runtime.probe import CHECK_NAMES
-from trainimg.runtime.selftest import local_replicas, plan_allreduce
+from trainimg.runtime.selftest import NOT_EMULATED, local_replicas, plan_allreduce
 from trainimg.runtime.topology import PLATFORMS
 
 JUNIT_XSD = ROOT / "builder" / "conformance" / "data" / "junit.xsd"
@@ -40,7 +40,7 @@ CPU_IMAGES = {
 # --- without an engine ---------------------------------------------------------------------------------------------
 
 
-EMULATED = [p for p in PLATFORMS if p != "jobset"]
+EMULATED = [p for p in PLATFORMS if p not in NOT_EMULATED]
 
 
 @pytest.mark.parametrize("platform", EMULATED)
@@ -106,6 +106,7 @@ def test_expectations_from_the_image_files(tmp_path: Path) -> None:
     (["--labels", "@list"], "not a JSON object of strings"),
     (["--labels", "@none", "--json", "@blocked"], "cannot write"),
     (["--labels", "@none", "--platform", "jobset"], "no emulation can point at 127.0.0.1"),
+    (["--labels", "@none", "--platform", "sagemaker"], "no emulation can point at 127.0.0.1"),
     (["--labels", "@none", "--platform", "trainjob", "--framework", "tensorflow"], "--platform tfjob"),
 ])
 def test_bad_usage_is_one_line_and_exit_2(args: list[str], words: str, tmp_path: Path) -> None:

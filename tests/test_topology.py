@@ -158,7 +158,7 @@ def test_ipv6_hosts_are_bracketed() -> None:
         ({"platform": "vertex", "replicas": 0}, "replicas"),
         ({"platform": "vertex", "replicas": 2, "ps": -1}, "ps"),
         ({"platform": "vertex", "replicas": 2, "evaluators": -1}, "evaluators"),
-        ({"platform": "sagemaker", "replicas": 2}, "unknown platform"),
+        ({"platform": "borg", "replicas": 2}, "unknown platform"),
         ({"platform": "vertex", "replicas": 2, "port": 0}, "port"),
         ({"platform": "uai", "replicas": 2, "port": 65535}, "port"),
         ({"platform": "uai", "replicas": 2, "ps": 3}, "ps=3"),

@@ -18,6 +18,8 @@ VENVS = {
               ["torch", "hypertune", "lightning_fabric"]),
     "tf": ("/tmp/venv-tf", ["tensorflow-cpu==2.21.0"], ["tensorflow"]),
     "jax": ("/tmp/venv-jax", ["jax==0.10.2", "jaxlib==0.10.2"], ["jax", "jaxlib"]),
+    # sagemaker-training pins boto3, numpy, scipy and gevent of its own: kept apart from the frameworks.
+    "sagemaker": ("/tmp/venv-sagemaker", ["sagemaker-training==5.1.4"], ["sagemaker_training"]),
 }
 _FAILURES: dict[str, str] = {}
 _CHECK = "import importlib.util,sys; sys.exit(any(importlib.util.find_spec(m) is None for m in sys.argv[1:]))"

@@ -27,14 +27,25 @@ from .. import runtime as runtime_pkg
 from ..recipe.compat import Compat, load_compat
 from ..engine.base import BuildRequest, Engine
 from ..errors import UserInputError
-from ..options import BuildOptions
-from ..plan.stages import BASE_ARG, CA_SECRET, FINAL_STAGE, PARENT_ARG, PIP_CONF_SECRET, Plan, plans as plans_of
+from ..options import BuildOptions, LockOptions
+from ..plan.stages import (
+    BASE_ARG,
+    CA_SECRET,
+    FINAL_STAGE,
+    PARENT_ARG,
+    PIP_CONF_SECRET,
+    UV_CONF_SECRET,
+    Plan,
+    plans as plans_of,
+)
 from ..progress import Progress
 from ..recipe.loading import RecipeSet, Variant
 from ..render.dockerfile import render_plan
 from ..runtime.manifest import distribution_key
 from ..runtime.contract import (
     ABSENT_LABEL,
+    LOCK_DIGEST_LABEL,
+    INPUTS_LABEL,
     MANAGED_LABEL,
     MANIFEST_PATH,
     OCI_BASE_NAME,
@@ -44,7 +55,11 @@ from ..runtime.contract import (
     OCI_VERSION,
     VERSION_PREFIX,
 )
-from .wheelhouse import check_dirs, pip_conf, serve, write_secret
+from .litter import pass_tag, release_names, remove_superseded
+from .locking import locks_into
+from .wheelhouse import check_dirs, pip_conf, serve, uv_conf, write_secret
+
+ALLOW_MISSING_ARG = "TRAINIMG_ALLOW_MISSING"  # the components a build may miss (`--allow-missing`)
 
 
 
@@ -63,6 +78,7 @@ class VariantBuild:
     base_image: str
     absent: list[str]
     manifest: dict[str, Any]
+    inputs: str | None = None  # the inputs key it was labelled with (publish/inputs.py), None when not computed
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -157,13 +173,14 @@ class Builder:
         self.recipes, self.engine, self.progress, self.env = recipes, engine, progress, env
         self.repo_root = repo_root
         self.compat = compat or load_compat()
+        self.lock_digests: dict[str, str] = {}
 
-    def plans(self, variants: list[Variant]) -> list[Plan]:
-        return plans_of(self.recipes, variants, compat=self.compat)
+    def plans(self, variants: list[Variant], installer: str) -> list[Plan]:
+        return plans_of(self.recipes, variants, compat=self.compat, installer=installer)
 
     def build(self, names: list[str], opts: BuildOptions) -> list[VariantBuild]:
         chosen = self.recipes.with_parents(self.recipes.select(names))
-        plans = self.plans(chosen)
+        plans = self.plans(chosen, opts.installer)
         known = sorted({c for p in plans for c in p.components})
         for name in opts.allow_missing:
             if name not in known:
@@ -175,10 +192,16 @@ class Builder:
         prov = provenance(self.repo_root, self.env)
         with tempfile.TemporaryDirectory(prefix="trainimg-ctx-") as tmp, serve(wheelhouses) as lines:
             ctx = runtime_context(Path(tmp) / "context")
+            self.progress.start("lock")
+            self.lock_digests = locks_into(ctx, self.recipes, chosen, self.repo_root,
+                                           LockOptions(wheelhouses=opts.wheelhouses), self.env,
+                                           functools.partial(self.progress.line, "lock"), self.compat)
+            self.progress.done("lock", f"{len(self.lock_digests)} locks in the build context")
             secrets_dir = Path(tmp) / "secrets"
             secrets_dir.mkdir(mode=0o700)
             secrets = {PIP_CONF_SECRET: write_secret(secrets_dir, PIP_CONF_SECRET,
-                                                     pip_conf(lines, opts.ca_bundle, self.env))}
+                                                     pip_conf(lines, opts.ca_bundle, self.env)),
+                       UV_CONF_SECRET: write_secret(secrets_dir, UV_CONF_SECRET, uv_conf(lines, self.env))}
             if opts.ca_bundle:
                 secrets[CA_SECRET] = opts.ca_bundle
             common: dict[str, Any] = dict(context=ctx, secrets=secrets, network_host=bool(wheelhouses),
@@ -193,54 +216,61 @@ class Builder:
                 used[plan.variant.name] = [f"{s.name}:{s.key[:12]}" for s in plan.parents if s.key in shared]
                 for stage in plan.parents:
                     if stage.key in shared and stage.key not in done_parents:
-                        task = f"{stage.name} stage {stage.key[:12]} (shared by {shared[stage.key]} variants)"
-                        self.progress.start(task)
-                        res = self.engine.build(
-                            BuildRequest(df, target=stage.name, build_args=self._args(plan, opts, {}), **common),
-                            functools.partial(self.progress.line, task))
-                        self.progress.done(task, f"built {task} in {res.seconds:.1f}s")
+                        self._build_shared(stage, shared[stage.key], df, build_args(plan, opts, {}), common)
                         done_parents.add(stage.key)
             # Then the variants, concurrently once their shared parents are in the cache: BuildKit runs the
             # framework installs side by side. A variant that extends another waits for the wave before it.
-            built: dict[str, str] = {}  # variant name -> image id, for variants that extend it
+            # variant name -> its tag, for variants that extend it: BuildKit (20.10) reads `FROM sha256:<id>` as
+            # the Docker Hub image library/sha256 (see publish/lock.py), but resolves a local tag; this run set it.
+            built: dict[str, str] = {}
             by_name: dict[str, VariantBuild] = {}
             for wave in _waves(plans):
                 with ThreadPoolExecutor(max_workers=max(1, min(opts.jobs, len(wave)))) as pool:
                     futures = {p.variant.name: pool.submit(self._build_variant, p, files[p.variant.name],
-                                                           self._args(p, opts, built), common,
-                                                           used[p.variant.name], prov) for p in wave}
+                                                           build_args(p, opts, built), common,
+                                                           used[p.variant.name], prov,
+                                                           opts.inputs_keys.get(p.variant.name)) for p in wave}
                     for name, future in futures.items():
                         by_name[name] = future.result()
-                        built[name] = by_name[name].image_id
+                        built[name] = by_name[name].tag
         return [by_name[p.variant.name] for p in plans]
+
+    def _build_shared(self, stage: Any, users: int, df: Path, args: dict[str, str],
+                      common: dict[str, Any]) -> None:
+        """Build one parent stage that `users` variants share, once, so they hit BuildKit's cache for it."""
+        task = f"{stage.name} stage {stage.key[:12]} (shared by {users} variants)"
+        self.progress.start(task)
+        name = pass_tag(stage.name)
+        res = self.engine.build(BuildRequest(df, target=stage.name, build_args=args, tags=(name,), **common),
+                                functools.partial(self.progress.line, task))
+        release_names(self.engine, [name])  # BuildKit keeps the cache; the stored image may go
+        self.progress.done(task, f"built {task} in {res.seconds:.1f}s")
 
     def _shared_parents(self, plans: list[Plan]) -> dict[str, int]:
         counts = Counter(s.key for p in plans for s in p.parents)
         return {key: n for key, n in counts.items() if n > 1}
 
-    def _args(self, plan: Plan, opts: BuildOptions, built: Mapping[str, str]) -> dict[str, str]:
-        v = plan.variant
-        args = {"TRAINIMG_ALLOW_MISSING": " ".join(sorted(opts.allow_missing))}
-        if v.extends:
-            args[PARENT_ARG] = built[v.extends]
-        else:
-            args[BASE_ARG] = opts.base_overrides.get(v.name) or opts.base_image or v.base_image
-        return args
-
     def _build_variant(self, plan: Plan, df: Path, args: dict[str, str], common: dict[str, Any], used: list[str],
-                       prov: Mapping[str, str]) -> VariantBuild:
+                       prov: Mapping[str, str], inputs: str | None) -> VariantBuild:
         v = plan.variant
         self.progress.start(f"{v.name}")
         start = time.monotonic()
-        req = BuildRequest(df, target=FINAL_STAGE, build_args=args, **common)
+        names = (pass_tag(v.name), pass_tag(v.name))
+        req = BuildRequest(df, target=FINAL_STAGE, build_args=args, tags=names[:1], **common)
         res = self.engine.build(req, lambda line: self.progress.line(v.name, line))
         manifest = json.loads(self.engine.read_file(res.image_id, MANIFEST_PATH))
         base = args.get(BASE_ARG) or args.get(PARENT_ARG, "")
         # The labels go on through BuildKit again (every step cached, labels outside the cache keys): an image
         # relabelled by the classic builder would lose the inline cache metadata that --cache-from reads.
         labels = labels_from_manifest(v, manifest, prov, base)
-        image_id = self.engine.build(dataclasses.replace(req, labels=labels)).image_id
+        labels[LOCK_DIGEST_LABEL] = self.lock_digests[v.name]
+        if inputs:
+            labels[INPUTS_LABEL] = inputs
+        image_id = self.engine.build(dataclasses.replace(req, labels=labels, tags=names[1:])).image_id
+        old = self.engine.image(v.tag)
         self.engine.tag(image_id, v.tag)
+        release_names(self.engine, names)
+        remove_superseded(self.engine, old, image_id)  # the image the tag left: no `<none>` litter
         info = self.engine.image(image_id)
         size = info.size if info else 0
         seconds = time.monotonic() - start
@@ -250,5 +280,17 @@ class Builder:
             name=v.name, tag=v.tag, image_id=image_id, size=size, seconds=round(seconds, 2),
             steps=res.steps, cached=res.cached, shared_parents=used,
             base_image=base,
-            absent=sorted(manifest.get("absent", [])), manifest=manifest,
+            absent=sorted(manifest.get("absent", [])), manifest=manifest, inputs=inputs,
         )
+
+
+def build_args(plan: Plan, opts: BuildOptions, built: Mapping[str, str]) -> dict[str, str]:
+    """The build arguments of `plan`'s variant; `built` maps a parent variant to the local name of its image.
+    The inputs key (publish/inputs.py) hashes these with the base and parent resolved to what they name."""
+    v = plan.variant
+    args = {ALLOW_MISSING_ARG: " ".join(sorted(opts.allow_missing))}
+    if v.extends:
+        args[PARENT_ARG] = built[v.extends]
+    else:
+        args[BASE_ARG] = opts.base_overrides.get(v.name) or opts.base_image or v.base_image
+    return args

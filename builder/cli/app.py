@@ -14,8 +14,9 @@ import click
 
 from ..errors import TrainimgError
 from ..runtime.contract import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE
-from . import gate, images, jobs, registry
+from . import ci, fleet, gate, images, jobs, locks, registry
 from .context import Ctx
+from .sbom import sbom_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
@@ -32,9 +33,9 @@ def cli(ctx: click.Context, recipes: Path | None) -> None:
     ctx.obj = Ctx(recipes or Path(env.get("TRAINIMG_RECIPES", "recipes")), env)
 
 
-for _command in (images.list_cmd, images.validate, images.render, images.build, images.bake, gate.test_cmd,
+for _command in (images.list_cmd, images.validate, images.render, locks.lock, images.build, images.bake, gate.test_cmd,
                  gate.push_cmd, gate.release, gate.diff_cmd, registry.registry, jobs.cluster, jobs.spec, jobs.run,
-                 jobs.tune):
+                 jobs.tune, ci.ci, ci.matrix, sbom_cmd, fleet.promote, fleet.prune):
     cli.add_command(_command)
 
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -32,6 +33,18 @@ class Ctx:
 pass_ctx = click.make_pass_decorator(Ctx)
 #: A verb's callback, as the shared flag groups (`build_flags`, `test_flags`, `registry_flags`) take and return it.
 Callback = TypeVar("Callback", bound=Callable[..., Any])
+
+
+def check_writable(path: str | None) -> None:
+    """Refuse a report path that cannot be written before the work that fills it, not after (one line, exit 2)."""
+    if path in (None, "-"):
+        return
+    target = Path(path)
+    folder = next((p for p in (target.parent, *target.parent.parents) if p.exists()), Path("."))
+    why = ("it is a folder" if target.is_dir() else f"{folder} is not a folder" if not folder.is_dir()
+           else f"{folder} is not writable" if not os.access(folder, os.W_OK) else "")
+    if why:
+        raise UserInputError(f"cannot write {path}: {why}; choose a file you can write")
 
 
 def emit_json(data: Any, path: str | None) -> None:

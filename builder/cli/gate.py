@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import CheckFailed, UserInputError
-from ..options import NPROC_PER_NODE, REPLICAS, TestOptions, default
+from ..options import NPROC_PER_NODE, REPLICAS, ReleaseOptions, TestOptions, default
 from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
 from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
@@ -131,21 +131,25 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
     from ..conformance import records
     from ..publish.push import push
     from ..publish.references import RegistryTarget
+    from ..publish.sbom import SbomPublisher
 
     target = RegistryTarget.parse(registry)
     creds = _credentials(target, username, password_stdin, c.env)
     engine = _engine()
+    sboms = SbomPublisher(engine, target, creds, click.echo)
+    for tag in tags:
+        if engine.image(tag) is None:
+            raise UserInputError(f"no image {tag} on this engine: run `trainimg build` first", where="push")
+        sboms.read(tag)  # an image without its SBOM is refused before anything leaves
     results = []
     for tag in tags:
-        info = engine.image(tag)
-        if info is None:
-            raise UserInputError(f"no image {tag} on this engine: run `trainimg build` first", where="push")
 
         def passed(image_id: str, ref: str = tag) -> None:
             records.require_pass(image_id, ref, c.env)
 
         result = push(engine, tag, target, tag, credentials=creds, gate=passed)
         click.echo(f"pushed {result.ref}@{result.digest} ({result.bytes_uploaded} bytes uploaded)")
+        sboms(tag, result)
         results.append(result)
     return results
 
@@ -168,31 +172,42 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
 @click.option("--json", "json_path", metavar="FILE", help="Write the release report as JSON.")
 @click.option("--lock", "lock_path", metavar="FILE", default=None,
               help="Record what was released in this lockfile (merged; written only after every push succeeded).")
+@click.option("--rebuild", is_flag=True,
+              help="Build, test and push even variants whose inputs key and passed image the registry holds.")
+@click.option("--stage", is_flag=True,
+              help="One CI job of many: push the immutable tags only and write a part per variant to --lock-dir; "
+                   "`trainimg promote` moves the tags once every part is in.")
+@click.option("--lock-dir", "lock_dir", metavar="DIR", default=default(ReleaseOptions, "lock_dir"), show_default=True,
+              help="Where --stage writes <variant>.json.")
 @pass_ctx
 def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | None, ca_bundle: Path | None,
             wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
-            cache_from: tuple[str, ...], platform: str, replicas: int, nproc_per_node: int, timeout: float,
-            junit_path: str | None, structure_tests: tuple[Path, ...], registry: str,
-            username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None) -> None:
-    """Build, test, then push every named variant, only if all of them passed."""
-    from ..options import ReleaseOptions
+            cache_from: tuple[str, ...], installer: str, platform: str, replicas: int, nproc_per_node: int,
+            timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], registry: str,
+            username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None,
+            rebuild: bool, stage: bool, lock_dir: str) -> None:
+    """Build, test, then push every named variant, only if all of them passed; skip unchanged ones."""
     from ..pipeline import release as run_release
     from ..publish.references import RegistryTarget
 
     if not variants and not all_:
         raise UserInputError("name the variants to release, or pass --all", where="release")
     target = RegistryTarget.parse(registry)  # bad input fails before an hour of building
-    opts = ReleaseOptions(build=_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from),
+    opts = ReleaseOptions(build=_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from,
+                                               installer),
                           test=TestOptions(platform=platform, replicas=replicas, timeout=timeout,
                                            nproc_per_node=nproc_per_node, structure_tests=structure_tests),
-                          lock_path=lock_path)
+                          lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir)
     creds = _credentials(target, username, password_stdin, c.env)
     result = run_release(c.recipes(), _engine(), variants, opts, target=target, credentials=creds, env=c.env,
                          root=c.root, progress=progress, on_suite=_print_suite,
                          on_tested=lambda suites: _write_reports(suites, json_path, junit_path),
                          on_pushed=lambda tag, r: click.echo(f"pushed {r.ref}@{r.digest} "
-                                                             f"({r.bytes_uploaded} bytes uploaded)"))
-    if lock_path:
+                                                             f"({r.bytes_uploaded} bytes uploaded)"),
+                         on_sbom=click.echo, on_record=click.echo, on_decision=lambda d: click.echo(d.line()))
+    if stage:
+        click.echo(f"staged {len(result.builds) + len(result.skipped)} variant(s) in {lock_dir}")
+    elif lock_path:
         click.echo(f"locked {len(result.builds)} variant(s) in {lock_path}")
 
 

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import CheckFailed, UserInputError
-from ..options import BUILD_JOBS, BuildOptions, default
+from ..options import BUILD_JOBS, DEFAULT_INSTALLER, INSTALLERS, BuildOptions, default
 from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
 from ..runtime.contract import VARIANT_LABEL
-from .context import Callback, Ctx, emit_json, pass_ctx
+from .context import Callback, Ctx, check_writable, emit_json, pass_ctx
 
 if TYPE_CHECKING:
     from ..engine.docker import DockerEngine
@@ -81,28 +81,38 @@ def validate(c: Ctx, paths: tuple[Path, ...]) -> None:
 @pass_ctx
 def render(c: Ctx, out: Path | None, check: bool) -> None:
     """Render every variant's Dockerfile into images/<variant>/Dockerfile."""
+    from ..plan.requirements import lock_states
+    from ..recipe.compat import load_compat
     from ..render.dockerfile import HAND_WRITTEN, check as drift_of, render_all, write
 
-    files = render_all(c.recipes())
+    recipes = c.recipes()
+    files = render_all(recipes)
     root = out or c.root
     found = drift_of(files, root)
     kept = [d for d in found if d.kind == HAND_WRITTEN and d.path not in files]
     for d in kept:
         click.echo(f"{d.path}: kept (hand-written: no trainimg header, no recipe renders it)")
+    locks = [s for s in lock_states(recipes.variants, load_compat(), root) if s.state != "fresh"]
+    for s in locks:  # one line naming the recipe and its lock
+        click.echo(f"{s.path}: stale lock: {s.source} changed for {s.variant} since it was locked; run "
+                   f"`trainimg lock {s.variant}`" if s.state == "stale" else
+                   f"{s.path}: missing lock for {s.variant} ({s.source}); run `trainimg lock {s.variant}`")
     if check:
         drift = [d for d in found if d not in kept]
         for d in drift:
             click.echo(f"{d.path}: {d.kind}")
-        if drift:
-            raise CheckFailed(f"{len(drift)} file(s) under images/ differ from the recipes; run `trainimg render`")
-        click.echo(f"{len(files)} Dockerfiles up to date")
+        if drift or locks:
+            raise CheckFailed(f"{len(drift) + len(locks)} file(s) under images/ differ from the recipes; run "
+                              f"`trainimg render`{' and `trainimg lock`' if locks else ''}")
+        click.echo(f"{len(files)} Dockerfiles and their locks up to date")
         return
     changed = write(files, root)
     click.echo(f"{len(files)} Dockerfiles rendered, {len(changed)} changed")
 
 
 def _build_options(c: Ctx, base_image: str | None, ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
-                   allow_missing: tuple[str, ...], jobs: int, cache_from: tuple[str, ...]) -> BuildOptions:
+                   allow_missing: tuple[str, ...], jobs: int, cache_from: tuple[str, ...],
+                   installer: str = DEFAULT_INSTALLER) -> BuildOptions:
     from ..build.wheelhouse import default_ca_bundle, default_wheelhouses
     from ..recipe.grammar import is_reference
 
@@ -118,6 +128,7 @@ def _build_options(c: Ctx, base_image: str | None, ca_bundle: Path | None, wheel
         allow_missing=allow_missing,
         jobs=jobs,
         cache_from=cache_from,
+        installer=installer,
     )
 
 
@@ -136,6 +147,8 @@ def build_flags(fn: Callback) -> Callback:
         click.option("--jobs", type=click.IntRange(BUILD_JOBS.low, BUILD_JOBS.high), default=default(BuildOptions, "jobs"),
                      show_default=True,
                      help="Variants built at once, after the parents they share."),
+        click.option("--installer", type=click.Choice(INSTALLERS), default=DEFAULT_INSTALLER, show_default=True,
+                     help="What installs the variant's requirements.lock (hash-checked, no resolver)."),
         click.option("--cache-from", multiple=True, metavar="REF",
                      help="Registry image to reuse BuildKit's inline cache from (a previous run's push); "
                           "repeatable."),
@@ -160,7 +173,8 @@ def _engine() -> DockerEngine:
 @pass_ctx
 def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: Path | None,
           wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
-          cache_from: tuple[str, ...], json_path: str | None, locked: bool, lock_path: str | None) -> None:
+          cache_from: tuple[str, ...], installer: str, json_path: str | None, locked: bool,
+          lock_path: str | None) -> None:
     """Build variants (default: all) through the Docker engine."""
     import dataclasses
 
@@ -171,7 +185,7 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
         raise UserInputError("--lock is read only with --locked", where="--lock")
     if locked and base_image:
         raise UserInputError("--locked builds on the recorded bases; drop --base-image", where="--locked")
-    opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from)
+    opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from, installer)
     recipes, engine = c.recipes(), _engine()
     if locked:
         from ..publish.lock import DEFAULT_LOCK, locked_bases
@@ -199,7 +213,8 @@ def bake(c: Ctx, variants: tuple[str, ...], out: str, clean: bool) -> None:
         removed = b.clean(c.env)
         click.echo(f"removed {removed}" if removed else "nothing to remove", err=True)
         return
-    emit_json(b.write_bake(c.recipes(), list(variants), c.env, c.root), out)
+    check_writable(out)  # before the locks are compiled and the folder written
+    emit_json(b.write_bake(c.recipes(), list(variants), c.env, c.root, lambda line: click.echo(line, err=True)), out)
     click.echo(f"trainimg: context, Dockerfiles and secrets in {b.bake_dir(c.env)} (remove them with "
                f"`trainimg bake --clean`); build with `docker buildx bake -f {'-' if out == '-' else out}`",
                err=True)

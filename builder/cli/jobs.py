@@ -26,6 +26,7 @@ from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES, log_printer
 from ..runtime.contract import CLOUD_PLATFORMS, PLATFORMS
 from ..runtime.platforms import FORCEABLE
 from ..jobs.slurm import CONTAINER_RUNTIMES
+from ..jobs.azureml import DISTRIBUTIONS as AZUREML_DISTRIBUTIONS
 from ..jobs.clusterspec import CLUSTER_PLATFORMS
 from .gate import _resolve_image
 from .images import _engine
@@ -77,8 +78,20 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server:
 @click.option("--container-runtime", type=click.Choice(CONTAINER_RUNTIMES), default=None,
               help=f"Slurm: how srun runs the image (default {CONTAINER_RUNTIMES[0]}).")
 @click.option("--partition", default=None, help="Slurm: the partition.")
+@click.option("--compute", default=None, metavar="NAME", help="Azure ML: the compute cluster (required).")
+@click.option("--vm-size", default=None, metavar="SIZE",
+              help="Azure ML: the cluster's VM size (Standard_ND96isr_H100_v5), to check --gpus against.")
+@click.option("--distribution", type=click.Choice(AZUREML_DISTRIBUTIONS), default=None,
+              help="Azure ML: who starts the processes (default: pytorch; tensorflow for TensorFlow images).")
+@click.option("--instance-type", default=None, metavar="ml.TYPE",
+              help="SageMaker: the instances' type (required; its GPUs set the processes per instance).")
+@click.option("--role-arn", default=None, metavar="ARN", help="SageMaker: the IAM role the job runs as (required).")
+@click.option("--output-path", default=None, metavar="s3://BUCKET/PREFIX",
+              help="SageMaker: where /opt/ml/model is uploaded (required).")
+@click.option("--volume-size", type=int, default=None, metavar="GB", help="SageMaker: ML storage per instance.")
+@click.option("--max-runtime", type=int, default=None, metavar="S", help="SageMaker: seconds before it is stopped.")
 @click.option("--region", default=None)
-@click.option("--display-name", default=None, help="Vertex displayName; AI Platform jobId.")
+@click.option("--display-name", default=None, help="Vertex displayName; AI Platform jobId; SageMaker job name.")
 @click.option("--use-chief-in-tf-config/--no-use-chief-in-tf-config", default=False, show_default=True,
               help="AI Platform: name the primary 'chief' (not 'master') in TF_CONFIG.")
 @click.option("--format", "form", type=click.Choice(["rest", "gcloud"]), default=None,
@@ -91,10 +104,13 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server:
 def spec(c: Ctx, platform: str, image: str, registry: str | None, lock_path: str | None, framework: str | None,
          replicas: int, ps: int, reduction_servers: str | None, evaluators: int, machine_type: str | None,
          accelerator: str | None, gpus: int, namespace: str | None, container_runtime: str | None,
-         partition: str | None, region: str | None, display_name: str | None, use_chief_in_tf_config: bool,
+         partition: str | None, compute: str | None, vm_size: str | None, distribution: str | None,
+         instance_type: str | None, role_arn: str | None, output_path: str | None, volume_size: int | None,
+         max_runtime: int | None, region: str | None, display_name: str | None, use_chief_in_tf_config: bool,
          form: str | None, conformance: bool, args_: tuple[str, ...], command: tuple[str, ...]) -> None:
     """Print the job for PLATFORM: a cloud job body (Vertex CustomJob, AI Platform Job) or gcloud's --config file,
-    Kubernetes manifests (TrainJob and its TrainingRuntime, PyTorchJob, TFJob, JobSet) or a Slurm sbatch script;
+    Kubernetes manifests (TrainJob and its TrainingRuntime, PyTorchJob, TFJob, JobSet), a Slurm sbatch script,
+    an Azure ML command job or a SageMaker CreateTrainingJob request;
     the container's program goes after `--`."""
     from ..jobs.aiplatform import SHUTDOWN_NOTE
     from ..jobs.clusterspec import cluster_spec
@@ -106,7 +122,9 @@ def spec(c: Ctx, platform: str, image: str, registry: str | None, lock_path: str
                        reduction_servers=reduction_servers, evaluators=evaluators, accelerator=accelerator,
                        region=region, args=args_, command=command or None, facts=facts, conformance=conformance,
                        display_name=display_name, use_chief_in_tf_config=use_chief_in_tf_config, gpus=gpus,
-                       namespace=namespace, container_runtime=container_runtime, partition=partition)
+                       namespace=namespace, container_runtime=container_runtime, partition=partition,
+                       compute=compute, vm_size=vm_size, distribution=distribution, instance_type=instance_type,
+                       role_arn=role_arn, output_path=output_path, volume_size=volume_size, max_runtime=max_runtime)
     if platform not in CLOUD_PLATFORMS:
         if form is not None:
             raise UserInputError(f"{platform} has one form; --format is for vertex and aiplatform", where="--format")

@@ -11,8 +11,10 @@ timeout and Ctrl-C; a run killed outright (SIGKILL) is reaped by the next run, w
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import socket
+import tempfile
 import threading
 import time
 import uuid
@@ -120,6 +122,7 @@ class ReplicaRunner:
         self.engine = engine
         self.on_log = on_log
         self.run_id = uuid.uuid4().hex[:10]
+        self._files_dir: str | None = None  # during `run`: where the replicas' platform files are written
 
     @property
     def job(self) -> str:
@@ -136,6 +139,7 @@ class ReplicaRunner:
         labels = {RUN_LABEL: self.run_id, OWNER_LABEL: _owner(), MANAGED_LABEL: "replica"}
         network = self.job
         containers: dict[str, str] = {}
+        self._files_dir = tempfile.mkdtemp(prefix=f"{self.job}-files-")
         try:
             self.engine.create_network(network, labels)
             self._node_holders(job, network, labels)
@@ -149,6 +153,7 @@ class ReplicaRunner:
             # By label, not by what was recorded: a container the engine created while Ctrl-C arrived is
             # removed too.
             purge(self.engine, self.run_id)
+            shutil.rmtree(self._files_dir, ignore_errors=True)
 
     def _node_holders(self, job: ReplicaJob, network: str, labels: Mapping[str, str]) -> None:
         """Replicas that share a node (UAI's ps beside the node's master or worker, the tasks Slurm starts on one
@@ -173,7 +178,7 @@ class ReplicaRunner:
         container = ContainerSpec(
             image=job.image, command=tuple(job.command(spec)), name=name, hostname=None if shared else name,
             network=None if shared else network, aliases=() if shared else spec.aliases, share_network_of=shared,
-            env={**job.env, **spec.env}, labels=labels, mounts=volumes,
+            env={**job.env, **spec.env}, labels=labels, mounts=volumes, ro_mounts=self._platform_files(spec),
             entrypoint=None if job.entrypoint is None else tuple(job.entrypoint),
             gpus=job.gpus(spec) if job.gpus else None)
         try:
@@ -181,6 +186,19 @@ class ReplicaRunner:
                 return self.engine.start(container)
         except EngineError as exc:
             raise EngineError(f"cannot start replica {spec.name}: {exc.message}") from None
+
+    def _platform_files(self, spec: ReplicaSpec) -> dict[str, str]:
+        """The files the platform writes into this replica (`ReplicaSpec.files`), each written on the host under
+        the run's folder and mounted read-only where the platform puts it: host path -> container path."""
+        mounts = {}
+        for number, (path, text) in enumerate(sorted(spec.files.items())):
+            assert self._files_dir is not None, "files are written while a run is going on"
+            host_path = os.path.join(self._files_dir, f"{spec.name}-{number}-{os.path.basename(path)}")
+            with open(host_path, "w", encoding="utf-8") as fh:
+                fh.write(text)
+            os.chmod(host_path, 0o644)
+            mounts[host_path] = path
+        return mounts
 
     def _follow(self, name: str, container: str) -> None:
         for line in self.engine.follow(container):

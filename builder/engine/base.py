@@ -31,6 +31,9 @@ class BuildRequest:
     labels: Mapping[str, str] = field(default_factory=dict)
     # Registry images whose inline cache metadata this build may reuse (ephemeral CI runners start empty).
     cache_from: tuple[str, ...] = ()
+    # Names the engine gives the image as it stores it: a name held from the first moment, so no other
+    # process's cleanup can take the image before its builder reads it (build/litter.py).
+    tags: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,7 @@ class ImageInfo:
     size: int = 0
     repo_digests: tuple[str, ...] = ()
     layers: tuple[str, ...] = ()
+    tags: tuple[str, ...] = ()  # the `repo:tag` names it has now (none: dangling)
 
 
 @dataclass(frozen=True)
@@ -129,6 +133,15 @@ class Engine(ABC):
     @abstractmethod
     def tag(self, image_id: str, ref: str) -> None:
         """Point `ref` (``repo[:tag]``) at `image_id`, moving it if it exists."""
+
+    @abstractmethod
+    def labelled_images(self, label: str) -> list[ImageInfo]:
+        """Images carrying `label` (``key`` or ``key=value``), tagged or not."""
+
+    @abstractmethod
+    def remove_image(self, ref: str) -> bool:
+        """`docker rmi` without force: a tag is taken off (the image goes with its last name); an id deletes an
+        untagged image. A container using it or an image built on it keeps it (False); gone already is False."""
 
     @abstractmethod
     def run_command(self, spec: ContainerSpec, timeout: float = 300.0) -> CommandResult:

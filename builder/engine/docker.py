@@ -27,6 +27,7 @@ import docker.types
 import requests
 
 from ..errors import EngineError, UserInputError
+from ..plan.installer import hash_mismatch
 from .base import (
     BuildRequest,
     BuildResult,
@@ -44,7 +45,7 @@ from .base import (
 # for a registry cache import) is no step either.
 _STEP_RE = re.compile(r"^#(\d+) \[(?!internal\]|auth\])([^\]]*)\] (?!FROM )(.*)$")
 _CACHED_RE = re.compile(r"^#(\d+) CACHED$")
-_COMPONENT_RE = re.compile(r"trainimg: component (\S+) could not be installed.*$")
+_COMPONENT_RE = re.compile(r"^#\d+ \d+\.\d+ .*?(trainimg: component (\S+) could not be installed.*)$")  # output only
 
 
 # Build arg that makes BuildKit write its cache metadata into the image config, so the pushed image serves as
@@ -167,7 +168,26 @@ class DockerEngine(Engine):
         return ImageInfo(
             id=attrs["Id"], labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
             size=int(attrs.get("Size") or 0), repo_digests=tuple(attrs.get("RepoDigests") or ()),
-            layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()))
+            layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
+            tags=tuple(t for t in attrs.get("RepoTags") or () if t != "<none>:<none>"))
+
+    def labelled_images(self, label: str) -> list[ImageInfo]:
+        with _refusals("cannot list images"):
+            found = self.client.api.images(filters={"label": label})
+        return [ImageInfo(id=i["Id"], labels=dict(i.get("Labels") or {}), size=int(i.get("Size") or 0),
+                          repo_digests=tuple(i.get("RepoDigests") or ()),
+                          tags=tuple(t for t in i.get("RepoTags") or () if t != "<none>:<none>")) for i in found]
+
+    def remove_image(self, ref: str) -> bool:
+        try:
+            self.client.api.remove_image(ref, force=False)
+        except docker.errors.NotFound:
+            return False
+        except docker.errors.APIError as exc:
+            if exc.status_code == 409:  # in use by a container, or the parent of another image: kept
+                return False
+            raise EngineError(f"cannot remove image {ref[:40]}: {_short(exc)}") from None
+        return True
 
     def tag(self, image_id: str, ref: str) -> None:
         repo, _, tag = ref.rpartition(":")
@@ -328,6 +348,8 @@ def _build_command(cli: str, req: BuildRequest, iidfile: Path) -> list[str]:
         cmd += ["--label", f"{key}={value}"]
     for ref in req.cache_from:
         cmd += ["--cache-from", ref]
+    for tag in req.tags:
+        cmd += ["--tag", tag]
     for sid, path in sorted(req.secrets.items()):
         cmd += ["--secret", f"id={sid},src={path}"]
     cmd.append(str(req.context))
@@ -355,9 +377,11 @@ def _failure(log: list[str], target: str) -> str:
         return (f"stage {target} failed: BuildKit lost its client session twice ({lost}), so the build's own "
                 "error is unknown: run the build again")
     for line in reversed(log):
-        m = _COMPONENT_RE.search(line)
+        m = _COMPONENT_RE.match(line)
         if m:
-            return m.group(0)
+            return m.group(1)
+    if mismatch := hash_mismatch(log):  # one line naming the package and both hashes
+        return mismatch
     failed = next((m for line in reversed(log) if (m := _STEP_RE.match(line))), None)
     where = f" at `{failed.group(3)[:100]}`" if failed else ""
     # The step's own last output line (``#N 1.234 message``) says more than BuildKit's "executor failed".

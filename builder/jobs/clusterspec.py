@@ -1,5 +1,5 @@
-"""Cluster job specs: the same `SpecOptions` -> a Kubernetes manifest (TrainJob, PyTorchJob, TFJob, JobSet) or a
-Slurm sbatch script, checked before anything queues for GPUs.
+"""Cluster job specs: the same `SpecOptions` -> a Kubernetes manifest (TrainJob, PyTorchJob, TFJob, JobSet), a
+Slurm sbatch script or an Azure ML command job (`azureml`), checked before anything queues for GPUs.
 
 Why beside `spec` and not inside it: these platforms have nodes and GPUs per node, no machine types, pools or
 regions, and their output is a file a person hands to ``kubectl apply -f`` or ``sbatch``, not an API body. The image
@@ -18,8 +18,8 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from ..errors import UserInputError
-from ..runtime.contract import SLURM
-from . import jobset, pytorchjob, slurm, tfjob, trainjob
+from ..runtime.contract import AZUREML, SAGEMAKER, SLURM
+from . import azureml, jobset, pytorchjob, sagemaker, slurm, tfjob, trainjob
 from .clusterimage import check_gpu_image, check_pullable
 from .fields import count
 from .k8s_shape import K8sJob
@@ -34,16 +34,21 @@ K8S_WRITERS: dict[str, Callable[[K8sJob], list[dict[str, Any]]]] = {
     tfjob.PLATFORM: tfjob.manifests,
     jobset.PLATFORM: jobset.manifests,
 }
-CLUSTER_PLATFORMS = (*K8S_WRITERS, SLURM)
-_SAYS_NPROC = (trainjob.PLATFORM, pytorchjob.PLATFORM, SLURM)  # the platform hands its own process count on
+CLUSTER_PLATFORMS = (*K8S_WRITERS, SLURM, AZUREML, SAGEMAKER)
+# The platform hands its own process count on (Azure ML and Slurm start every process themselves).
+_SAYS_NPROC = (trainjob.PLATFORM, pytorchjob.PLATFORM, SLURM, AZUREML)
 # Flags of the cloud platforms, and those of one cluster family only: given elsewhere they are refused by name.
 _CLOUD_ONLY = ("machine_type", "accelerator", "region", "reduction_servers", "use_chief_in_tf_config")
 _K8S_ONLY = ("namespace",)
 _SLURM_ONLY = ("container_runtime", "partition")
+_AZUREML_ONLY = ("compute", "vm_size", "distribution")
+_SAGEMAKER_ONLY = ("instance_type", "role_arn", "output_path", "volume_size", "max_runtime")
 _FLAG = {"machine_type": "--machine-type", "accelerator": "--accelerator", "region": "--region",
          "reduction_servers": "--reduction-servers", "use_chief_in_tf_config": "--use-chief-in-tf-config",
          "namespace": "--namespace", "container_runtime": "--container-runtime", "partition": "--partition",
-         "ps": "--ps", "evaluators": "--evaluators"}
+         "ps": "--ps", "evaluators": "--evaluators", "compute": "--compute", "vm_size": "--vm-size",
+         "distribution": "--distribution", "instance_type": "--instance-type", "role_arn": "--role-arn",
+         "output_path": "--output-path", "volume_size": "--volume-size", "max_runtime": "--max-runtime"}
 
 
 def cluster_spec(opts: SpecOptions) -> str:
@@ -53,7 +58,11 @@ def cluster_spec(opts: SpecOptions) -> str:
     check_pullable(opts.image)
     nodes = count(opts.replicas, "--replicas", minimum=1)
     gpus = count(opts.gpus, "--gpus", minimum=0)
-    check_gpu_image(opts.image, opts.facts, gpus, where="--gpus")
+    if opts.platform == AZUREML:
+        gpus = azureml.processes_per_node(opts.vm_size, gpus)
+    if opts.platform == SAGEMAKER:
+        gpus = sagemaker.gpus_per_instance(opts.instance_type, gpus)
+    check_gpu_image(opts.image, opts.facts, gpus, where="--instance-type" if opts.platform == SAGEMAKER else "--gpus")
     opts = program(opts)
     if opts.command is None:
         raise UserInputError("a cluster job runs a program: give it after `--` (e.g. -- python train.py), or "
@@ -61,6 +70,14 @@ def cluster_spec(opts: SpecOptions) -> str:
     framework = opts.facts.framework if opts.facts is not None and opts.facts.framework != "none" else None
     command = _launcher(opts.platform, framework, gpus or 1, opts.command)
     name = _name(opts)
+    if opts.platform == AZUREML:
+        return azureml.command_job(name=name, image=opts.image, compute=azureml.check_compute(opts.compute),
+                                   nodes=nodes, nproc=gpus or 1, command=command,
+                                   distribution=azureml.distribution_of(opts.distribution, framework))
+    if opts.platform == SAGEMAKER:
+        return sagemaker.training_job(name=name, image=opts.image, instance_type=str(opts.instance_type), nodes=nodes,
+                                      role_arn=opts.role_arn, output_path=opts.output_path, command=command,
+                                      args=opts.args, volume_gb=opts.volume_size, max_runtime_s=opts.max_runtime)
     if opts.platform == SLURM:
         return slurm.sbatch_script(name=name, image=opts.image, nodes=nodes, tasks_per_node=gpus or 1,
                                    gpus_per_node=gpus, command=command,
@@ -85,7 +102,9 @@ def _refuse_foreign_flags(opts: SpecOptions) -> None:
     """A flag another platform family takes is a mistake to name, not to drop silently."""
     if opts.accelerator is not None:
         raise UserInputError(f"{opts.platform} counts GPUs per node: use --gpus N", where="--accelerator")
-    foreign = [*_CLOUD_ONLY, *(_SLURM_ONLY if opts.platform != SLURM else _K8S_ONLY), "ps", "evaluators"]
+    foreign = [*_CLOUD_ONLY, *(_SLURM_ONLY if opts.platform != SLURM else _K8S_ONLY), "ps", "evaluators",
+               *(_AZUREML_ONLY if opts.platform != AZUREML else _K8S_ONLY),
+               *(_SAGEMAKER_ONLY if opts.platform != SAGEMAKER else _K8S_ONLY)]
     for field in foreign:
         if getattr(opts, field):
             raise UserInputError(f"not a {opts.platform} setting", where=_FLAG[field])

@@ -60,6 +60,14 @@ class SpecOptions:
     namespace: str | None = None  # Kubernetes
     container_runtime: str | None = None  # Slurm: how srun runs the image (jobs.slurm.CONTAINER_RUNTIMES)
     partition: str | None = None  # Slurm
+    compute: str | None = None  # Azure ML: the compute cluster's name
+    vm_size: str | None = None  # Azure ML: that cluster's VM size, for the GPU check
+    distribution: str | None = None  # Azure ML: pytorch, tensorflow or mpi (default: the framework's)
+    instance_type: str | None = None  # SageMaker: ResourceConfig.InstanceType (ml.p4d.24xlarge)
+    role_arn: str | None = None  # SageMaker: the IAM role the job runs as
+    output_path: str | None = None  # SageMaker: OutputDataConfig.S3OutputPath
+    volume_size: int | None = None  # SageMaker: ResourceConfig.VolumeSizeInGB (default jobs.sagemaker's)
+    max_runtime: int | None = None  # SageMaker: StoppingCondition.MaxRuntimeInSeconds
 
 
 @dataclass(frozen=True, kw_only=True)

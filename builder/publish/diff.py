@@ -11,8 +11,8 @@ A lock side has the recorded versions and image ID; its labels, layers and size 
 recorded image is still there, and are unknown (None) otherwise, which `diff_images` reports as not compared.
 
 Compared: the versions (python, framework, nccl, cudnn, hypertune: ``trainimg.version.*`` labels for an image, the
-recorded versions for a lock entry), the other labels, the layers (count, and the RootFS layer digests only one
-side has) and the size. Everything is plain data (`diff_images` returns JSON-ready dicts); `render_diff` is the
+recorded versions for a lock entry), the packages (added, removed, version changed: from the two images' SBOMs), the
+other labels, the layers (count, and the RootFS layer digests only one side has) and the size. Everything is plain data (`diff_images` returns JSON-ready dicts); `render_diff` is the
 text form.
 """
 
@@ -23,8 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from ..engine.base import Engine, ImageInfo
-from ..errors import UserInputError
-from ..runtime.contract import VERSION_PREFIX
+from ..errors import EngineError, RegistryError, UserInputError
+from ..runtime.contract import SBOM_PATH, VERSION_PREFIX
+from .sbom import package_changes, parse_sbom
 
 VERSION_KEYS = ("python", "framework", "nccl", "cudnn", "hypertune")
 
@@ -42,6 +43,16 @@ def _from_inspect(info: ImageInfo) -> dict[str, Any]:
         "size": info.size,
         "_versions": {k[len(VERSION_PREFIX):]: _norm(v) for k, v in labels.items() if k.startswith(VERSION_PREFIX)},
     }
+
+
+def _sbom(engine: Engine, info: ImageInfo | None) -> dict[str, Any] | None:
+    """The image's SBOM document, None when the image is gone or has none (built before SBOMs)."""
+    if info is None:
+        return None
+    try:
+        return parse_sbom(engine.read_file(info.id, SBOM_PATH).encode("utf-8"), info.id)
+    except (EngineError, RegistryError):
+        return None
 
 
 def _lock_ref(ref: str, lock_path: str | os.PathLike[str] | None) -> tuple[Path, str] | None:
@@ -71,6 +82,7 @@ def load_side(engine: Engine, ref: str, lock_path: str | os.PathLike[str] | None
         side: dict[str, Any] = _from_inspect(info) if info else {"labels": None, "layers": None, "size": None}
         side.pop("_versions", None)
         return {**side, "ref": ref, "source": "lock", "tag": entry.tag, "image_id": entry.image_id,
+                "sbom": _sbom(engine, info),
                 "versions": {k: _norm(entry.versions.get(k)) for k in VERSION_KEYS}, "base_digest": entry.base_digest,
                 "pushed": dict(entry.pushed)}
     info = engine.image(ref)
@@ -78,7 +90,7 @@ def load_side(engine: Engine, ref: str, lock_path: str | os.PathLike[str] | None
         raise UserInputError(f"no image {ref} on this engine: build or pull it, or name lock:<variant>", where=ref)
     side = _from_inspect(info)
     found = side.pop("_versions")
-    return {**side, "ref": ref, "source": "image", "tag": ref,
+    return {**side, "ref": ref, "source": "image", "tag": ref, "sbom": _sbom(engine, info),
             "versions": {k: found.get(k) for k in sorted(set(VERSION_KEYS) | set(found))}}
 
 
@@ -119,6 +131,7 @@ def diff_images(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
         "b": {"ref": b.get("ref"), "source": b.get("source"), "image_id": b.get("image_id")},
         "same": bool(same),
         "versions": versions,
+        "packages": package_changes(a["sbom"], b["sbom"]) if a.get("sbom") and b.get("sbom") else None,
         "labels": labels,
         "layers": layers,
         "size": size,
@@ -127,6 +140,19 @@ def diff_images(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
 
 def _mb(n: int) -> str:
     return f"{n / 1e6:+.1f} MB" if n else "0 MB"
+
+
+def _package_lines(packages: dict[str, Any] | None) -> list[str]:
+    if packages is None:
+        return ["packages: not compared (a side has no SBOM: its image is gone or was built before SBOMs)"]
+    if not any(packages.values()):
+        return ["packages: same"]
+    counts = ", ".join(f"{len(packages[k])} {k}" for k in ("changed", "added", "removed"))
+    lines = [f"packages: {counts}"]
+    lines += [f"  ~ {k}: {v['a']} -> {v['b']}" for k, v in packages["changed"].items()]
+    lines += [f"  + {k} {v}" for k, v in packages["added"].items()]
+    lines += [f"  - {k} {v}" for k, v in packages["removed"].items()]
+    return lines
 
 
 def render_diff(d: dict[str, Any]) -> str:
@@ -140,6 +166,7 @@ def render_diff(d: dict[str, Any]) -> str:
     lines.append("versions:" if d["versions"] else "versions: same")
     for k, v in d["versions"].items():
         lines.append(f"  {k}: {v['a'] or 'none'} -> {v['b'] or 'none'}")
+    lines += _package_lines(d["packages"])
     if d["labels"] is None:
         lines.append("labels: not compared (a side's image is not on this engine)")
     elif any(d["labels"].values()):

@@ -74,7 +74,7 @@ class LocalRegistry:
     """A registry bound to 127.0.0.1:`port` whose whole state lives in `state_dir`."""
 
     def __init__(self, state_dir: Path, port: int = 5000, username: str = "trainimg",
-                 engine: Engine | None = None) -> None:
+                 engine: Engine | None = None, access_log: bool = False) -> None:
         if not 1 <= port <= 65535:
             raise UserInputError(f"--port {port}: must be from 1 to 65535")
         self.state_dir = Path(state_dir)
@@ -89,6 +89,7 @@ class LocalRegistry:
         self.log_path = self.state_dir / "registry.log"
         self.container_name = f"trainimg-registry-{port}"
         self._engine = engine
+        self.access_log = access_log  # one line per request in log_path (the CI bench counts layer GETs in it)
 
     @property
     def engine(self) -> Engine:
@@ -183,7 +184,7 @@ class LocalRegistry:
     def _start_binary(self) -> subprocess.Popen[bytes]:
         self.config_path.write_text(
             "version: 0.1\n"
-            "log:\n  level: info\n  accesslog:\n    disabled: true\n"
+            f"log:\n  level: info\n  accesslog:\n    disabled: {'false' if self.access_log else 'true'}\n"
             "storage:\n"
             f"  filesystem:\n    rootdirectory: {self.data_dir}\n"
             "  delete:\n    enabled: true\n"

@@ -34,6 +34,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -63,6 +64,9 @@ class LockEntry:
     versions: dict[str, str | None] = field(default_factory=dict)
     pushed: dict[str, str] = field(default_factory=dict)  # remote ref -> manifest digest
     conformance: dict[str, Any] = field(default_factory=dict)  # passed, counts, failed, platform, replicas
+    size: int | None = None  # the image's size on the engine, bytes (the support matrix shows it)
+    released: str | None = None  # when the entry was made, UTC `YYYY-MM-DDTHH:MM:SSZ`
+    inputs: str | None = None  # the inputs key (publish/inputs.py) the image was built from; older files lack it
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -78,12 +82,16 @@ class LockEntry:
         for key in ("versions", "pushed", "conformance"):
             if not isinstance(data.get(key, {}), dict):
                 raise UserInputError(f"{key!r} is not an object", where=where)
-        unknown = set(data) - {*required, "versions", "pushed", "conformance"}
+        for key, kind in (("size", int), ("released", str), ("inputs", str)):
+            if data.get(key) is not None and (isinstance(data[key], bool) or not isinstance(data[key], kind)):
+                raise UserInputError(f"{key!r} is not a {kind.__name__}", where=where)
+        unknown = set(data) - {*required, "versions", "pushed", "conformance", "size", "released", "inputs"}
         if unknown:
             raise UserInputError(f"unknown key(s) {', '.join(sorted(unknown))}", where=where)
         return cls(**{k: data[k] for k in required},
                    versions=dict(data.get("versions", {})), pushed=dict(data.get("pushed", {})),
-                   conformance=dict(data.get("conformance", {})))
+                   conformance=dict(data.get("conformance", {})), size=data.get("size"),
+                   released=data.get("released"), inputs=data.get("inputs"))
 
 
 def read_lock(path: str | os.PathLike[str]) -> dict[str, LockEntry]:
@@ -219,13 +227,15 @@ def lock_entry(build: Any, *, recipe: str, base_digest: str, suite: Any = None,
         variant=build.name, recipe=recipe, tag=build.tag, image_id=build.image_id, base_image=build.base_image,
         base_digest=base_digest, versions=dict(installed_versions(build.manifest)), pushed=dict(sorted(refs.items())),
         conformance=conformance_summary(suite) if suite is not None else {},
+        size=getattr(build, "size", None), released=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        inputs=getattr(build, "inputs", None),
     )
 
 
-def record_release(path: str | os.PathLike[str], engine: Engine, recipes: Any, builds: Iterable[Any],
-                   suites: Iterable[Any], pushed: Mapping[str, Any]) -> dict[str, LockEntry]:
-    """What `release --lock FILE` calls after a successful push: an entry per build (suites matched by variant
-    name, pushes by local tag: `pushed` as push_release returns it) merged into FILE."""
+def release_entries(engine: Engine, recipes: Any, builds: Iterable[Any], suites: Iterable[Any],
+                    pushed: Mapping[str, Any]) -> list[LockEntry]:
+    """An entry per build (suites matched by variant name, pushes by local tag: `pushed` as push_release returns
+    it)."""
     by_suite = {s.name: s for s in suites}
     entries = []
     for b in builds:
@@ -234,7 +244,7 @@ def record_release(path: str | os.PathLike[str], engine: Engine, recipes: Any, b
         entries.append(lock_entry(b, recipe=getattr(v, "source", "") or "",
                                   base_digest=base_digest(engine, b.base_image), suite=by_suite.get(b.name),
                                   pushed=mine))
-    return write_lock(path, entries)
+    return entries
 
 
 # ----------------------------------------------------------------------------------------------------------------
@@ -271,20 +281,41 @@ def moving_tags(tags: Iterable[str]) -> dict[str, str]:
     return best
 
 
+def copy_moving_tags(api: Any, target: Any, digests: Mapping[str, str]) -> dict[str, Any]:
+    """Point each moving tag of the immutable tags in `digests` ({local tag: registry digest}) at its winner by a
+    registry manifest copy (no layer pulled or pushed); {local moving tag: PushResult}. A copy the registry names
+    by another digest is CheckFailed (nothing further is moved)."""
+    from .push import PushResult
+    from .references import split_tag
+
+    results = {}
+    for mt, tag in sorted(moving_tags(digests).items()):
+        name, moving = split_tag(mt)
+        got = api.copy_manifest(target.repository(name), digests[tag], moving)
+        if got != digests[tag]:
+            raise CheckFailed(f"moving tag {target.ref(mt)} got digest {got} but {target.ref(tag)} is "
+                              f"{digests[tag]}: the registry rewrote the manifest; moving tags must name the "
+                              "released manifest")
+        results[mt] = PushResult(ref=target.ref(mt), digest=got, bytes_uploaded=0, attempts=1)
+    return results
+
+
 def push_release(engine: Engine, builds: Iterable[Any], target: Any, credentials: dict[str, str] | None,
                  gate: Callable[[str, str], Any] | None = None, *,
-                 on_pushed: Callable[[str, Any], None] | None = None, **push_kwargs: Any) -> dict[str, Any]:
-    """Push every build's immutable tag, then the moving tags; {local tag: registry.PushResult} in push order.
+                 on_pushed: Callable[[str, Any], None] | None = None, kept: Mapping[str, str] | None = None,
+                 moving: bool = True, **push_kwargs: Any) -> dict[str, Any]:
+    """Push every build's immutable tag, then set the moving tags; {local tag: registry.PushResult} in push order.
 
     `builds` are build.VariantBuild (anything with `.tag` and `.image_id`); `gate(image_id, tag)` runs before each
-    push (records.require_pass with the env bound). Each moving tag is first pointed at the build's image ID on
-    the engine; its pushed digest must equal the immutable tag's or CheckFailed is raised (and nothing further is
-    pushed). `on_pushed(tag, result)` is called after each push (for progress lines).
+    push (records.require_pass with the env bound). `kept` ({immutable tag: registry digest}) are the variants of
+    the release skipped as unchanged: they compete for the moving tags like the builds. The moving tags are set by
+    a registry manifest copy (`copy_moving_tags`); `moving=False` (a `--stage` job) sets none.
+    `on_pushed(tag, result)` is called after each push (for progress lines).
     """
-    from .push import push
+    from .push import push, reachable_target
+    from .registryapi import RegistryAPI
 
     builds = list(builds)
-    by_tag = {b.tag: b for b in builds}
     results: dict[str, Any] = {}
 
     def one(local: str, image_id: str) -> Any:
@@ -305,12 +336,11 @@ def push_release(engine: Engine, builds: Iterable[Any], target: Any, credentials
 
     for b in builds:
         one(b.tag, b.image_id)
-    for mt, tag in sorted(moving_tags(by_tag).items()):
-        b = by_tag[tag]
-        engine.tag(b.image_id, mt)
-        res = one(mt, b.image_id)
-        if res.digest != results[tag].digest:
-            raise CheckFailed(f"moving tag {res.ref} got digest {res.digest} but {results[tag].ref} is "
-                              f"{results[tag].digest}: the registry rewrote the manifest; moving tags must name "
-                              "the released manifest")
+    if moving:
+        digests = {**(kept or {}), **{tag: res.digest for tag, res in results.items()}}
+        api = RegistryAPI(reachable_target(engine, target), credentials)
+        for mt, res in copy_moving_tags(api, target, digests).items():
+            results[mt] = res
+            if on_pushed:
+                on_pushed(mt, res)
     return results

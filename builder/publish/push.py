@@ -18,6 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 
+from ..build.litter import remove_superseded
 from ..engine.base import Engine, EngineLost
 from ..errors import RegistryError, UserInputError
 from .references import RegistryTarget, split_tag
@@ -138,6 +139,13 @@ def _attempt(engine: Engine, api: RegistryAPI, tag: str, pushed: dict[str, int],
     return remote
 
 
+def reachable_target(engine: Engine, target: RegistryTarget) -> RegistryTarget:
+    """`target`, marked plain http when the engine is set to reach its host so (`insecure-registries`)."""
+    if not target.insecure and engine.plain_http(target.host):
+        return replace(target, insecure=True)
+    return target
+
+
 def push(
     engine: Engine,
     local_ref: str,
@@ -165,9 +173,10 @@ def push(
     if gate is not None:
         gate(image.id)
     ref = target.ref(tag)
-    if not target.insecure and engine.plain_http(target.host):
-        target = replace(target, insecure=True)
+    target = reachable_target(engine, target)
+    old = engine.image(ref)
     engine.tag(image.id, ref)
+    remove_superseded(engine, old, image.id)  # the image this registry name left: no `<none>` litter
     api = RegistryAPI(target, credentials, timeout)
     pushed: dict[str, int] = {}
     attempts = 0

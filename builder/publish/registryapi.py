@@ -234,6 +234,14 @@ class RegistryAPI:
                                 f"(HTTP {resp.status_code}): {detail}")
         return resp.headers.get("Docker-Content-Digest") or sha256_digest(body)
 
+    def copy_manifest(self, repository: str, digest: str, tag: str) -> str:
+        """Name the manifest `digest` also `tag` (GET its exact bytes, PUT them under the tag: no layer moves);
+        returns the digest the registry now serves for `tag`."""
+        got = self.manifest_json(repository, digest)
+        if got is None:
+            raise RegistryError(f"registry {self.target.host} has no manifest {digest} in {repository}")
+        return self.put_manifest(repository, tag, got[0], got[1])
+
     def remote_digest(self, repository: str, reference: str) -> str | None:
         """The digest `reference` names in the registry, None when it names nothing."""
         resp = self.manifest(repository, reference)
@@ -256,6 +264,26 @@ class RegistryAPI:
                     if self.manifest(repository, entry["digest"]) is None]
         digests = [manifest["config"]["digest"], *(layer["digest"] for layer in manifest.get("layers", []))]
         return [d for d in digests if not self.has_blob(repository, d)]
+
+    def referrers(self, repository: str, digest: str) -> list[dict[str, Any]] | None:
+        """The descriptors of the manifests whose `subject` is `digest`, by the registry's referrers API (OCI
+        distribution 1.1); None when the registry has no such API: it answers 404 there (Debian's docker-registry
+        2.8), which an API that exists never does, even for a digest nothing refers to."""
+        resp = self.request("GET", f"/v2/{repository}/referrers/{digest}", scope=f"repository:{repository}:pull",
+                            headers={"Accept": "application/vnd.oci.image.index.v1+json"})
+        if resp.status_code == 404:
+            return None
+        if resp.status_code != 200:
+            raise RegistryError(f"registry {self.target.host} answered HTTP {resp.status_code} for the referrers of "
+                                f"{repository}@{digest}")
+        try:
+            body = resp.json()
+        except ValueError:
+            body = None
+        if not isinstance(body, dict) or not isinstance(body.get("manifests", []), list):
+            raise RegistryError(f"registry {self.target.host} answered the referrers of {repository}@{digest} "
+                                "with something that is not an OCI image index")
+        return [m for m in body.get("manifests", []) if isinstance(m, dict)]
 
     def tags(self, repository: str) -> list[str]:
         """Every tag of `repository`, sorted, following the registry's pagination; [] when it has none."""

@@ -9,7 +9,7 @@ from .contract import EXIT_USAGE
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    verbs = ("cluster", "launch", "probe", "allreduce", "manifest", "selftest")
+    verbs = ("cluster", "launch", "probe", "allreduce", "manifest", "selftest", "sbom")
     if not args or args[0] not in verbs:
         print(f"usage: python -m trainimg_runtime {{{','.join(verbs)}}} ...", file=sys.stderr)
         return EXIT_USAGE
@@ -25,6 +25,8 @@ def main(argv: list[str] | None = None) -> int:
         from .allreduce import main as run
     elif verb == "selftest":
         from .selftest import main as run
+    elif verb == "sbom":
+        from .sbom import main as run
     else:
         from .manifest import main as run
     return run(rest)

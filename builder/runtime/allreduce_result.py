@@ -23,7 +23,7 @@ from typing import TextIO
 
 from .cluster import parse_cluster
 from .world import ClusterError
-from .contract import EXIT_ALLREDUCE_TIMEOUT, EXIT_FAILED, EXIT_USAGE
+from .contract import EXIT_ALLREDUCE_TIMEOUT, EXIT_FAILED, EXIT_USAGE, TFJOB
 
 VECTOR_LEN = 1024
 DEFAULT_TIMEOUT = 300.0
@@ -168,7 +168,9 @@ def tf_task(env: Mapping[str, str] | None = None) -> tuple[dict[str, list[str]],
     if not text.strip():
         raise SetupError("TF_CONFIG is not set")
     try:
-        info = parse_cluster({"TF_CONFIG": text})
+        # Read as TF_CONFIG whatever else describes this container (SageMaker's resourceconfig.json is a file
+        # detection would find beside it): the launcher's TF_CONFIG is the world TensorFlow acts on.
+        info = parse_cluster({"TF_CONFIG": text}, platform=TFJOB)
     except ClusterError as err:
         raise SetupError(str(err)) from None
     tf_config = info.tf_config or {}

@@ -19,6 +19,8 @@ ABSENT_LABEL = "trainimg.absent"  # components the build was allowed to miss, co
 RECIPE_VERSION_PREFIX = "trainimg.recipe."  # + python, framework, cuda, cudnn, nccl, hypertune: what was asked
 VERSION_PREFIX = "trainimg.version."  # + the same keys: what the image holds, read back after the build
 NCCL_MINIMUM_LABEL = "trainimg.nccl.minimum"  # the NCCL floor from the compatibility data, at render time
+LOCK_DIGEST_LABEL = "trainimg.lock.digest"  # sha256 of images/<variant>/requirements.lock, the wheels installed
+INPUTS_LABEL = "trainimg.inputs"  # the variant's inputs key (publish/inputs.py): CI skips an unchanged image
 
 OCI_TITLE = "org.opencontainers.image.title"
 OCI_BASE_NAME = "org.opencontainers.image.base.name"
@@ -41,6 +43,11 @@ MANIFEST_PATH = f"{ETC_DIR}/manifest.json"
 CONSTRAINTS_PATH = f"{ETC_DIR}/constraints.txt"
 ABSENT_DIR = f"{ETC_DIR}/absent"  # one empty file per component the build was allowed to miss
 LABELS_PATH = f"{ETC_DIR}/labels.json"  # the static labels again, for the in-image selftest (no engine to ask)
+SBOM_PATH = f"{ETC_DIR}/sbom.cdx.json"  # CycloneDX 1.6 of everything installed, written after the last install
+# The variant's requirements lock where a build leaves a copy in the image: the SBOM takes wheel hashes from it.
+IMAGE_LOCK_PATH = f"{ETC_DIR}/requirements.lock"
+DPKG_STATUS_PATH = "/var/lib/dpkg/status"  # what dpkg installed: the SBOM's OS packages
+OS_RELEASE_PATH = "/etc/os-release"  # the distribution (ID, VERSION_CODENAME) the deb purls name
 RUNTIME_PACKAGE = "trainimg_runtime"
 RUNTIME_ROOT = "/opt/trainimg"  # on sys.path (a .pth file in the venv) in every trainimg image
 RUNTIME_BAKED = f"{RUNTIME_ROOT}/{RUNTIME_PACKAGE}"
@@ -58,9 +65,12 @@ PYTORCHJOB = "pytorchjob"  # Kubeflow Training Operator v1, as TFJOB and JAXJOB
 TFJOB = "tfjob"
 JAXJOB = "jaxjob"
 JOBSET = "jobset"
+AZUREML = "azureml"  # Azure Machine Learning command jobs
+SAGEMAKER = "sagemaker"  # Amazon SageMaker training jobs
+MPI = "mpi"  # Open MPI's mpirun: plain, or Kubeflow Trainer's MPI and DeepSpeed runtimes
 #: Every platform `trainimg test`, `run` and ``selftest`` replay (`topology`), each one a ``--platform`` value the
 #: runtime's detection takes (`platforms.FORCEABLE`).
-PLATFORMS = (VERTEX, AIPLATFORM, UAI, SLURM, TRAINJOB, PYTORCHJOB, TFJOB, JAXJOB, JOBSET)
+PLATFORMS = (VERTEX, AIPLATFORM, UAI, SLURM, TRAINJOB, PYTORCHJOB, TFJOB, JAXJOB, JOBSET, AZUREML, SAGEMAKER, MPI)
 CLOUD_PLATFORMS = (VERTEX, AIPLATFORM)  # those with a cloud job body (`trainimg spec`)
 VERTEX_POOLS = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": "ps", "workerpool3": "evaluator"}
 

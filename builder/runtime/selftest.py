@@ -7,9 +7,9 @@ the chosen platform's cluster variables emulated on 127.0.0.1 (`topology.replica
 127.0.0.1, each address to a free local port) and its processes started as the platform starts them
 (`topology.process_start`): PyTorch and JAX as one node of N processes (torchrun or the launcher's own children;
 a TrainJob's torchrun; Slurm's N tasks), TensorFlow as N one-process replicas, as ``MultiWorkerMirroredStrategy``
-expects (on Slurm N tasks of one node, whose TensorFlow ports differ by local id). A JobSet cannot be emulated
-(`JOBSET_REFUSAL`), nor TensorFlow where the platform gives it no TF_CONFIG: both exit 2. NCCL when GPUs are
-visible, gloo otherwise; the NCCL all-reduce is reported skipped, with the reason, where it could not run.
+expects (on Slurm N tasks of one node, whose TensorFlow ports differ by local id). A JobSet and SageMaker cannot
+be emulated (`NOT_EMULATED`), nor TensorFlow where the platform gives it no TF_CONFIG: both exit 2. NCCL when GPUs
+are visible, gloo otherwise; the NCCL all-reduce is reported skipped, with the reason, where it could not run.
 Skipped is never passed. The report is `trainimg test`'s (`report`, JSON and JUnit) and so are the exit codes:
 0 every check passed or warned, 1 one failed, 2 bad usage.
 
@@ -39,7 +39,8 @@ from typing import IO
 from . import probe
 from .cluster import parse_cluster
 from .world import ClusterError
-from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, JOBSET, LABELS_PATH, OCI_TITLE, SLURM, VARIANT_LABEL, VERTEX
+from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, JOBSET, LABELS_PATH, OCI_TITLE, SAGEMAKER, SLURM, \
+    VARIANT_LABEL, VERTEX
 from .expect import expectations, image_labels
 from .gpus import visible_gpus
 from .launch import FRAMEWORKS as LAUNCH_FRAMEWORKS
@@ -61,6 +62,12 @@ _TRIES = 50  # Slurm job ids tried before one whose ports are free here
 JOBSET_REFUSAL = ("a JobSet's pods reach each other by DNS names (<jobset>-<job>-<i>-<pod>.<subdomain>) that no "
                   "emulation can point at 127.0.0.1; run `trainimg test --platform jobset`, or `selftest --cluster` "
                   "in the JobSet")
+#: Platforms no emulation on 127.0.0.1 can stand in for, and why: their hosts are names, not variables to rewrite.
+NOT_EMULATED = {
+    JOBSET: JOBSET_REFUSAL,
+    SAGEMAKER: "SageMaker's hosts are the names algo-1..algo-N its resourceconfig.json lists, which no emulation can "
+               "point at 127.0.0.1; run `trainimg test --platform sagemaker`, or `selftest --cluster` in the job",
+}
 
 
 @dataclass(frozen=True)
@@ -336,7 +343,7 @@ def main(argv: list[str]) -> int:
     framework = args.framework or str(expect.get("framework") or "none")
     if args.cluster:
         return _cluster_main(suite, expect, framework, args.timeout)
-    refused = JOBSET_REFUSAL if args.platform == JOBSET else refusal(args.platform, framework)
+    refused = NOT_EMULATED.get(args.platform) or refusal(args.platform, framework)
     if refused:
         return _usage_error(f"--platform {args.platform}: {refused}")
     suite.checks = probe_checks(expect)

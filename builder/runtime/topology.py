@@ -15,7 +15,9 @@ local run proves nothing about the cloud one. The cloud shapes follow the platfo
   and every node also runs a ps (ps i on node i, same host, ``port + 1``) unless ``ps`` says how many (then ps
   0..ps-1 on nodes 0..ps-1). A ps shares its node's host, so its spec carries ``node`` for the caller to share the
   network namespace.
-* ``trainjob``, ``pytorchjob``, ``tfjob``, ``jaxjob``, ``jobset``: `topology_k8s`; ``slurm``: `topology_slurm`.
+* ``trainjob``, ``pytorchjob``, ``tfjob``, ``jaxjob``, ``jobset``: `topology_k8s`; ``slurm``: `topology_slurm`;
+  ``sagemaker``: `topology_sagemaker`;
+  ``azureml``: `topology_azureml`; ``mpi``: `topology_mpi` (every rank as ``mpirun`` starts it).
 
 Unused pools are left out of the cluster. Replicas come back chief first, then workers, ps and evaluators (Slurm:
 task by task). `process_start` says how the platform starts each replica's processes; `refusal` which frameworks
@@ -27,13 +29,17 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .contract import AIPLATFORM, JAXJOB, JOBSET, PLATFORMS, PYTORCHJOB, SLURM, TFJOB, TRAINJOB, UAI, VERTEX, \
-    VERTEX_POOLS
+from .contract import AIPLATFORM, AZUREML, JAXJOB, JOBSET, MPI, PLATFORMS, PYTORCHJOB, SAGEMAKER, SLURM, TFJOB, \
+    TRAINJOB, UAI, VERTEX, VERTEX_POOLS
 from .topology_k8s import DEFAULT_PORTS, jaxjob_replicas, jobset_replicas, pytorchjob_replicas, tfjob_replicas, \
     trainjob_replicas
+from .platforms import azureml
+from .topology_azureml import azureml_replicas
+from .topology_mpi import mpi_ranks
+from .topology_sagemaker import sagemaker_replicas
 from .topology_slurm import job_number, slurm_tasks
 from .topology_spec import CLUSTER_SPEC, TF_CONFIG, ReplicaSpec, tf_config_json
-from .world import format_address
+from .world import DEFAULT_MASTER_PORT, format_address
 
 _VERTEX_POOL = {role: pool for pool, role in VERTEX_POOLS.items()}
 TF_PORT = 2222  # the port of the cloud platforms' TF_CONFIG examples, where a caller names none
@@ -44,6 +50,7 @@ NO_TF_CONFIG = {
     TRAINJOB: "Kubeflow Trainer v2 has no TensorFlow runtime",
     PYTORCHJOB: "a PyTorchJob gives TensorFlow no TF_CONFIG",
     JAXJOB: "a JAXJob gives TensorFlow no TF_CONFIG",
+    MPI: "mpirun gives TensorFlow no TF_CONFIG",
 }
 #: The platforms whose own command starts every process of a node (for PyTorch): the launcher is started by them.
 TORCHRUN = ("torchrun", "--no-python")  # a TrainJob torch runtime's command: torchrun, reading PET_* as defaults
@@ -71,10 +78,11 @@ class ProcessStart:
 
 
 def process_start(platform: str, framework: str, nproc_per_node: int) -> ProcessStart:
-    """Slurm starts every task (one replica each, `nproc_per_node` on a node); a TrainJob's torch runtime runs torchrun, which starts the
-    node's processes from ``PET_*``; a PyTorchJob says its count in ``PET_NPROC_PER_NODE``; elsewhere the launcher
-    starts them (TensorFlow: one per replica, ``MultiWorkerMirroredStrategy`` drives the node's GPUs)."""
-    if platform == SLURM:
+    """Slurm, mpirun and Azure ML's pytorch distribution start every process (one replica each, `nproc_per_node` on
+    a node); a TrainJob's torch runtime runs torchrun, which starts the node's processes from ``PET_*``; a PyTorchJob
+    says its count in ``PET_NPROC_PER_NODE``; elsewhere the launcher starts them (TensorFlow: one per replica,
+    ``MultiWorkerMirroredStrategy`` drives the node's GPUs)."""
+    if platform in (SLURM, MPI) or (platform == AZUREML and framework != "tensorflow"):
         return ProcessStart((), None, nproc_per_node)
     if platform == TRAINJOB and framework != "jax":
         return ProcessStart(TORCHRUN, None, nproc_per_node)
@@ -141,8 +149,15 @@ def replica_specs(
         return pytorchjob_replicas(replicas, nproc_per_node, job, number)
     if platform == JAXJOB:
         return jaxjob_replicas(replicas, job, number)
+    if platform == MPI:
+        return mpi_ranks(replicas, nproc_per_node, job, DEFAULT_MASTER_PORT if port is None else port)
     if platform == JOBSET:
         return jobset_replicas(replicas, job, number)
+    if platform == AZUREML:
+        return azureml_replicas(replicas, nproc_per_node, job, azureml.DEFAULT_MASTER_PORT if port is None else port,
+                                framework)
+    if platform == SAGEMAKER:
+        return sagemaker_replicas(replicas, job)
     if platform == TFJOB:
         return tfjob_replicas(replicas, ps or 0, evaluators, job, number)
     named = hosts or (lambda role, index: f"{job}-{role}-{index}")

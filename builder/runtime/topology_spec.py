@@ -8,7 +8,8 @@ Standard library only.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 from .platforms import tfconfig
@@ -23,7 +24,8 @@ class ReplicaSpec:
     `host` is the hostname the platform gives it (a pod's name, a Slurm node's name); replicas that share a `node`
     (UAI's ps beside its node's master or worker, the tasks Slurm starts on one node) share that node's `host` and
     network namespace. `aliases` are further DNS names peers reach it by (a pod's ``<host>.<subdomain>``, a
-    Service's ``<host>.<namespace>.svc``).
+    Service's ``<host>.<namespace>.svc``). `files` are files the platform writes into the container, path -> text
+    (SageMaker's ``/opt/ml/input/config/resourceconfig.json``): a replay mounts each read-only at its path.
     """
 
     name: str  # the platform's own name for it, unique within a job: "chief-0", "master-0", "node-0-1", "task-3"
@@ -33,6 +35,7 @@ class ReplicaSpec:
     env: dict[str, str]
     host: str
     aliases: tuple[str, ...] = ()
+    files: Mapping[str, str] = field(default_factory=dict)
 
 
 def tf_config_json(cluster: dict[str, list[str]], task_type: str, index: int, trial: str | None) -> str:

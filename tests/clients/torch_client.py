@@ -89,11 +89,15 @@ def worker_envs(agents: list[local_elastic_agent.LocalElasticAgent]) -> list[lis
 
 
 def answer(case: dict[str, Any]) -> dict[str, Any]:
-    readings: dict[str, list[dict[str, Any]]] = {"own": [], "argv": []}
-    agents: dict[str, list[local_elastic_agent.LocalElasticAgent]] = {"own": [], "argv": []}
+    # A case may ask for the argv reading alone: a platform whose torchrun always has flags (SageMaker's toolkit).
+    wanted = case.get("readings", ["own", "argv"])
+    readings: dict[str, list[dict[str, Any]]] = {name: [] for name in wanted}
+    agents: dict[str, list[local_elastic_agent.LocalElasticAgent]] = {name: [] for name in wanted}
     for node in case["nodes"]:
         use_env(node["env"])  # torchrun reads PET_* when it builds its parser
         for reading, argv in (("own", ["python", "x.py"]), ("argv", node["argv"])):
+            if reading not in wanted:
+                continue
             args = get_args_parser().parse_args(argv)
             readings[reading].append(figures(args))
             if args.nproc_per_node.isdigit():

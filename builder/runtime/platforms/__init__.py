@@ -1,7 +1,8 @@
 """Every platform trainimg's images run on, one module each, and the one rule that picks the module for an env.
 
 Each platform module has ``NAME``, ``FORCED_BY`` (the ``--platform`` values it answers), ``claims(env)`` (the
-variables of its signature present in `env`, empty when it is not there) and ``read(env, reduction_server=...)`` -> `ClusterInfo` (a missing or wrong
+variables of its signature present in `env`, and the path of a file it is told by where a platform writes one,
+SageMaker's resource config; empty when it is not there) and ``read(env, reduction_server=...)`` -> `ClusterInfo` (a missing or wrong
 variable is a `ClusterError` naming it). Adding a platform is adding a module to `PLATFORMS`.
 
 `detect` applies the rule, so it is written once:
@@ -20,9 +21,11 @@ from collections.abc import Mapping
 from types import ModuleType
 
 from ..world import ClusterError, ClusterInfo, local_world, present
-from . import envworld, jaxjob, jobset, launched, pytorchjob, slurm, tfconfig, torchrun, trainjob
+from . import azureml, envworld, jaxjob, jobset, launched, ompi, pytorchjob, sagemaker, slurm, tfconfig, \
+    torchrun, trainjob
 
-PLATFORMS: tuple[ModuleType, ...] = (tfconfig, slurm, trainjob, pytorchjob, jaxjob, jobset, envworld)
+PLATFORMS: tuple[ModuleType, ...] = (tfconfig, slurm, trainjob, pytorchjob, jaxjob, jobset, azureml, sagemaker,
+                                     ompi, envworld)
 LAYERS: tuple[ModuleType, ...] = (torchrun, launched)
 #: Every ``--platform`` value `detect` takes, in the order help texts list them.
 FORCEABLE: tuple[str, ...] = tuple(name for module in PLATFORMS for name in module.FORCED_BY)
@@ -32,7 +35,8 @@ VARIABLES = frozenset({
     *tfconfig.VARIABLES, *slurm.VARIABLES, *slurm.RENDEZVOUS, slurm.JAX_PORT, slurm.JAX_ADDRESS,
     *trainjob.TORCH, *trainjob.TORCH_OPTIONAL, *trainjob.JAX, *pytorchjob.REQUIRED, *pytorchjob.OPTIONAL,
     *jaxjob.REQUIRED, *jobset.REQUIRED, *envworld.REQUIRED, *envworld.OPTIONAL, torchrun.MARKER, *torchrun.REQUIRED,
-    launched.MARKER, launched.ROLE, *launched.GROUP,
+    launched.MARKER, launched.ROLE, *launched.GROUP, *azureml.VARIABLES,
+    *sagemaker.VARIABLES, *ompi.VARIABLES,
 })
 # Variables that only a platform sets but that describe no world alone -> what would.
 _STRAYS = {
