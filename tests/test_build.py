@@ -63,6 +63,13 @@ def one_line(text: str) -> str:
     return lines[0]
 
 
+def pushed_line(stdout: str, host: str) -> str:
+    """The `pushed REF@DIGEST` line of a push; the SBOM pushed beside the image says so on the line after it."""
+    line, sbom = stdout.strip().splitlines()  # tests/test_sbom.py checks the SBOM itself
+    assert sbom.startswith(f"sbom: pushed {host}/"), sbom
+    return line
+
+
 # -- bad input -----------------------------------------------------------------------------------------------------
 
 
@@ -372,9 +379,8 @@ def test_push_after_test_passed_matches_the_registry_digest(cpu_image: str, stat
     env = {**state_env, "TRAINIMG_REGISTRY_PASSWORD": registry.password}
     r, _ = push(CPU_VARIANT, registry, env, "--username", registry.username)
     assert r.returncode == 0, r.stderr[-3000:]
-    line, sbom = r.stdout.strip().splitlines()  # the image, then its SBOM pushed beside it (tests/test_sbom.py)
+    line = pushed_line(r.stdout, registry.host)
     assert line.startswith(f"pushed {registry.host}/{CPU_TAG}@sha256:"), line
-    assert sbom.startswith(f"sbom: pushed {registry.host}/"), sbom
     digest = line.split("@", 1)[1].split()[0]
     assert registry_digest(registry.host, registry.username, registry.password, CPU_TAG) == digest
     assert registry.password not in r.stdout + r.stderr
@@ -424,7 +430,7 @@ def test_docker_config_set_means_that_folder_only(cpu_image: str, state_env: dic
     (isolated / "config.json").write_text(login)
     r, _ = push(CPU_VARIANT, registry, env)
     assert r.returncode == 0, r.stderr[-3000:]
-    assert one_line(r.stdout).startswith(f"pushed {registry.host}/{CPU_TAG}@sha256:"), r.stdout
+    assert pushed_line(r.stdout, registry.host).startswith(f"pushed {registry.host}/{CPU_TAG}@sha256:"), r.stdout
     # A credential helper named for the host replaces the auths entry (here a wrong one), as in the CLI.
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()

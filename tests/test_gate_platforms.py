@@ -26,7 +26,9 @@ from trainimg.options import JobOptions
 pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 PLATFORMS = ["slurm", "trainjob", "pytorchjob", "tfjob", "jaxjob", "jobset", "azureml", "sagemaker"]
-SHAPES = [(2, 1), (4, 1), (2, 2)]  # (replicas, processes per replica)
+# (replicas, processes per replica): 4 replicas of one process, and 2 replicas of two processes each; 2 replicas of
+# one process are what test_framework_on_the_platforms_that_fit_it runs for JAX and TensorFlow.
+SHAPES = [(4, 1), (2, 2)]
 #: Platforms that start every process themselves: a container per process (Slurm's tasks, Azure ML's pytorch).
 PER_PROCESS = ("slurm", "azureml")
 # How each replica's launcher says it was started (its first line): by the platform, or starting them itself.
