@@ -62,6 +62,14 @@ def cpu_image(state_env: dict[str, str]) -> str:
     return "trainimg/pytorch:2.13.0-cpu-py3.11"
 
 
+def remove_image(client: docker.DockerClient, ref: str) -> None:
+    """Remove an image a test built (by tag or ID, forced), and its untagged parents; one already gone is fine."""
+    try:
+        client.api.remove_image(ref, force=True)
+    except docker.errors.NotFound:
+        pass
+
+
 @pytest.fixture(scope="session")
 def client() -> Iterator[docker.DockerClient]:
     """The docker SDK, for tests that look at what the CLI left in the engine."""

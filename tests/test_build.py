@@ -26,7 +26,7 @@ import docker
 import docker.errors
 import pytest
 from brokenimages import TestImages, registry_digest
-from conftest import CPU_VARIANT, LOCAL_BASE, ROOT, cpu_recipe, trainimg
+from conftest import CPU_VARIANT, LOCAL_BASE, ROOT, cpu_recipe, remove_image, trainimg
 from conftest_registry import RegistryLogin
 
 from trainimg.plan.installer import UV
@@ -47,14 +47,6 @@ def write_recipes(folder: Path, name: str, extras: list[str]) -> Path:
     (recipes / f"{name}.yaml").write_text(cpu_recipe(name, f"trainimg-test/{name}", ", ".join(json.dumps(e) for e in extras)),
                                           encoding="utf-8")
     return recipes
-
-
-def remove_image(client: docker.DockerClient, ref: str) -> None:
-    """Remove an image this module built (its tag, then its ID), and its untagged parents."""
-    try:
-        client.api.remove_image(ref, force=True)
-    except docker.errors.NotFound:
-        pass
 
 
 def one_line(text: str) -> str:

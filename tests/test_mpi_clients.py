@@ -83,13 +83,13 @@ def jax_view(facts: dict[str, Any], coordinator: str | None, count: Any, process
             "local_process_id": local, "coordinator": node}
 
 
-def test_jax_ompi_cluster_agrees(tmp_path: Path) -> None:
-    cases = batch(tmp_path)
+def jax_rows(cases: list[tuple[dict[str, Any], dict[str, str]]], platform: str, label: str) -> list[Row]:
+    """trainimg's reading (read as `platform`, started by it), JAX's OmpiCluster's and the job's, per environment."""
     answers = run_client("jax", "jax_client.py", [{"mode": "detect", "env": env} for _, env in cases])
     rows = []
     for i, ((facts, env), theirs) in enumerate(zip(cases, answers)):
         info = read(env)
-        assert isinstance(info, ClusterInfo), (env, info)
+        assert isinstance(info, ClusterInfo) and info.platform == platform == info.started_by, (env, info)
         mine = launch_env(info, {})
         own = jax_view(facts, mine["JAX_COORDINATOR_ADDRESS"], int(mine["JAX_NUM_PROCESSES"]),
                        int(mine["JAX_PROCESS_ID"]), int(mine["LOCAL_RANK"]))
@@ -102,8 +102,12 @@ def test_jax_ompi_cluster_agrees(tmp_path: Path) -> None:
                  "local_process_id": int(env[ompi.LOCAL_RANK]), "coordinator": {"node": 0, "port": jax_port}}
         excuse = ("JAX's OmpiCluster takes mpirun's host from OMPI_MCA_orte_hnp_uri: the Trainer's launcher pod, "
                   "where no rank runs" if facts["shape"] == "separate-launcher" else None)
-        rows.append(Row(f"mpi-{i} {facts['shape']}", own, client, truth, excuse))
-    judge("Open MPI: JAX's OmpiCluster", rows)
+        rows.append(Row(f"{label}-{i} {facts['shape']}", own, client, truth, excuse))
+    return rows
+
+
+def test_jax_ompi_cluster_agrees(tmp_path: Path) -> None:
+    judge("Open MPI: JAX's OmpiCluster", jax_rows(batch(tmp_path), ompi.NAME, "mpi"))
 
 
 def test_launcher_hands_torch_the_ompi_ranks(tmp_path: Path) -> None:
@@ -141,19 +145,4 @@ def test_jax_ompi_cluster_agrees_on_azure_ml_mpi(tmp_path: Path) -> None:
     cases = [(facts, azure_ml(facts, env, rng)) for facts, env in batch(tmp_path, 2 * CASES)
              if facts["shape"] in ("plain", "one-node")]
     assert len(cases) >= 200, len(cases)
-    answers = run_client("jax", "jax_client.py", [{"mode": "detect", "env": env} for _, env in cases])
-    rows = []
-    for i, ((facts, env), theirs) in enumerate(zip(cases, answers)):
-        info = read(env)
-        assert isinstance(info, ClusterInfo) and info.platform == azureml.NAME == info.started_by, (env, info)
-        mine = launch_env(info, {})
-        own = jax_view(facts, mine["JAX_COORDINATOR_ADDRESS"], int(mine["JAX_NUM_PROCESSES"]),
-                       int(mine["JAX_PROCESS_ID"]), int(mine["LOCAL_RANK"]))
-        ids = theirs.get("local_device_ids")
-        client = jax_view(facts, theirs.get("coordinator"), theirs.get("num_processes"), theirs.get("process_id"),
-                          ids[0] if ids else None)
-        jax_port = int(env.get("JAX_COORDINATOR_PORT") or int(env[ompi.HNP_URI].split(".")[0]) // 4096 % 4096 + 61440)
-        truth = {"detected": True, "process_count": int(env[ompi.SIZE]), "process_id": int(env[ompi.RANK]),
-                 "local_process_id": int(env[ompi.LOCAL_RANK]), "coordinator": {"node": 0, "port": jax_port}}
-        rows.append(Row(f"azureml-mpi-{i} {facts['shape']}", own, client, truth))
-    judge("Azure ML mpi: JAX's OmpiCluster", rows)
+    judge("Azure ML mpi: JAX's OmpiCluster", jax_rows(cases, azureml.NAME, "azureml-mpi"))

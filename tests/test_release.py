@@ -31,7 +31,7 @@ import pytest
 import requests
 import xmlschema
 from brokenimages import BREAKER, breaker_wheel
-from conftest import LOCAL_BASE, ROOT, cpu_recipe, trainimg
+from conftest import LOCAL_BASE, ROOT, cpu_recipe, remove_image, trainimg
 from conftest_registry import RegistryLogin
 
 from trainimg.publish.lock import LockEntry, moving_tag, read_lock
@@ -235,10 +235,7 @@ def pinned_pair(client: docker.DockerClient, rel: Release, good_release: Path) -
         made.append(tag)
     yield made[0], made[1]
     for tag in made:
-        try:
-            client.api.remove_image(tag, force=True)
-        except docker.errors.NotFound:
-            pass
+        remove_image(client, tag)
 
 
 def test_e_diff_shows_a_changed_pin_and_layers(rel: Release, pinned_pair: tuple[str, str]) -> None:

@@ -24,7 +24,7 @@ import docker
 import docker.errors
 import oras.client
 import pytest
-from conftest import CPU_VARIANT, LOCAL_BASE, ROOT, trainimg
+from conftest import CPU_VARIANT, LOCAL_BASE, ROOT, remove_image, trainimg
 from conftest_registry import RegistryLogin
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
@@ -248,10 +248,7 @@ def pinned_pair(cpu_image: str, client: docker.DockerClient, tmp_path_factory: p
         shutil.rmtree(ctx)
     yield made[0], made[1]
     for tag in made:
-        try:
-            client.api.remove_image(tag, force=True)
-        except docker.errors.NotFound:
-            pass
+        remove_image(client, tag)
 
 
 def test_diff_lists_package_changes_from_the_sboms(pinned_pair: tuple[str, str], state_env: dict[str, str]) -> None:
@@ -291,7 +288,7 @@ def test_image_without_an_sbom_is_refused_before_the_push(registry: RegistryLogi
                                                                  "password": registry.password})
         assert api.tags(f"gsbom-bare-{RUN}") == []
     finally:
-        client.api.remove_image(tag, force=True)
+        remove_image(client, tag)
 
 
 # -- the registry's answers that are not what they should be: one line each ------------------------------------
