@@ -34,14 +34,10 @@ from ..recipe.variant import RecipeSet
 from ..render.dockerfile import render_plan
 from .credentials import resolve_credentials
 from .references import RegistryTarget
-from .registryapi import RegistryAPI
+from .registryapi import RegistryAPI, sha256_digest
 
 INPUTS_FORMAT = 1
 DOCKER_HUB = "registry-1.docker.io"  # where a reference without a registry host is resolved
-
-
-def _sha256(data: bytes) -> str:
-    return "sha256:" + hashlib.sha256(data).hexdigest()
 
 
 def tree_digest(folder: Path) -> str:
@@ -110,7 +106,7 @@ def inputs_keys(recipes: RecipeSet, engine: Engine, names: Sequence[str], opts: 
             args[PARENT_ARG] = keys[v.extends]
         else:
             args[BASE_ARG] = base_digest(engine, args[BASE_ARG], env)
-        parts = {"format": INPUTS_FORMAT, "dockerfile": _sha256(render_plan(plan).encode()), "args": args,
+        parts = {"format": INPUTS_FORMAT, "dockerfile": sha256_digest(render_plan(plan).encode()), "args": args,
                  "lock": variant_lock_digest(root, v.name), "runtime": runtime, "suite": suite}
-        keys[v.name] = _sha256(json.dumps(parts, sort_keys=True).encode())
+        keys[v.name] = sha256_digest(json.dumps(parts, sort_keys=True).encode())
     return keys
