@@ -46,8 +46,8 @@ class Requirements:
     @property
     def digest(self) -> str:
         """sha256 of everything that decides the resolution: a recipe change that moves it changes this."""
-        text = json.dumps([self.requirements, self.indexes, self.python, self.platform, self.parent_lock])
-        return f"sha256:{hashlib.sha256(text.encode()).hexdigest()}"
+        return text_digest(json.dumps([self.requirements, self.indexes, self.python, self.platform,
+                                       self.parent_lock]))
 
 
 def requirement(wheel: str, constraint: str) -> str:
