@@ -253,11 +253,14 @@ class Bench:
             yield flags
 
     def docker_build(self, dockerfile: Path, tag: str, secret_flags: list[str], base: str = BASE_IMAGE) -> float:
+        return self.docker_build_run(dockerfile, tag, secret_flags, base).seconds
+
+    def docker_build_run(self, dockerfile: Path, tag: str, secret_flags: list[str], base: str = BASE_IMAGE) -> Run:
+        """`docker build --progress plain`: its time and its log (stderr), whose steps say what took the time."""
         env = dict(self.env, DOCKER_BUILDKIT="1")
-        res = run([docker_cli(), "build", "-f", str(dockerfile), "--build-arg", f"BASE_IMAGE={base}",
-                   *secret_flags, "--network", "host", "--progress", "plain", "-t", tag, "."],
-                  env=env, what=f"docker build {dockerfile.name} ({tag})")
-        return res.seconds
+        return run([docker_cli(), "build", "-f", str(dockerfile), "--build-arg", f"BASE_IMAGE={base}",
+                    *secret_flags, "--network", "host", "--progress", "plain", "-t", tag, "."],
+                   env=env, what=f"docker build {dockerfile.name} ({tag})")
 
     def alone_builds(self) -> dict[str, float]:
         """Each bench variant's rendered Dockerfile built alone with plain `docker build`, each from cold."""
@@ -467,34 +470,53 @@ wc -l < /tmp/added
         seconds, _ = self.matrix_build(copy, [PIN_VARIANT], "pin_change_rebuild")
         return seconds
 
-    def installs(self, variant: str) -> None:
-        """uv_vs_pip, uv_vs_pip_warm and reproducible_package_diffs for `variant` (benchmarks/installs.py)."""
+    def installs(self, variants: Sequence[str]) -> None:
+        """uv_vs_pip and uv_vs_pip_warm over `variants` (the worst of them is the figure), and
+        reproducible_package_diffs for the first (benchmarks/installs.py). Each variant's images and BuildKit
+        records go before the next one starts."""
         from installs import InstallBench
 
-        ib = InstallBench(self.docker, self.docker_build, docker_cli(), self.tmp, BASE_IMAGE, log, variant)
-        try:
-            with self.pip_secrets() as flags:
-                builds = step("uv_vs_pip", self, lambda: ib.uv_vs_pip(flags))
-                if builds is FAILED:
-                    self.fail("uv_vs_pip_warm", "not measured: the uv/pip builds failed")
-                    self.fail("reproducible_package_diffs", "not measured: the uv/pip builds failed")
-                    return
-                self.set_installs(variant, builds)
-                same = step("reproducible_package_diffs", self, lambda: ib.reproducible(builds["uv_cold"], flags))
-                if same is not FAILED:
-                    self.set_reproducible(variant, same)
-        finally:
-            ib.prune_own_mounts()
+        measured: dict[str, dict[str, float]] = {}
+        for i, variant in enumerate(variants):
+            ib = InstallBench(self.docker, self.docker_build_run, docker_cli(), self.tmp, BASE_IMAGE, log, variant)
+            try:
+                with self.pip_secrets() as flags:
+                    builds = step("uv_vs_pip", self, lambda: ib.uv_vs_pip(flags))
+                    if builds is FAILED:
+                        continue
+                    measured[variant] = {k: b.seconds for k, b in builds.items()}
+                    measured[variant].update({f"{k}_install_step": b.install_step for k, b in builds.items()})
+                    self.details.setdefault("installs", {})[variant] = {"seconds": measured[variant]}
+                    if i == 0:
+                        same = step("reproducible_package_diffs", self,
+                                    lambda: ib.reproducible(builds["uv_cold"], flags))
+                        if same is not FAILED:
+                            self.set_reproducible(variant, same)
+            finally:
+                ib.clean()
+        if len(measured) < len(variants):
+            self.fail("uv_vs_pip", f"failed: not measured for {', '.join(v for v in variants if v not in measured)}")
+            self.fail("uv_vs_pip_warm", "not measured: the uv/pip builds of a variant failed")
+            if variants[0] not in measured:
+                self.fail("reproducible_package_diffs", "not measured: the uv/pip builds failed")
+            return
+        self.set_installs(measured)
 
-    def set_installs(self, variant: str, builds: dict[str, Any]) -> None:
-        t = {k: b.seconds for k, b in builds.items()}
-        self.details.setdefault("installs", {})[variant] = {"seconds": t}
-        self.set("uv_vs_pip", ratio(t["uv_cold"], t["pip_cold"]),
-                 f"{variant} built by `docker build` from its rendered Dockerfile on a fresh base (every step runs) "
-                 f"with a new, empty wheel cache mount: uv {t['uv_cold']:.1f} s / pip {t['pip_cold']:.1f} s")
-        self.set("uv_vs_pip_warm", ratio(t["uv_warm"], t["pip_warm"]),
-                 f"the same on another fresh base with the wheel cache mount the cold build filled: uv "
-                 f"{t['uv_warm']:.1f} s / pip {t['pip_warm']:.1f} s")
+    def set_installs(self, measured: Mapping[str, Mapping[str, float]]) -> None:
+        """The worst variant's whole-build ratio is the figure; each variant's seconds, and its install step's
+        alone (what the installer changes: the rest of a build is the same work for both), are in `how`."""
+        for figure, (uv, pip), what in (
+                ("uv_vs_pip", ("uv_cold", "pip_cold"),
+                 "built by `docker build` from its rendered Dockerfile on a fresh base (every step runs) with a new, "
+                 "empty wheel cache mount"),
+                ("uv_vs_pip_warm", ("uv_warm", "pip_warm"),
+                 "the same on another fresh base with the wheel cache mount the cold build filled")):
+            rows = {v: (t[uv], t[pip], t[f"{uv}_install_step"], t[f"{pip}_install_step"]) for v, t in measured.items()}
+            worst = max(rows, key=lambda v: rows[v][0] / rows[v][1])
+            self.set(figure, ratio(*rows[worst][:2]),
+                     f"{what}; worst of {len(rows)}: " + "; ".join(
+                         f"{v} uv {u:.1f} s / pip {p:.1f} s = {u / p:.2f} (the install step alone {iu:.1f} s / "
+                         f"{ip:.1f} s = {iu / ip:.2f})" for v, (u, p, iu, ip) in rows.items()))
 
     def set_reproducible(self, variant: str, same: dict[str, Any]) -> None:
         self.details["reproducible"] = {"variant": variant, **same}
@@ -600,7 +622,7 @@ wc -l < /tmp/added
             for name in ("uv_vs_pip", "uv_vs_pip_warm", "reproducible_package_diffs"):
                 self.skip(name, "skipped (--quick): five cold builds (`--installs` runs them alone)")
         else:
-            self.installs(INSTALLS_VARIANT)
+            self.installs([INSTALLS_VARIANT])
 
         self.ci_figures()
 
@@ -666,17 +688,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--gpu", action="store_true",
                         help="also build, gate and push the GPU image of each framework and report its size, "
                              "compressed size as pushed and size / (base + payload) (downloads gigabytes cold)")
-    parser.add_argument("--installs", metavar="VARIANT", nargs="?", const=INSTALLS_VARIANT,
-                        help="measure only uv_vs_pip, uv_vs_pip_warm and reproducible_package_diffs for VARIANT "
-                             f"(default {INSTALLS_VARIANT}); prunes nothing shared; writes "
-                             "reports/bench-installs-VARIANT.json")
+    parser.add_argument("--installs", metavar="VARIANT", nargs="*",
+                        help="measure only uv_vs_pip and uv_vs_pip_warm for each VARIANT (the worst is the figure) "
+                             "and reproducible_package_diffs for the first (default "
+                             f"{INSTALLS_VARIANT}); prunes nothing shared; writes reports/bench-installs.json")
     parser.add_argument("--ci", action="store_true",
                         help="measure only ci_noop_release, ci_noop_layer_bytes and ci_one_change (prunes only "
                              "the bench's own images and cache unless TRAINIMG_BENCH_PRUNE_ALL=1); writes "
                              "reports/bench-ci.json")
     args = parser.parse_args(argv)
-    if args.installs:
-        return installs_only(args.installs)
+    if args.installs is not None:
+        return installs_only(args.installs or [INSTALLS_VARIANT])
     if args.ci:
         from cifleet import CI_FIGURES
 
@@ -760,11 +782,11 @@ def main(argv: list[str] | None = None) -> int:
     return 1 if failed else 0
 
 
-def installs_only(variant: str) -> int:
-    """`--installs VARIANT`: the install figures alone (cold without pruning: benchmarks/installs.py)."""
-    return figures_only(("uv_vs_pip", "uv_vs_pip_warm", "reproducible_package_diffs"), f"--installs {variant}",
-                        lambda bench: bench.installs(variant), ROOT / "reports" / f"bench-installs-{variant}.json",
-                        {"variant": variant}, keep_images=False)
+def installs_only(variants: Sequence[str]) -> int:
+    """`--installs VARIANT...`: the install figures alone (cold without pruning: benchmarks/installs.py)."""
+    return figures_only(("uv_vs_pip", "uv_vs_pip_warm", "reproducible_package_diffs"),
+                        f"--installs {' '.join(variants)}", lambda bench: bench.installs(variants),
+                        ROOT / "reports" / "bench-installs.json", {"variants": list(variants)}, keep_images=False)
 
 
 def figures_only(names: Sequence[str], what: str, measure: Callable[[Bench], None], path: Path,

@@ -7,8 +7,10 @@ plus a one-line marker file, a new layer chain: BuildKit keys every stage on it 
 marker is the one file two builds' base layers differ in), and its wheel cache
 mount has an id of this run's own (the rendered Dockerfile's `id=trainimg-wheels-...` renamed), so no wheel
 another build downloaded is reused. "Warm" reuses that cache id on another fresh base: every step runs again, the
-wheels come from the cache. Other users' BuildKit cache and images are never touched; this run's cache mounts are
-pruned by id at the end, its images removed by the bench's prefix.
+wheels come from the cache. After each variant its images are removed and the BuildKit records made since it
+began (its layers and its wheel cache mounts) pruned by id: five builds of a GPU variant hold ~60 GB otherwise.
+Other users' images and BuildKit cache are never touched (run the bench alone: a record another build made
+meanwhile would be pruned too, costing that build its cache, nothing more).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import subprocess
 import tarfile
 import time
@@ -28,13 +31,28 @@ from typing import IO, Any
 from figures import BENCH_PREFIX
 
 INSTALLS_VARIANT = "pytorch-2.13.0-cpu-py3.11"
-CACHE_MOUNT = "cached mount /run/trainimg-build/cache"  # how BuildKit describes a wheel cache mount's record
+ALLOW_MISSING = "--build-arg", "TRAINIMG_ALLOW_MISSING=google-reduction-server"  # Google's apt is unreachable here
 
 
 @dataclass(frozen=True)
 class ColdBuild:
     tag: str
     seconds: float
+    install_step: float  # the lock's install step alone, as BuildKit timed it
+
+
+_STEP = re.compile(r"#(\d+) \[[^\]]+\] RUN (.*)")
+_DONE = re.compile(r"#(\d+) DONE ([\d.]+)s")
+
+
+def install_step_seconds(log: str) -> float:
+    """The seconds BuildKit's plain progress gives the step that installs the lock (the RUN that mounts
+    requirements.lock): what the installer changes, the apt stage and the image export being the same for both."""
+    steps = {m.group(1) for m in map(_STEP.match, log.splitlines()) if m and "requirements.lock" in m.group(2)}
+    done = [float(m.group(2)) for m in map(_DONE.match, log.splitlines()) if m and m.group(1) in steps]
+    if len(done) != 1:
+        raise ValueError(f"the build log times {len(done)} steps that install the lock, not one")
+    return done[0]
 
 
 def rendered(variant: str, installer: str, cache_id: str, folder: Path) -> Path:
@@ -164,40 +182,53 @@ def _layer_steps(docker: Callable[..., Any], tag: str) -> list[str]:
 class InstallBench:
     """Cold and warm builds of one variant with each installer, through the bench's own docker and secrets."""
 
-    def __init__(self, docker: Callable[..., Any], docker_build: Callable[..., float], docker_cli: str,
+    def __init__(self, docker: Callable[..., Any], docker_build: Callable[..., Any], docker_cli: str,
                  tmp: Path, base: str, log: Callable[[str], None], variant: str) -> None:
         self.docker, self.docker_build, self.docker_cli = docker, docker_build, docker_cli
         self.tmp, self.base, self.log, self.variant = tmp, base, log, variant
         self.run = uuid.uuid4().hex[:8]
         self.count = 0
-        self.mounts_before = self.cache_mounts()
+        self.tags: list[str] = []
+        self.records_before = self.cache_records()
 
     def build(self, installer: str, cache_id: str, flags: list[str]) -> ColdBuild:
         """One build of the variant on a fresh base, its wheel cache mount `cache_id`."""
         self.count += 1
         name = f"{self.run}-{self.count}"
         base = fresh_base(self.docker, self.base, name)
+        self.tags.append(base)
         dockerfile = rendered(self.variant, installer, cache_id, self.tmp)
         tag = f"{BENCH_PREFIX}installs:{self.variant}-{installer}-{name}"
-        seconds = self.docker_build(dockerfile, tag, flags, base=base)
-        self.log(f"  {installer} build {name} (cache {cache_id}): {seconds:.1f} s")
-        return ColdBuild(tag, seconds)
+        self.tags.append(tag)
+        res = self.docker_build(dockerfile, tag, [*flags, *ALLOW_MISSING], base=base)
+        build = ColdBuild(tag, res.seconds, install_step_seconds(res.stderr))
+        self.log(f"  {self.variant}: {installer} build {name} (cache {cache_id}): {build.seconds:.1f} s, the "
+                 f"install step {build.install_step:.1f} s")
+        return build
 
-    def cache_mounts(self) -> set[str]:
-        """IDs of the engine's wheel cache mount records. The engine runs one disk-usage scan at a time and says
-        so to a second caller (another user's `docker system df`): wait for it."""
+    def cache_records(self) -> dict[str, str]:
+        """ID -> creation time of each of the engine's BuildKit records. The engine runs one disk-usage scan at a
+        time and says so to a second caller (another user's `docker system df`): wait for it."""
         for _ in range(20):
             res = self.docker("system", "df", "-v", "--format", "{{json .BuildCache}}", check=False)
             if res.stdout.strip():
                 break
             time.sleep(5)
-        out = res.stdout
-        return {e["ID"] for e in json.loads(out or "[]") if str(e.get("Description", "")).startswith(CACHE_MOUNT)}
+        return {e["ID"]: str(e.get("CreatedAt", "")) for e in json.loads(res.stdout or "[]")}
 
-    def prune_own_mounts(self) -> None:
-        """Remove the wheel cache mounts this run made (new since it began: the ids are this run's own)."""
-        for record in sorted(self.cache_mounts() - self.mounts_before):
-            self.docker("builder", "prune", "-f", "--filter", f"id={record}", check=False)
+    def clean(self) -> None:
+        """Remove this variant's images, then the BuildKit records made since it began (layers, wheel caches),
+        newest first: a record is in use while one made from it is there. The 20.10 engine prunes one ID a call."""
+        self.docker("rmi", "--force", *self.tags, check=False)
+        left = -1
+        while True:
+            records = self.cache_records()
+            mine = sorted(set(records) - set(self.records_before), key=lambda r: records[r], reverse=True)
+            if len(mine) in (0, left):  # all gone, or a pass removed nothing (in use by someone else)
+                return
+            left = len(mine)
+            for record in mine:
+                self.docker("builder", "prune", "-f", "--filter", f"id={record}", check=False)
 
     def uv_vs_pip(self, flags: list[str]) -> dict[str, ColdBuild]:
         builds = {}

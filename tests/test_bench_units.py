@@ -257,3 +257,27 @@ def test_the_ci_fleet_recipes_load_and_one_change_rebuilds_the_variant_and_its_c
     assert figures.change_pin(recipe, bench.PIN_FROM, bench.PIN_TO).count(bench.PIN_TO) == 1
     assert set(cifleet.CI_FIGURES) <= set(figures.FIGURE_NAMES)
     assert figures.format_goal("ci_noop_release") == "≤ 2" and figures.format_goal("ci_one_change") == "0"
+
+
+def test_install_step_seconds_is_the_step_that_mounts_the_lock() -> None:
+    """Lines as docker 20.10's plain progress printed them for the JAX GPU variant (the RUN text shortened)."""
+    import installs
+
+    log = "\n".join([
+        "#6 [python 1/1] RUN apt-get update  && DEBIAN_FRONTEND=noninteractive apt-get install -y python3.11",
+        "#6 DONE 11.1s",
+        "#8 [framework 1/1] RUN --mount=type=secret,id=pip_conf,target=/etc/pip.conf     --mount=type=bind,"
+        "source=images/jax-0.10.2-cu126-py3.11/requirements.lock,target=/run/trainimg-build/requirements.lock  "
+        "   python -m pip install --require-hashes --no-deps -r /run/trainimg-build/requirements.lock",
+        "#8 0.512 Looking in links: http://127.0.0.1:40121/0/",
+        "#9 [image 1/4] COPY builder/runtime/ /opt/trainimg/trainimg_runtime/",
+        "#9 DONE 0.1s",
+        "#8 [framework 1/1] RUN --mount=type=secret,id=pip_conf,target=/etc/pip.conf     --mount=type=bind,"
+        "source=images/jax-0.10.2-cu126-py3.11/requirements.lock,target=/run/trainimg-build/requirements.lock",
+        "#8 DONE 82.4s",
+        "#12 exporting to image",
+        "#12 DONE 20.3s",
+    ])
+    assert installs.install_step_seconds(log) == 82.4
+    with pytest.raises(ValueError, match="times 0 steps"):
+        installs.install_step_seconds(log.replace("requirements.lock", "other.txt"))

@@ -124,13 +124,20 @@ def test_sbom_is_deterministic(cpu_sbom: str, cpu_image: str) -> None:
     assert in_image(cpu_image, "python", "-m", "trainimg_runtime", "sbom") == cpu_sbom
 
 
-def test_gpu_image_sbom_lists_the_cuda_libraries(state_env: dict[str, str], client: docker.DockerClient) -> None:
+@pytest.fixture(scope="module")
+def gpu_sbom(state_env: dict[str, str]) -> str:
+    """The GPU PyTorch variant built as tests/test_gpu_image.py builds it (BuildKit's cache makes it seconds
+    there), and its SBOM as `trainimg sbom` prints it."""
     r = trainimg("build", CUDA_VARIANT, "--base-image", LOCAL_BASE, "--allow-missing", "google-reduction-server",
                  *WHEELHOUSES, "--progress", "quiet", env=state_env, timeout=3000)
     assert r.returncode == 0, r.stderr[-3000:]
     r = trainimg("sbom", CUDA_VARIANT, env=state_env, timeout=120)
     assert r.returncode == 0, r.stderr
-    doc = validate(r.stdout)
+    return r.stdout
+
+
+def test_gpu_image_sbom_lists_the_cuda_libraries(gpu_sbom: str, client: docker.DockerClient) -> None:
+    doc = validate(gpu_sbom)
     labels = client.images.get(CUDA_TAG).labels
     libraries = {c["name"]: c for c in doc["components"] if c["bom-ref"].startswith("file:")}
     # NCCL and cuDNN with the versions their libraries answer (what the build's labels read back); the CUDA
@@ -150,24 +157,31 @@ def test_gpu_image_sbom_lists_the_cuda_libraries(state_env: dict[str, str], clie
 # -- pushed beside the image, read back through the fallback tag -----------------------------------------------
 
 
-@pytest.fixture(scope="module")
-def pushed(cpu_image: str, registry: RegistryLogin, state_env: dict[str, str], client: docker.DockerClient
-           ) -> Iterator[dict[str, Any]]:
-    """The CPU image pushed with `trainimg push` (after its conformance run) under a prefix of this module; the
-    registry-qualified tag the push made is removed afterwards (the image stays)."""
+def push_with_sbom(variant: str, image: str, prefix: str, registry: RegistryLogin, state_env: dict[str, str]
+                   ) -> dict[str, Any]:
+    """`variant` gated (`trainimg test`) and pushed with `trainimg push` under `prefix`: what the read-back needs."""
     env = {**state_env, "TRAINIMG_REGISTRY_PASSWORD": registry.password}
-    target = f"{registry.host}/gsbom{RUN}"
-    r = trainimg("test", CPU_VARIANT, "--replicas", "2", "--progress", "quiet", env=env, timeout=900)
+    target = f"{registry.host}/{prefix}"
+    r = trainimg("test", variant, "--replicas", "2", "--progress", "quiet", env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
-    r = trainimg("push", CPU_VARIANT, "--registry", target, "--username", registry.username, env=env, timeout=900)
+    r = trainimg("push", variant, "--registry", target, "--username", registry.username, env=env, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
     assert "sbom: pushed" in r.stdout
     creds = {"username": registry.username, "password": registry.password}
     api = RegistryAPI(RegistryTarget.parse(target), creds)
-    repository = f"gsbom{RUN}/trainimg/pytorch"
-    yield {"env": env, "target": target, "api": api, "repository": repository,
-           "subject": subject_of(api, repository, cpu_image.split(":", 1)[1])}
-    client.api.remove_image(f"{target}/{cpu_image}")
+    repository = f"{prefix}/{image.split(':', 1)[0]}"
+    return {"env": env, "target": target, "api": api, "repository": repository, "variant": variant,
+            "subject": subject_of(api, repository, image.split(":", 1)[1])}
+
+
+@pytest.fixture(scope="module")
+def pushed(cpu_image: str, registry: RegistryLogin, state_env: dict[str, str], client: docker.DockerClient
+           ) -> Iterator[dict[str, Any]]:
+    """The CPU image pushed under a prefix of this module; the registry-qualified tag the push made is removed
+    afterwards (the image stays)."""
+    pushed = push_with_sbom(CPU_VARIANT, cpu_image, f"gsbom{RUN}", registry, state_env)
+    yield pushed
+    client.api.remove_image(f"{pushed['target']}/{cpu_image}")
 
 
 def oras_client(registry: RegistryLogin) -> oras.client.OrasClient:
@@ -184,23 +198,39 @@ def fallback_entries(client: oras.client.OrasClient, registry: RegistryLogin, pu
     return index["manifests"]
 
 
-def test_sbom_is_read_back_with_oras_through_the_fallback_tag(pushed: dict[str, Any], registry: RegistryLogin,
-                                                               cpu_sbom: str, tmp_path: Path) -> None:
-    assert pushed["api"].referrers(pushed["repository"], pushed["subject"].digest) is None  # 2.8: no referrers API
+def assert_read_back(pushed: dict[str, Any], registry: RegistryLogin, sbom: str, folder: Path) -> None:
+    """No referrers API (registry 2.8): oras finds the SBOM through the fallback tag, its manifest's subject is
+    the image, the file pulled is the image's SBOM and validates; `trainimg sbom --registry` prints the same."""
+    assert pushed["api"].referrers(pushed["repository"], pushed["subject"].digest) is None
     client = oras_client(registry)
     entries = fallback_entries(client, registry, pushed)
     assert [e["artifactType"] for e in entries] == [MEDIA_TYPE]
     manifest = client.get_manifest(f"{registry.host}/{pushed['repository']}@{entries[0]['digest']}")
     assert manifest["subject"]["digest"] == pushed["subject"].digest and manifest["artifactType"] == MEDIA_TYPE
-    files = client.pull(target=f"{registry.host}/{pushed['repository']}@{entries[0]['digest']}",
-                        outdir=str(tmp_path))
+    files = client.pull(target=f"{registry.host}/{pushed['repository']}@{entries[0]['digest']}", outdir=str(folder))
     assert [Path(f).name for f in files] == [Path(SBOM_PATH).name]
-    assert Path(files[0]).read_text() == cpu_sbom
+    assert Path(files[0]).read_text() == sbom
     validate(Path(files[0]).read_text())
-    r = trainimg("sbom", CPU_VARIANT, "--registry", pushed["target"], "--username", registry.username,
+    r = trainimg("sbom", pushed["variant"], "--registry", pushed["target"], "--username", registry.username,
                  env=pushed["env"], timeout=120)
     assert r.returncode == 0, r.stderr
-    assert r.stdout == cpu_sbom
+    assert r.stdout == sbom
+
+
+def test_sbom_is_read_back_with_oras_through_the_fallback_tag(pushed: dict[str, Any], registry: RegistryLogin,
+                                                               cpu_sbom: str, tmp_path: Path) -> None:
+    assert_read_back(pushed, registry, cpu_sbom, tmp_path)
+
+
+def test_gpu_image_sbom_is_read_back_through_the_fallback_tag(gpu_sbom: str, registry: RegistryLogin,
+                                                               state_env: dict[str, str],
+                                                               client: docker.DockerClient, tmp_path: Path) -> None:
+    """The GPU image (3.2 GB compressed) pushed to the local registry, its SBOM read back like the CPU one's."""
+    pushed = push_with_sbom(CUDA_VARIANT, CUDA_TAG, f"gsbomgpu{RUN}", registry, state_env)
+    try:
+        assert_read_back(pushed, registry, gpu_sbom, tmp_path)
+    finally:
+        client.api.remove_image(f"{pushed['target']}/{CUDA_TAG}")
 
 
 def test_a_second_artifact_keeps_the_first_in_the_fallback_index(pushed: dict[str, Any], registry: RegistryLogin,
