@@ -481,7 +481,7 @@ wc -l < /tmp/added
             ib = InstallBench(self.docker, self.docker_build_run, docker_cli(), self.tmp, BASE_IMAGE, log, variant)
             try:
                 with self.pip_secrets() as flags:
-                    builds = step("uv_vs_pip", self, lambda: ib.uv_vs_pip(flags))
+                    builds = step("uv_vs_pip", self, lambda: ib.uv_vs_pip(flags, keep_uv_cold=i == 0))
                     if builds is FAILED:
                         continue
                     measured[variant] = {k: b.seconds for k, b in builds.items()}

@@ -7,8 +7,9 @@ plus a one-line marker file, a new layer chain: BuildKit keys every stage on it 
 marker is the one file two builds' base layers differ in), and its wheel cache
 mount has an id of this run's own (the rendered Dockerfile's `id=trainimg-wheels-...` renamed), so no wheel
 another build downloaded is reused. "Warm" reuses that cache id on another fresh base: every step runs again, the
-wheels come from the cache. After each variant its images are removed and the BuildKit records made since it
-began (its layers and its wheel cache mounts) pruned by id: five builds of a GPU variant hold ~60 GB otherwise.
+wheels come from the cache. Each build's image and BuildKit records go once it is timed (the two builds the
+reproducibility check compares stay until their variant is done), each wheel cache mount after its warm build,
+pruned by id: a GPU variant's five builds and three caches would hold ~50 GB.
 Other users' images and BuildKit cache are never touched (run the bench alone: a record another build made
 meanwhile would be pruned too, costing that build its cache, nothing more).
 """
@@ -23,7 +24,7 @@ import subprocess
 import tarfile
 import time
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -31,6 +32,7 @@ from typing import IO, Any
 from figures import BENCH_PREFIX
 
 INSTALLS_VARIANT = "pytorch-2.13.0-cpu-py3.11"
+CACHE_MOUNT = "exec.cachemount"  # the BuildKit record type of a `RUN --mount=type=cache`
 ALLOW_MISSING = "--build-arg", "TRAINIMG_ALLOW_MISSING=google-reduction-server"  # Google's apt is unreachable here
 
 
@@ -124,29 +126,47 @@ class _Hashing(io.RawIOBase):
 FileState = tuple[int, str, int]  # size, sha256 of the content (or the link target), mtime
 
 
-def layer_files(docker_cli: str, tag: str) -> Iterator[tuple[str, dict[str, FileState]]]:
-    """(diff ID, path -> file state) of each layer of `docker save tag`, streamed (never written to disk)."""
+@dataclass
+class SavedImage:
+    """What `docker save` holds of an image: each layer's files by diff ID, and the Dockerfile step of each
+    layer, bottom up (from the config's history: the entries with `empty_layer` made none)."""
+
+    layers: dict[str, dict[str, FileState]]
+    steps: list[str]
+
+
+def saved_image(docker_cli: str, tag: str) -> SavedImage:
+    """`docker save tag`, streamed (never written to disk): layer files hashed, the config's history read."""
+    image = SavedImage({}, [])
     proc = subprocess.Popen([docker_cli, "save", tag], stdout=subprocess.PIPE)
     assert proc.stdout is not None
     with tarfile.open(fileobj=proc.stdout, mode="r|") as outer:
         for member in outer:
-            if not member.name.endswith("layer.tar"):
-                continue
             fh = outer.extractfile(member) if member.isreg() else None
             if fh is None:  # a link to a layer listed before it: the same diff ID
                 continue
-            hashing = _Hashing(fh)
-            files: dict[str, FileState] = {}
-            with tarfile.open(fileobj=io.BufferedReader(hashing, 1 << 20), mode="r|") as layer:
-                for f in layer:
-                    data = layer.extractfile(f) if f.isreg() else None  # a stream cannot open links
-                    digest = hashlib.sha256(data.read() if data else f.linkname.encode()).hexdigest()
-                    files[f.name] = (f.size, digest, int(f.mtime))
-            while hashing.read(1 << 20):  # the tar's zero padding is part of the diff ID
-                pass
-            yield f"sha256:{hashing.sha.hexdigest()}", files
+            if member.name.endswith("layer.tar"):
+                image.layers.update([_layer(fh)])
+            elif "/" not in member.name and member.name.endswith(".json") and member.name != "manifest.json":
+                history = json.loads(fh.read()).get("history", [])
+                image.steps = [h.get("created_by", "")[:120] for h in history if not h.get("empty_layer")]
     if proc.wait() != 0:
         raise ValueError(f"docker save {tag} exited {proc.returncode}")
+    return image
+
+
+def _layer(fh: IO[bytes]) -> tuple[str, dict[str, FileState]]:
+    """(diff ID, path -> file state) of one layer tar."""
+    hashing = _Hashing(fh)
+    files: dict[str, FileState] = {}
+    with tarfile.open(fileobj=io.BufferedReader(hashing, 1 << 20), mode="r|") as layer:
+        for f in layer:
+            data = layer.extractfile(f) if f.isreg() else None  # a stream cannot open links
+            digest = hashlib.sha256(data.read() if data else f.linkname.encode()).hexdigest()
+            files[f.name] = (f.size, digest, int(f.mtime))
+    while hashing.read(1 << 20):  # the tar's zero padding is part of the diff ID
+        pass
+    return f"sha256:{hashing.sha.hexdigest()}", files
 
 
 def why_layers_differ(docker_cli: str, docker: Callable[..., Any], one: str, two: str) -> list[dict[str, Any]]:
@@ -154,13 +174,13 @@ def why_layers_differ(docker_cli: str, docker: Callable[..., Any], one: str, two
     it: files only in one, files whose content differs (a few named), files that differ only in their mtime."""
     layers = [json.loads(docker("image", "inspect", "--format", "{{json .RootFS.Layers}}", t).stdout)
               for t in (one, two)]
-    steps = _layer_steps(docker, one)
-    files = [dict(layer_files(docker_cli, t)) for t in (one, two)]
+    saved = [saved_image(docker_cli, t) for t in (one, two)]
+    steps = saved[0].steps
     out = []
     for i, (a, b) in enumerate(zip(layers[0], layers[1])):
         if a == b:
             continue
-        fa, fb = files[0].get(a, {}), files[1].get(b, {})
+        fa, fb = saved[0].layers.get(a, {}), saved[1].layers.get(b, {})
         content = sorted(p for p in fa.keys() & fb.keys() if fa[p][:2] != fb[p][:2])
         mtime = [p for p in fa.keys() & fb.keys() if fa[p][:2] == fb[p][:2] and fa[p][2] != fb[p][2]]
         out.append({"layer": i, "step": steps[i] if i < len(steps) else "?", "files": len(fa),
@@ -169,18 +189,13 @@ def why_layers_differ(docker_cli: str, docker: Callable[..., Any], one: str, two
     return out
 
 
-def _layer_steps(docker: Callable[..., Any], tag: str) -> list[str]:
-    """The Dockerfile step of each layer of `tag`, bottom up (history entries that made no layer dropped)."""
-    rows = [json.loads(line) for line in docker("image", "history", "--no-trunc", "--format", "{{json .}}",
-                                                tag).stdout.splitlines() if line.strip()]
-    return [r["CreatedBy"][:120] for r in reversed(rows) if r.get("Size") not in ("0B", "0")]
-
-
 # ---- the measurement ----------------------------------------------------------------------------------------
 
 
 class InstallBench:
-    """Cold and warm builds of one variant with each installer, through the bench's own docker and secrets."""
+    """Cold and warm builds of one variant with each installer, through the bench's own docker and secrets. A
+    build's image and layers go as soon as it is timed unless a later comparison needs them (a GPU variant's
+    builds are ~6 GB each); the wheel cache mounts stay until `clean`, the warm builds use them."""
 
     def __init__(self, docker: Callable[..., Any], docker_build: Callable[..., Any], docker_cli: str,
                  tmp: Path, base: str, log: Callable[[str], None], variant: str) -> None:
@@ -189,59 +204,74 @@ class InstallBench:
         self.run = uuid.uuid4().hex[:8]
         self.count = 0
         self.tags: list[str] = []
-        self.records_before = self.cache_records()
+        self.records_before = set(self.cache_records())
 
-    def build(self, installer: str, cache_id: str, flags: list[str]) -> ColdBuild:
-        """One build of the variant on a fresh base, its wheel cache mount `cache_id`."""
+    def build(self, installer: str, cache_id: str, flags: list[str], keep: bool = False) -> ColdBuild:
+        """One build of the variant on a fresh base, its wheel cache mount `cache_id`; its image and layers
+        removed once timed unless `keep`."""
         self.count += 1
         name = f"{self.run}-{self.count}"
         base = fresh_base(self.docker, self.base, name)
-        self.tags.append(base)
         dockerfile = rendered(self.variant, installer, cache_id, self.tmp)
         tag = f"{BENCH_PREFIX}installs:{self.variant}-{installer}-{name}"
-        self.tags.append(tag)
+        before = set(self.cache_records())
         res = self.docker_build(dockerfile, tag, [*flags, *ALLOW_MISSING], base=base)
         build = ColdBuild(tag, res.seconds, install_step_seconds(res.stderr))
         self.log(f"  {self.variant}: {installer} build {name} (cache {cache_id}): {build.seconds:.1f} s, the "
                  f"install step {build.install_step:.1f} s")
+        if keep:
+            self.tags += [base, tag]
+        else:
+            self.remove([base, tag], before, lambda kind: kind != CACHE_MOUNT)
         return build
 
-    def cache_records(self) -> dict[str, str]:
-        """ID -> creation time of each of the engine's BuildKit records. The engine runs one disk-usage scan at a
-        time and says so to a second caller (another user's `docker system df`): wait for it."""
+    def cache_records(self) -> dict[str, tuple[str, str]]:
+        """ID -> (creation time, type) of each of the engine's BuildKit records. The engine runs one disk-usage
+        scan at a time and says so to a second caller (another user's `docker system df`): wait for it."""
         for _ in range(20):
             res = self.docker("system", "df", "-v", "--format", "{{json .BuildCache}}", check=False)
             if res.stdout.strip():
                 break
             time.sleep(5)
-        return {e["ID"]: str(e.get("CreatedAt", "")) for e in json.loads(res.stdout or "[]")}
+        return {e["ID"]: (str(e.get("CreatedAt", "")), str(e.get("CacheType", "")))
+                for e in json.loads(res.stdout or "[]")}
 
-    def clean(self) -> None:
-        """Remove this variant's images, then the BuildKit records made since it began (layers, wheel caches),
-        newest first: a record is in use while one made from it is there. The 20.10 engine prunes one ID a call."""
-        self.docker("rmi", "--force", *self.tags, check=False)
+    def remove(self, tags: list[str], before: set[str], which: Callable[[str], bool]) -> None:
+        """Remove `tags`, then the BuildKit records made since `before` was read whose type `which` takes, newest
+        first: a record is in use while one made from it is there. The 20.10 engine prunes one ID a call."""
+        self.docker("rmi", "--force", *tags, check=False)
         left = -1
         while True:
             records = self.cache_records()
-            mine = sorted(set(records) - set(self.records_before), key=lambda r: records[r], reverse=True)
+            mine = sorted((r for r in set(records) - before if which(records[r][1])),
+                          key=lambda r: records[r][0], reverse=True)
             if len(mine) in (0, left):  # all gone, or a pass removed nothing (in use by someone else)
                 return
             left = len(mine)
             for record in mine:
                 self.docker("builder", "prune", "-f", "--filter", f"id={record}", check=False)
 
-    def uv_vs_pip(self, flags: list[str]) -> dict[str, ColdBuild]:
+    def clean(self) -> None:
+        """Remove what this variant's builds left: the images kept, every record made since it began."""
+        self.remove(self.tags, self.records_before, lambda kind: True)
+
+    def uv_vs_pip(self, flags: list[str], keep_uv_cold: bool) -> dict[str, ColdBuild]:
+        """uv and pip, each cold then warm, each installer's wheel cache mount dropped after its warm build; the
+        cold uv build's image kept if `keep_uv_cold` (reproducible compares it)."""
         builds = {}
         for installer in ("uv", "pip"):
             cache = f"trainimg-bench-{self.run}-{installer}"
-            builds[f"{installer}_cold"] = self.build(installer, cache, flags)
+            before = set(self.cache_records())
+            keep = keep_uv_cold and installer == "uv"
+            builds[f"{installer}_cold"] = self.build(installer, cache, flags, keep=keep)
             builds[f"{installer}_warm"] = self.build(installer, cache, flags)
+            self.remove([], before, lambda kind: kind == CACHE_MOUNT)
         return builds
 
     def reproducible(self, first: ColdBuild, flags: list[str]) -> dict[str, Any]:
         """A second cold uv build against `first`: lock, pip freeze and SBOM components compared; the layers that
         differ by digest, and what differs inside them."""
-        second = self.build("uv", f"trainimg-bench-{self.run}-again", flags)
+        second = self.build("uv", f"trainimg-bench-{self.run}-again", flags, keep=True)
         docker = self.docker
         from trainimg.runtime.contract import IMAGE_LOCK_PATH, SBOM_PATH
 
