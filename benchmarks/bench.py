@@ -42,7 +42,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from installs import INSTALLS_VARIANT
+from installs import INSTALLS_VARIANT, ColdBuild
 from figures import (
     FIGURES,
     below_the_install,
@@ -476,7 +476,7 @@ wc -l < /tmp/added
         records go before the next one starts."""
         from installs import InstallBench
 
-        measured: dict[str, dict[str, float]] = {}
+        measured: dict[str, dict[str, ColdBuild]] = {}
         for i, variant in enumerate(variants):
             ib = InstallBench(self.docker, self.docker_build_run, docker_cli(), self.tmp, BASE_IMAGE, log, variant)
             try:
@@ -484,9 +484,10 @@ wc -l < /tmp/added
                     builds = step("uv_vs_pip", self, lambda: ib.uv_vs_pip(flags, keep_uv_cold=i == 0))
                     if builds is FAILED:
                         continue
-                    measured[variant] = {k: b.seconds for k, b in builds.items()}
-                    measured[variant].update({f"{k}_install_step": b.install_step for k, b in builds.items()})
-                    self.details.setdefault("installs", {})[variant] = {"seconds": measured[variant]}
+                    measured[variant] = builds
+                    self.details.setdefault("installs", {})[variant] = {"seconds": {
+                        **{k: b.seconds for k, b in builds.items()},
+                        **{f"{k}_install_step": b.install_step for k, b in builds.items()}}}
                     if i == 0:
                         same = step("reproducible_package_diffs", self,
                                     lambda: ib.reproducible(builds["uv_cold"], flags))
@@ -502,7 +503,7 @@ wc -l < /tmp/added
             return
         self.set_installs(measured)
 
-    def set_installs(self, measured: Mapping[str, Mapping[str, float]]) -> None:
+    def set_installs(self, measured: Mapping[str, Mapping[str, ColdBuild]]) -> None:
         """The worst variant's whole-build ratio is the figure; each variant's seconds, and its install step's
         alone (what the installer changes: the rest of a build is the same work for both), are in `how`."""
         for figure, (uv, pip), what in (
@@ -511,7 +512,8 @@ wc -l < /tmp/added
                  "empty wheel cache mount"),
                 ("uv_vs_pip_warm", ("uv_warm", "pip_warm"),
                  "the same on another fresh base with the wheel cache mount the cold build filled")):
-            rows = {v: (t[uv], t[pip], t[f"{uv}_install_step"], t[f"{pip}_install_step"]) for v, t in measured.items()}
+            rows = {v: (b[uv].seconds, b[pip].seconds, b[uv].install_step, b[pip].install_step)
+                    for v, b in measured.items()}
             worst = max(rows, key=lambda v: rows[v][0] / rows[v][1])
             self.set(figure, ratio(*rows[worst][:2]),
                      f"{what}; worst of {len(rows)}: " + "; ".join(

@@ -195,7 +195,7 @@ def why_layers_differ(docker_cli: str, docker: Callable[..., Any], one: str, two
 class InstallBench:
     """Cold and warm builds of one variant with each installer, through the bench's own docker and secrets. A
     build's image and layers go as soon as it is timed unless a later comparison needs them (a GPU variant's
-    builds are ~6 GB each); the wheel cache mounts stay until `clean`, the warm builds use them."""
+    builds are ~6 GB each); each wheel cache mount goes after the warm build that reuses it."""
 
     def __init__(self, docker: Callable[..., Any], docker_build: Callable[..., Any], docker_cli: str,
                  tmp: Path, base: str, log: Callable[[str], None], variant: str) -> None:
@@ -239,7 +239,8 @@ class InstallBench:
     def remove(self, tags: list[str], before: set[str], which: Callable[[str], bool]) -> None:
         """Remove `tags`, then the BuildKit records made since `before` was read whose type `which` takes, newest
         first: a record is in use while one made from it is there. The 20.10 engine prunes one ID a call."""
-        self.docker("rmi", "--force", *tags, check=False)
+        if tags:
+            self.docker("rmi", "--force", *tags, check=False)
         left = -1
         while True:
             records = self.cache_records()

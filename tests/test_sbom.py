@@ -209,8 +209,9 @@ def assert_read_back(pushed: dict[str, Any], registry: RegistryLogin, sbom: str,
     assert manifest["subject"]["digest"] == pushed["subject"].digest and manifest["artifactType"] == MEDIA_TYPE
     files = client.pull(target=f"{registry.host}/{pushed['repository']}@{entries[0]['digest']}", outdir=str(folder))
     assert [Path(f).name for f in files] == [Path(SBOM_PATH).name]
-    assert Path(files[0]).read_text() == sbom
-    validate(Path(files[0]).read_text())
+    pulled = Path(files[0]).read_text()
+    assert pulled == sbom
+    validate(pulled)
     r = trainimg("sbom", pushed["variant"], "--registry", pushed["target"], "--username", registry.username,
                  env=pushed["env"], timeout=120)
     assert r.returncode == 0, r.stderr
