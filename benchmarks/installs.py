@@ -33,7 +33,6 @@ from figures import BENCH_PREFIX
 
 INSTALLS_VARIANT = "pytorch-2.13.0-cpu-py3.11"
 CACHE_MOUNT = "exec.cachemount"  # the BuildKit record type of a `RUN --mount=type=cache`
-ALLOW_MISSING = "--build-arg", "TRAINIMG_ALLOW_MISSING=google-reduction-server"  # Google's apt is unreachable here
 
 
 @dataclass(frozen=True)
@@ -55,6 +54,14 @@ def install_step_seconds(log: str) -> float:
     if len(done) != 1:
         raise ValueError(f"the build log times {len(done)} steps that install the lock, not one")
     return done[0]
+
+
+def allow_missing() -> list[str]:
+    """The build argument `--allow-missing google-reduction-server` gives (Google's apt is unreachable here)."""
+    from trainimg.build.builder import ALLOW_MISSING_ARG
+    from trainimg.runtime.contract import REDUCTION_SERVER_PACKAGE
+
+    return ["--build-arg", f"{ALLOW_MISSING_ARG}={REDUCTION_SERVER_PACKAGE}"]
 
 
 def rendered(variant: str, installer: str, cache_id: str, folder: Path) -> Path:
@@ -215,7 +222,7 @@ class InstallBench:
         dockerfile = rendered(self.variant, installer, cache_id, self.tmp)
         tag = f"{BENCH_PREFIX}installs:{self.variant}-{installer}-{name}"
         before = set(self.cache_records())
-        res = self.docker_build(dockerfile, tag, [*flags, *ALLOW_MISSING], base=base)
+        res = self.docker_build(dockerfile, tag, [*flags, *allow_missing()], base=base)
         build = ColdBuild(tag, res.seconds, install_step_seconds(res.stderr))
         self.log(f"  {self.variant}: {installer} build {name} (cache {cache_id}): {build.seconds:.1f} s, the "
                  f"install step {build.install_step:.1f} s")
