@@ -11,7 +11,7 @@ top-level module or subpackage of builder/ sits in one layer, lowest first:
     plan                                      build stages and blocks
     render                                    Dockerfiles, bake files
     engine                                    the one door to the container engine
-    build                                     building images
+    imagebuild                                building images, compiling locks
     conformance                               suite, replicas, verdicts, reports, records
     publish                                   push, lockfile, diff, local registry
     jobs                                      run, tune, cloud job specs
@@ -49,7 +49,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("plan",),
     ("render",),
     ("engine",),
-    ("build",),
+    ("imagebuild",),
     ("conformance",),
     ("publish",),
     ("jobs",),

@@ -238,7 +238,7 @@ class Bench:
     def pip_secrets(self) -> Iterator[list[str]]:
         """The pip.conf, uv.toml (and CA bundle) secrets exactly as `trainimg build` makes them, wheelhouses
         served alike."""
-        from trainimg.build.wheelhouse import check_dirs, default_ca_bundle, pip_conf, serve, uv_conf, write_secret
+        from trainimg.imagebuild.wheelhouse import check_dirs, default_ca_bundle, pip_conf, serve, uv_conf, write_secret
         from trainimg.plan.stages import CA_SECRET, PIP_CONF_SECRET, UV_CONF_SECRET
 
         ca = default_ca_bundle(self.env)
@@ -380,7 +380,7 @@ wc -l < /tmp/added
         """--gpu: build, gate, size and push each GPU variant (benchmarks/gpu.py says what and why); a failure is
         recorded on that image and the others go on."""
         from gpu import ALLOW_MISSING, GPU_VARIANTS
-        from trainimg.build.builder import installed_versions
+        from trainimg.imagebuild.builder import installed_versions
 
         report = self.tmp / "gpu-build.json"
         self.trainimg("build", *GPU_VARIANTS, *self.build_args(), "--allow-missing", ALLOW_MISSING,

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from .build.builder import Builder, VariantBuild
+from .imagebuild.builder import Builder, VariantBuild
 from .conformance import records
 from .runtime.report import Suite
 from .conformance.suite import Conformance

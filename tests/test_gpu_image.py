@@ -19,7 +19,7 @@ from pathlib import Path
 import docker
 import pytest
 
-from trainimg.build.builder import installed_versions
+from trainimg.imagebuild.builder import installed_versions
 from trainimg.engine.docker import device_requests
 from trainimg.runtime.expect import versions_from_labels
 from trainimg.conformance.suite import expectations, gpu_device_requests, gpu_ready, judge_allreduce

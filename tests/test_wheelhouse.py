@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trainimg.errors import UserInputError
-from trainimg.build.wheelhouse import check_dirs, default_ca_bundle, default_wheelhouses, pip_conf, serve
+from trainimg.imagebuild.wheelhouse import check_dirs, default_ca_bundle, default_wheelhouses, pip_conf, serve
 
 
 def _get(url: str) -> tuple[int, bytes]:

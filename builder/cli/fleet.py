@@ -53,7 +53,7 @@ def promote(c: Ctx, lock_dir: Path, variants: tuple[str, ...], registry: str, us
 @pass_ctx
 def prune(c: Ctx, labels: tuple[str, ...], dry_run: bool) -> None:
     """Remove the images trainimg made (by its labels), named or not, and nothing else."""
-    from ..build.litter import prunable, prune as run_prune
+    from ..imagebuild.litter import prunable, prune as run_prune
 
     pairs = {}
     for text in labels:

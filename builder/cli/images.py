@@ -113,7 +113,7 @@ def render(c: Ctx, out: Path | None, check: bool) -> None:
 def _build_options(c: Ctx, base_image: str | None, ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
                    allow_missing: tuple[str, ...], jobs: int, cache_from: tuple[str, ...],
                    installer: str = DEFAULT_INSTALLER) -> BuildOptions:
-    from ..build.wheelhouse import default_ca_bundle, default_wheelhouses
+    from ..imagebuild.wheelhouse import default_ca_bundle, default_wheelhouses
     from ..recipe.grammar import is_reference
 
     if base_image is not None and not is_reference(base_image):
@@ -178,7 +178,7 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
     """Build variants (default: all) through the Docker engine."""
     import dataclasses
 
-    from ..build.builder import Builder
+    from ..imagebuild.builder import Builder
     from ..progress import Progress
 
     if lock_path and not locked:
@@ -205,7 +205,7 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
 @pass_ctx
 def bake(c: Ctx, variants: tuple[str, ...], out: str, clean: bool) -> None:
     """Write a `docker buildx bake` JSON file for VARIANTS (default: all), and the files it references."""
-    from ..build import bakefolder as b
+    from ..imagebuild import bakefolder as b
 
     if clean:
         if variants or out != "-":

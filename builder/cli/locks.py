@@ -23,8 +23,8 @@ def lock(c: Ctx, variants: tuple[str, ...], upgrade: bool, upgrade_packages: tup
          wheelhouse: tuple[Path, ...]) -> None:
     """Write images/<variant>/requirements.lock for VARIANTS (default: all), resolved for each variant's Python
     and platform from the indexes and wheel folders the build uses. Existing pins are kept unless upgraded."""
-    from ..build.locking import lock_variants
-    from ..build.wheelhouse import default_wheelhouses
+    from ..imagebuild.lockcompile import lock_variants
+    from ..imagebuild.wheelhouse import default_wheelhouses
 
     opts = LockOptions(wheelhouses=wheelhouse or default_wheelhouses(c.env), upgrade=upgrade,
                        upgrade_packages=upgrade_packages)

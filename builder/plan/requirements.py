@@ -4,7 +4,7 @@ The requirements (hypertune, NCCL as the recipe constrains it, the framework, th
 *input* of a lock; `trainimg lock` resolves them for the variant's Python and platform into every wheel, pinned
 with its hashes, and the build installs that lock with hash checking and no resolver. The lock's header records a
 digest of the input it was compiled from, so `render --check` can tell a recipe changed since (one line naming
-both), without network. Nothing here resolves or reads the network: `build/locking.py` runs the resolver.
+both), without network. Nothing here resolves or reads the network: `imagebuild/lockcompile.py` runs the resolver.
 """
 
 from __future__ import annotations

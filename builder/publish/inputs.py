@@ -23,7 +23,7 @@ from pathlib import Path
 
 from .. import conformance as conformance_pkg
 from .. import runtime as runtime_pkg
-from ..build.builder import build_args
+from ..imagebuild.builder import build_args
 from ..engine.base import Engine
 from ..errors import RegistryError
 from ..options import BuildOptions

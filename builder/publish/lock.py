@@ -218,7 +218,7 @@ def lock_entry(build: Any, *, recipe: str, base_digest: str, suite: Any = None,
                pushed: Mapping[str, Any] | None = None) -> LockEntry:
     """The entry for one build.VariantBuild. `pushed` maps a local tag (or remote ref) to a registry.PushResult
     (or a digest string); the entry keys them by remote ref."""
-    from ..build.builder import installed_versions
+    from ..imagebuild.builder import installed_versions
 
     refs = {}
     for key, res in (pushed or {}).items():

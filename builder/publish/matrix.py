@@ -2,7 +2,7 @@
 
 Why from the lockfile: it is what was released, not what the recipes ask for. Every entry holds the pushed tags
 and digests, the versions read back from the image after the build (framework, the CUDA runtime it holds, cuDNN,
-NCCL: `build.builder.installed_versions`), the image size, the conformance summary and when it was made, so the
+NCCL: `imagebuild.builder.installed_versions`), the image size, the conformance summary and when it was made, so the
 page shows what a user pulling the tag gets. The HTML page is self-contained (inline style, no script, no
 external asset) so it can be published as a CI artifact or a static page as is.
 """

@@ -18,7 +18,7 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 
-from ..build.litter import remove_superseded
+from ..imagebuild.litter import remove_superseded
 from ..engine.base import Engine, EngineLost
 from ..errors import RegistryError, UserInputError
 from .references import RegistryTarget, split_tag

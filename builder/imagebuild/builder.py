@@ -56,7 +56,7 @@ from ..runtime.contract import (
     VERSION_PREFIX,
 )
 from .litter import pass_tag, release_names, remove_superseded
-from .locking import locks_into
+from .lockcompile import locks_into
 from .wheelhouse import check_dirs, pip_conf, serve, uv_conf, write_secret
 
 ALLOW_MISSING_ARG = "TRAINIMG_ALLOW_MISSING"  # the components a build may miss (`--allow-missing`)

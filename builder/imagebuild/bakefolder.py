@@ -22,7 +22,7 @@ from ..render.bake import BakeInputs, bake_file
 from ..render.dockerfile import plans, render_plan
 from ..state import state_dir
 from .builder import provenance, provenance_labels, runtime_context
-from .locking import locks_into
+from .lockcompile import locks_into
 from .wheelhouse import default_ca_bundle, default_wheelhouses, pip_conf, uv_conf, write_secret
 
 
