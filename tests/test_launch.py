@@ -18,6 +18,7 @@ import pytest
 
 from trainimg.runtime.cluster import parse_cluster
 from trainimg.runtime.launch import choose_mode, launch_env, torchrun_argv, visible_gpus
+from trainimg.runtime.world import ClusterError
 
 REPO = Path(__file__).resolve().parents[1]
 # Two nodes: a chief and one worker (Vertex pools), as a two-replica job would see them.
@@ -125,6 +126,31 @@ def test_launch_env_per_process_ranks() -> None:
     assert (env["TRAINIMG_NODE_RANK"], env["TRAINIMG_NNODES"]) == ("1", "2")
     with pytest.raises(ValueError, match="local_rank"):
         launch_env(info, {}, local_rank=4)
+
+
+@pytest.mark.parametrize(("pool", "index"), [("workerpool0", 0), ("workerpool1", 0), ("workerpool2", 0),
+                                           ("workerpool3", 0)])
+def test_launched_process_reads_the_launchers_tf_config_with_the_platform_parser(pool: str, index: int) -> None:
+    """A process the launcher started reads its TF_CONFIG back through tfconfig's parser: the same task and
+    cluster, and the platform's CLUSTER_SPEC, still in the env, is not read a second time."""
+    cluster = {**TWO_NODES, "workerpool2": ["ps-host:2222"], "workerpool3": ["eval-host:2222"]}
+    spec = json.dumps({"cluster": cluster, "task": {"type": pool, "index": index}})
+    info = parse_cluster({"CLUSTER_SPEC": spec})
+    again = parse_cluster({**launch_env(info, {}), "CLUSTER_SPEC": spec})
+    assert (again.role, again.index, again.tf_config) == (info.role, info.index, info.tf_config)
+
+
+@pytest.mark.parametrize(("tf_config", "says"), [
+    ("{not json", "is not valid JSON"),
+    ('["a list"]', "must be a JSON object"),
+    ('{"cluster": {"chief": ["chief-host:2222"]}}', "has no 'task' object"),
+    ('{"cluster": {"chief": ["chief-host:2222"]}, "task": {"type": "chief", "index": "x"}}', "is not an integer"),
+])
+def test_launched_process_with_a_damaged_tf_config_is_a_cluster_error(tf_config: str, says: str) -> None:
+    """The launcher's layer once did a bare json.loads and int(): a damaged TF_CONFIG was a traceback."""
+    env = {"TRAINIMG_PLATFORM": "tfjob", "TRAINIMG_ROLE": "ps", "TF_CONFIG": tf_config}
+    with pytest.raises(ClusterError, match=f"TF_CONFIG.*{says}"):
+        parse_cluster(env)
 
 
 # --- helpers ------------------------------------------------------------------------------------------------------

@@ -6,10 +6,10 @@ platform's node-level variables, which the launcher has already turned into proc
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 
 from ..world import ClusterInfo, below, host, integer, port, present, require
+from .tfconfig import parse_tf_config
 
 NAME = "trainimg-launch"
 MARKER = "TRAINIMG_PLATFORM"
@@ -24,8 +24,11 @@ def claims(env: Mapping[str, str]) -> tuple[str, ...]:
 
 def read(env: Mapping[str, str], *, reduction_server: bool = False) -> ClusterInfo:
     platform, role = require(env, NAME, (MARKER, ROLE)).values()
-    tf_config = json.loads(env["TF_CONFIG"]) if env.get("TF_CONFIG", "").strip() else None
-    index = int(tf_config["task"]["index"]) if tf_config and "task" in tf_config else 0
+    # The launcher's TF_CONFIG, read by the platform parser: a damaged one is a ClusterError naming it, not a
+    # KeyError or a JSON traceback (`CLUSTER_SPEC`, which the launcher leaves in the env, is not read again).
+    described = parse_tf_config(env["TF_CONFIG"]) if env.get("TF_CONFIG", "").strip() else None
+    tf_config = described.tf_config if described is not None else None
+    index = described.index if described is not None else 0
     if role not in ("chief", "worker"):  # ps and evaluators: outside the group, the launcher removed its variables
         return ClusterInfo(platform=platform, role=role, index=index, rank=None, world_size=0, master_addr="",
                            master_port=0, trial=None, tf_config=tf_config, variables=(MARKER, ROLE),

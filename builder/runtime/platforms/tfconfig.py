@@ -47,6 +47,12 @@ def read(env: Mapping[str, str], *, reduction_server: bool = False) -> ClusterIn
     return _parse_variable(variable, env[variable], reduction_server)
 
 
+def parse_tf_config(text: str) -> ClusterInfo:
+    """A ``TF_CONFIG`` alone, whatever else is set: how a process trainimg-launch started (`launched`) reads the
+    TF2-ready copy the launcher wrote, with the same checks as the platform's own (one parser, one set of errors)."""
+    return _parse_variable("TF_CONFIG", text, False)
+
+
 def _parse_variable(variable: str, text: str, reduction_server: bool) -> ClusterInfo:
     """Validate one variable's JSON and map its pools and task onto canonical roles."""
     try:
