@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from .errors import UserInputError
-from .runtime.contract import PLATFORMS, VERTEX
+from .runtime.contract import DEFAULT_TEST_TIMEOUT, PLATFORMS, TEST_TIMEOUT_RANGE, VERTEX
 from .runtime.platforms import FORCEABLE
 
 LOCAL = "local"  # a job without a platform: one container, no cluster env
@@ -59,7 +59,7 @@ PARALLEL_TRIALS = IntLimit(1, 64)
 BUILD_JOBS = IntLimit(1, 16)
 INSTALLERS = ("uv", "pip")  # what installs a variant's lock in the build (`--installer`)
 DEFAULT_INSTALLER = "uv"
-TEST_TIMEOUT = SecondsLimit(5, 7200)
+TEST_TIMEOUT = SecondsLimit(*TEST_TIMEOUT_RANGE)
 JOB_TIMEOUT = SecondsLimit(1, 30 * 24 * 3600)
 NO_TIMEOUT = 10.0**9  # what the replica runner waits for a job without --timeout
 DEFAULT_LOCK_DIR = "lock.d"  # where `release --stage` writes one part per variant for `trainimg promote`
@@ -111,7 +111,7 @@ class TestOptions:
 
     platform: str = VERTEX
     replicas: int = 2
-    timeout: float = 240.0
+    timeout: float = DEFAULT_TEST_TIMEOUT
     nproc_per_node: int = 1
     structure_tests: tuple[Path, ...] = ()  # teams' container-structure-test configs (conformance/structure.py)
 

@@ -87,6 +87,10 @@ CHECK_NAMES = (
     "duplicate_libs",
 )
 
+# -- the conformance test's time limit: `trainimg test --timeout` and the in-image ``selftest --timeout`` -----------
+TEST_TIMEOUT_RANGE = (5.0, 7200.0)  # seconds, both ends allowed
+DEFAULT_TEST_TIMEOUT = 240.0
+
 # -- exit codes (host CLI and in-image verbs alike) -------------------------------------------------------------
 EXIT_OK = 0
 EXIT_FAILED = 1  # a check ran and failed

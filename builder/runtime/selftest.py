@@ -39,8 +39,8 @@ from typing import IO
 from . import probe
 from .cluster import parse_cluster
 from .world import ClusterError
-from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, JOBSET, LABELS_PATH, OCI_TITLE, SAGEMAKER, SLURM, \
-    VARIANT_LABEL, VERTEX
+from .contract import DEFAULT_TEST_TIMEOUT, EXIT_FAILED, EXIT_OK, EXIT_USAGE, JOBSET, LABELS_PATH, OCI_TITLE, \
+    SAGEMAKER, SLURM, TEST_TIMEOUT_RANGE, VARIANT_LABEL, VERTEX
 from .expect import expectations, image_labels
 from .gpus import visible_gpus
 from .launch import FRAMEWORKS as LAUNCH_FRAMEWORKS
@@ -54,7 +54,6 @@ from .verdict import judge_allreduce
 FRAMEWORKS = tuple(f for f in LAUNCH_FRAMEWORKS if f != "auto")
 #: Processes per node and seconds a run may take, as `trainimg test` accepts them.
 NPROC_RANGE = (1, 16)
-TIMEOUT_RANGE = (5.0, 7200.0)
 _JOB = "selftest"  # the emulated job's name: its hosts are derived from it, then rewritten to 127.0.0.1
 _LOOPBACK = "127.0.0.1"
 _TRIES = 50  # Slurm job ids tried before one whose ports are free here
@@ -295,7 +294,7 @@ def _parser() -> argparse.ArgumentParser:
                         help="local processes of the all-reduce (auto: the visible GPUs, 1 without)")
     parser.add_argument("--framework", choices=FRAMEWORKS, default=None,
                         help="the all-reduce's framework (default: the image's trainimg.framework label)")
-    parser.add_argument("--timeout", type=float, default=240.0, help="seconds the all-reduce may take")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_TEST_TIMEOUT, help="seconds the all-reduce may take")
     parser.add_argument("--json", default=None, metavar="FILE", help="write the JSON report here")
     parser.add_argument("--junit", default=None, metavar="FILE", help="write the JUnit XML report here")
     parser.add_argument("--labels", default=LABELS_PATH, metavar="FILE",
@@ -331,8 +330,9 @@ def main(argv: list[str]) -> int:
         return stop.code if isinstance(stop.code, int) else EXIT_USAGE
     if args.nproc_per_node != "auto" and not NPROC_RANGE[0] <= args.nproc_per_node <= NPROC_RANGE[1]:
         return _usage_error(f"--nproc-per-node: {args.nproc_per_node}: use {NPROC_RANGE[0]} to {NPROC_RANGE[1]}")
-    if not TIMEOUT_RANGE[0] <= args.timeout <= TIMEOUT_RANGE[1]:
-        return _usage_error(f"--timeout: {args.timeout:g}s: use {TIMEOUT_RANGE[0]:g} to {TIMEOUT_RANGE[1]:g}")
+    low, high = TEST_TIMEOUT_RANGE
+    if not low <= args.timeout <= high:
+        return _usage_error(f"--timeout: {args.timeout:g}s: use {low:g} to {high:g}")
     try:
         labels = image_labels(args.labels)
     except (OSError, ValueError) as err:
