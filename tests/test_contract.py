@@ -62,6 +62,7 @@ def test_templates_get_paths_passed_in() -> None:
 
 def test_both_sides_share_the_same_objects() -> None:
     assert probe.CHECK_NAMES is contract.CHECK_NAMES
+    assert tuple(probe.CHECKS) == contract.CHECK_NAMES  # the probe runs exactly the contract's checks, in its order
     assert VERTEX_POOLS is contract.VERTEX_POOLS
     assert PLATFORMS is contract.PLATFORMS
     assert (UserInputError("x").exit_code, CheckFailed("x").exit_code) == (contract.EXIT_USAGE, contract.EXIT_FAILED)

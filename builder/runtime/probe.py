@@ -193,17 +193,12 @@ def check_cudnn(expect: dict) -> tuple[str, str, dict]:
     return status, reason, details
 
 
-CHECKS: dict[str, Callable[..., tuple[str, str, dict]]] = {
-    "python": check_python,
-    "framework": check_framework,
-    "nccl": check_nccl,
-    "cudnn": check_cudnn,
-    "reduction_server": check_reduction_server,
-    "hypertune": check_hypertune,
-    "cluster_parsing": check_cluster_parsing,
-    "gpu": check_gpu,
-    "duplicate_libs": check_duplicate_libs,
-}
+# The names (and the report's order) are the contract's `CHECK_NAMES`, which the host reads too; each name's check is
+# the function ``check_<name>``, so a name without its function fails at import (KeyError), not in an image.
+_BY_NAME = {check.__name__.removeprefix("check_"): check for check in (
+    check_python, check_framework, check_nccl, check_cudnn, check_reduction_server, check_hypertune,
+    check_cluster_parsing, check_gpu, check_duplicate_libs)}
+CHECKS: dict[str, Callable[..., tuple[str, str, dict]]] = {name: _BY_NAME[name] for name in CHECK_NAMES}
 
 
 def run_check(name: str, expect: dict, **options: object) -> dict:
