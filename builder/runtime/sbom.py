@@ -25,13 +25,13 @@ import importlib.metadata
 import json
 import os
 import platform
-import re
 import sys
 import uuid
 from urllib.parse import quote
 
 from . import libs
 from .contract import DPKG_STATUS_PATH, IMAGE_LOCK_PATH, LABELS_PATH, OS_RELEASE_PATH, SBOM_PATH, VARIANT_LABEL
+from .lockpins import read_lock
 from .manifest import distribution_key
 
 SPEC_VERSION = "1.6"
@@ -44,8 +44,6 @@ PACKAGE_PROPERTY = "trainimg:package"  # the purl of the package that brought a 
 # Libraries whose version their own library answers through ctypes (libs.library_version's kinds).
 ASKED_LIBRARIES = {"libnccl": "nccl", "libcudnn": "cudnn"}
 _SERIAL_NAMESPACE = uuid.UUID("6f1c3a52-5b8e-4d0e-9a51-7d0b3c2e8f10")  # trainimg's SBOMs: content -> serial
-_LOCK_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?==([^\s;\\]+)")
-_LOCK_HASH = re.compile(r"--hash=sha256:([0-9a-fA-F]{64})")
 
 
 # ----------------------------------------------------------------------------------------------------- purls
@@ -76,17 +74,7 @@ def deb_purl(name: str, version: str, arch: str, distro: dict[str, str]) -> str:
 
 def lock_hashes(text: str | None) -> dict[str, tuple[str, list[str]]]:
     """A requirements lock (``name==version \\ --hash=sha256:...``) -> normalised name -> (version, hashes)."""
-    found: dict[str, tuple[str, list[str]]] = {}
-    if not text:
-        return found
-    joined = re.sub(r"\\\s*\n", " ", text)
-    for line in joined.splitlines():
-        line = line.split("#", 1)[0].strip()  # a `# via ...` comment; hashes are on the joined pin line
-        match = _LOCK_PIN.match(line)
-        if match:
-            hashes = sorted({h.lower() for h in _LOCK_HASH.findall(line)})
-            found[distribution_key(match.group(1))] = (match.group(2), hashes)
-    return found
+    return {name: (pin.version, list(pin.hashes)) for name, pin in read_lock(text).items()}
 
 
 def _direct_url_hash(dist: importlib.metadata.Distribution) -> str | None:
