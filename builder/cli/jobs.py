@@ -24,6 +24,7 @@ from ..options import (
 )
 from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES, log_printer
 from ..runtime.contract import CLOUD_PLATFORMS, PLATFORMS
+from ..runtime.frameworks import RECIPE_NAMES
 from ..runtime.platforms import FORCEABLE
 from ..jobs.slurm import CONTAINER_RUNTIMES
 from ..jobs.azureml import DISTRIBUTIONS as AZUREML_DISTRIBUTIONS
@@ -65,7 +66,7 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server:
 @click.option("--registry", default=None, metavar="HOST[:PORT][/PREFIX]", help="Where the variant was pushed.")
 @click.option("--lock", "lock_path", default=None, metavar="FILE",
               help="The release lockfile a variant's pushed reference is read from (default: images.lock).")
-@click.option("--framework", type=click.Choice(["pytorch", "tensorflow", "jax", "none"]), default=None,
+@click.option("--framework", type=click.Choice(RECIPE_NAMES), default=None,
               help="The image's framework, for a reference that is not local (a local one's labels say).")
 @click.option("--replicas", type=int, required=True, help="Primary plus workers.")
 @click.option("--ps", type=int, default=0, show_default=True, help="Parameter servers.")

@@ -41,6 +41,7 @@ from ..plan.stages import (
 from ..progress import Progress
 from ..recipe.loading import RecipeSet, Variant
 from ..render.dockerfile import render_plan
+from ..runtime.frameworks import DISTRIBUTIONS
 from ..runtime.manifest import distribution_key
 from ..runtime.contract import (
     ABSENT_LABEL,
@@ -144,7 +145,7 @@ def installed_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:
     The CUDA runtime is what the image HOLDS (TensorFlow 2.21, built for 12.5, installs the newest 12.x wheels),
     which the recipe's CUDA line (the base's) need not equal."""
     dists = {distribution_key(k): val for k, val in manifest.get("distributions", {}).items()}
-    framework = next((dists[n] for n in ("torch", "tensorflow", "tensorflow-cpu", "jax") if n in dists), None)
+    framework = next((dists[n] for n in DISTRIBUTIONS if n in dists), None)
     libraries = manifest.get("libraries", {})
     cudart = next((dists[n] for n in CUDA_RUNTIME_DISTS if n in dists), None)
     dpkg = manifest.get("dpkg") or {}

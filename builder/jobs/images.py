@@ -31,13 +31,14 @@ from ..runtime.contract import (
     VERSION_PREFIX,
 )
 from ..runtime.expect import versions_from_labels
+from ..runtime.frameworks import RECIPE_NAMES
 from ..publish.lock import LockEntry, moving_tags
 from ..publish.references import RegistryTarget
 from ..recipe.loading import Variant
 from .clusterimage import PUSHED_AS, check_pullable, why_unpullable
 from .shape import NONE, ImageFacts
 
-FRAMEWORK_CHOICES = ("pytorch", "tensorflow", "jax", "none")
+FRAMEWORK_CHOICES = RECIPE_NAMES
 
 Inspect = Callable[[str], ImageInfo | None]
 

@@ -17,7 +17,8 @@ from packaging.specifiers import InvalidSpecifier, Specifier, SpecifierSet
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
-FrameworkName = Literal["pytorch", "tensorflow", "jax"]
+from ..runtime.frameworks import FrameworkName
+
 
 
 class _Frozen(BaseModel):

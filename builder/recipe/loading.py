@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from ..errors import RecipeError
+from ..runtime.frameworks import RECIPE_NAMES
 from .compat import Compat, load_compat
 from .fields import _NAME_RE, _Fields, extras_of, labels_of
 from .grammar import REFERENCE_RE, REPOSITORY_RE
@@ -28,7 +29,7 @@ from .rules import check_extras, check_variant
 from .variant import RecipeSet, Variant
 from .yamlfile import printable_key, read_recipe_file, written
 
-FRAMEWORKS = ("pytorch", "tensorflow", "jax", "none")
+FRAMEWORKS = RECIPE_NAMES
 FLAVOURS = ("base", "runtime", "devel")
 DEFAULT_HYPERTUNE = "0.1.0.dev6"
 RECIPE_SUFFIXES = (".yaml", ".yml")
@@ -38,7 +39,7 @@ _SOURCE_RE = re.compile(r"^[A-Za-z0-9 ._/@+=,()~-]{1,1024}\Z")  # a recipe file'
 FIELDS: dict[str, str] = {
     "name": "variant name (default: derived from repository and tag)",
     "repository": "image repository without registry (default trainimg/<framework>)",
-    "framework": "pytorch, tensorflow, jax or none",
+    "framework": f"{', '.join(RECIPE_NAMES[:-1])} or {RECIPE_NAMES[-1]}",
     "version": "framework version, e.g. 2.14.1",
     "cuda": "CUDA major.minor, e.g. 13.0; null or absent for a CPU variant",
     "os": "debian12, ubuntu22.04 or ubuntu24.04",

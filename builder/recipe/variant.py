@@ -12,6 +12,7 @@ from difflib import get_close_matches
 from typing import Literal
 
 from ..errors import RecipeError
+from ..runtime.frameworks import FrameworkName
 
 
 @dataclass(frozen=True)
@@ -20,7 +21,7 @@ class Variant:
 
     name: str
     repository: str
-    framework: Literal["pytorch", "tensorflow", "jax", "none"]
+    framework: FrameworkName | Literal["none"]
     version: str | None
     cuda: str | None
     os: str

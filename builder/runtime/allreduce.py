@@ -31,6 +31,7 @@ from types import FrameType
 from .allreduce_bench import gpu_allreduce_benchmark
 from .allreduce_frameworks import run_jax, run_pytorch, run_tensorflow
 from .contract import EXIT_OK
+from .frameworks import NAMES
 from .allreduce_result import (DEFAULT_TIMEOUT, EXIT_SETUP, EXIT_TIMEOUT, EXIT_WRONG, SetupError, Watchdog,
                                emit, env_int, protect_stdout, record, setup_error, tf_rank, tf_task, timeout_message)
 
@@ -170,7 +171,7 @@ def _needs_supervisor(framework: str) -> bool:
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainimg_runtime allreduce",
                                      description="One cross-process all-reduce of rank+1; prints one JSON line.")
-    parser.add_argument("--framework", required=True, choices=("pytorch", "tensorflow", "jax"))
+    parser.add_argument("--framework", required=True, choices=NAMES)
     parser.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to wait for peers")
     parser.add_argument("--benchmark-bytes", type=int, default=None,

@@ -70,11 +70,12 @@ from .cluster import parse_cluster, positive_int, with_processes
 from .platforms import FORCEABLE
 from .world import ClusterInfo, format_address
 from .contract import EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_USAGE, MANIFEST_PATH
+from .frameworks import FRAMEWORKS as FRAMEWORK_TABLE, NAMES
 from .gpus import visible_gpus
 
-FRAMEWORKS = ("auto", "pytorch", "tensorflow", "jax")
+FRAMEWORKS = ("auto", *NAMES)
 # The import name each framework's package installs, for images without a manifest.
-_FRAMEWORK_MODULES = {"pytorch": "torch", "tensorflow": "tensorflow", "jax": "jax"}
+_FRAMEWORK_MODULES = {name: framework.module for name, framework in FRAMEWORK_TABLE.items()}
 
 # Everything launch_env may set for a process in the all-reduce group; removed for ps/evaluator (see module doc).
 GROUP_VARIABLES = (

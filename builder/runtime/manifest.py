@@ -26,6 +26,7 @@ import sys
 
 from . import libs
 from .contract import ABSENT_DIR
+from .frameworks import FRAMEWORKS, JAX, PYTORCH, TENSORFLOW
 
 DPKG_PATTERN = re.compile(r"google-reduction-server|libnccl|cuda-cudart|libcudnn")
 SCHEMA_VERSION = 1
@@ -132,25 +133,24 @@ def tensorflow_build(text: str | None) -> dict:
 def frameworks() -> dict:
     """Framework versions and CUDA build facts, from metadata and installed files only."""
     out: dict = {}
-    dist, version = _dist_version("torch")
+    dist, version = _dist_version(*FRAMEWORKS[PYTORCH].distributions)
     if version:
         info: dict[str, object] = {"distribution": dist, "version": version}
-        pkg = _package_dir("torch")
+        pkg = _package_dir(FRAMEWORKS[PYTORCH].module)
         if pkg:
             info.update({k: v for k, v in torch_build(_read(os.path.join(pkg, "version.py"))).items()
                          if k != "version"})
-        out["pytorch"] = info
-    dist, version = _dist_version("tensorflow", "tensorflow-cpu", "tensorflow-gpu", "tf-nightly",
-                                  "tensorflow-intel")
+        out[PYTORCH] = info
+    dist, version = _dist_version(*FRAMEWORKS[TENSORFLOW].distributions)
     if version:
         info = {"distribution": dist, "version": version}
-        pkg = _package_dir("tensorflow")
+        pkg = _package_dir(FRAMEWORKS[TENSORFLOW].module)
         if pkg:
             build = tensorflow_build(_read(os.path.join(pkg, "python", "platform", "build_info.py")))
             info["build_info"] = {k: v for k, v in sorted(build.items()) if isinstance(v, (str, bool, int))}
             info["cuda"] = build.get("cuda_version") if build.get("is_cuda_build") else None
-        out["tensorflow"] = info
-    dist, version = _dist_version("jax")
+        out[TENSORFLOW] = info
+    dist, version = _dist_version(*FRAMEWORKS[JAX].distributions)
     if version:
         plugins = {}
         for name in ("jax-cuda13-plugin", "jax-cuda13-pjrt", "jax-cuda12-plugin", "jax-cuda12-pjrt"):
@@ -159,7 +159,7 @@ def frameworks() -> dict:
                 plugins[name] = v
         first = re.search(r"cuda([0-9]+)", next(iter(plugins), ""))  # every plugin name spells its CUDA major
         cuda = first.group(1) if first else None
-        out["jax"] = {"distribution": dist, "version": version, "jaxlib": _dist_version("jaxlib")[1],
+        out[JAX] = {"distribution": dist, "version": version, "jaxlib": _dist_version("jaxlib")[1],
                       "cuda_plugins": plugins, "cuda": cuda}
     return out
 

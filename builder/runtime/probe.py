@@ -29,6 +29,7 @@ from collections.abc import Callable, Iterator
 
 from . import libs
 from .contract import CHECK_NAMES, EXIT_USAGE
+from .frameworks import RECIPE_NAMES
 from .probe_platform import (check_cluster_parsing, check_duplicate_libs, check_gpu, check_hypertune,
                              check_reduction_server)
 from .report import FAILED, PASSED, SKIPPED, WARNING
@@ -113,7 +114,7 @@ def check_framework(expect: dict) -> tuple[str, str, dict]:
             build_cuda = major.group(1)
             cuda_known = False
     else:
-        return FAILED, f"unknown framework {framework!r} (expected pytorch, tensorflow, jax or none)", details
+        return FAILED, f"unknown framework {framework!r} (expected one of {', '.join(RECIPE_NAMES)})", details
     details.update(version=version, build_cuda=build_cuda)
     problems = []
     if want and not versions_equal(version, want):
