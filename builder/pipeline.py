@@ -31,7 +31,7 @@ from .publish.push import PushResult, reachable_target
 from .publish.registryapi import RegistryAPI
 from .publish.skip import Decision, decide
 from .publish.references import RegistryTarget
-from .publish.sbom import SbomPublisher
+from .publish.policy import PushPolicy
 from .recipe.loading import RecipeSet
 
 
@@ -105,18 +105,15 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
             write_parts(opts.lock_dir, release_entries(engine, recipes, builds, suites, {}))
         raise CheckFailed("nothing pushed: " + "; ".join(
             f"{s.name} failed {', '.join(ch.name for ch in s.failed)}" for s in failed))
-    sboms = SbomPublisher(engine, target, credentials, on_sbom)
-    for b in builds:  # every image's SBOM is read before the first push: one without it never leaves
-        sboms.read(b.tag)
+    policy = PushPolicy(engine, target, credentials, env, on_sbom)
+    policy.admit(b.tag for b in builds)
 
     def pushed_with_sbom(tag: str, result: PushResult) -> None:
         if on_pushed is not None:
             on_pushed(tag, result)
-        sboms(tag, result)  # beside the image, as a referrer of its manifest
+        policy.pushed(tag, result)
 
-    pushed = push_release(engine, builds, target, credentials,
-                          gate=lambda image_id, ref: records.require_pass(image_id, ref, env),
-                          on_pushed=pushed_with_sbom,
+    pushed = push_release(engine, builds, target, credentials, gate=policy.gate, on_pushed=pushed_with_sbom,
                           kept={d.tag: d.digest for d in kept.values() if d.digest}, moving=not opts.stage)
     attach_records(api, target, _record(opts, engine, recipes, builds, suites, pushed, kept, target), on_record)
     return ReleaseResult(builds, suites, pushed, kept)

@@ -128,28 +128,27 @@ def registry_flags(fn: Callback) -> Callback:
 
 def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
           password_stdin: bool) -> list[PushResult]:
-    from ..conformance import records
+    from ..publish.policy import PushPolicy
     from ..publish.push import push
     from ..publish.references import RegistryTarget
-    from ..publish.sbom import SbomPublisher
 
     target = RegistryTarget.parse(registry)
     creds = _credentials(target, username, password_stdin, c.env)
     engine = _engine()
-    sboms = SbomPublisher(engine, target, creds, click.echo)
     for tag in tags:
         if engine.image(tag) is None:
             raise UserInputError(f"no image {tag} on this engine: run `trainimg build` first", where="push")
-        sboms.read(tag)  # an image without its SBOM is refused before anything leaves
+    policy = PushPolicy(engine, target, creds, c.env, click.echo)
+    policy.admit(tags)
     results = []
     for tag in tags:
 
         def passed(image_id: str, ref: str = tag) -> None:
-            records.require_pass(image_id, ref, c.env)
+            policy.gate(image_id, ref)
 
         result = push(engine, tag, target, tag, credentials=creds, gate=passed)
         click.echo(f"pushed {result.ref}@{result.digest} ({result.bytes_uploaded} bytes uploaded)")
-        sboms(tag, result)
+        policy.pushed(tag, result)
         results.append(result)
     return results
 

@@ -1,0 +1,43 @@
+"""The push policy, written once for `trainimg push` and `release` (the pipeline): what must hold before an image
+leaves and what follows each push.
+
+1. Every image's SBOM is read from the local image before the first push (`admit`): an image without one is refused
+   while nothing has left yet.
+2. An image is pushed only with a passing conformance record for its exact image ID (`gate`): trainimg never pushes
+   an untested image.
+3. After each push its SBOM goes beside it, as a referrer of the pushed manifest (`pushed`).
+
+Both callers had their own copy of these three steps; a rule added to one was missed in the other.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from ..conformance import records
+from ..engine.base import Engine
+from .push import PushResult
+from .references import RegistryTarget
+from .sbom import SbomPublisher
+
+
+class PushPolicy:
+    """The three steps above for one registry target, with its credentials and the env the records are kept by."""
+
+    def __init__(self, engine: Engine, target: RegistryTarget, credentials: dict[str, str] | None,
+                 env: Mapping[str, str], on_line: Callable[[str], None] | None = None) -> None:
+        self.env = env
+        self.sboms = SbomPublisher(engine, target, credentials, on_line)
+
+    def admit(self, tags: Iterable[str]) -> None:
+        """Read every image's SBOM now, before anything is pushed (a missing one is a CheckFailed naming it)."""
+        for tag in tags:
+            self.sboms.read(tag)
+
+    def gate(self, image_id: str, ref: str) -> None:
+        """Refuse `image_id` (pushed as `ref`) without a passing conformance record."""
+        records.require_pass(image_id, ref, self.env)
+
+    def pushed(self, tag: str, result: PushResult) -> None:
+        """Publish `tag`'s SBOM beside what was just pushed (once per manifest digest)."""
+        self.sboms(tag, result)
