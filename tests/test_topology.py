@@ -11,8 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from trainimg.jobs.clusterspec import CLUSTER_PLATFORMS, _launcher
 from trainimg.runtime.cluster import parse_cluster
-from trainimg.runtime.platforms import FORCEABLE
+from trainimg.runtime.frameworks import NAMES as FRAMEWORKS
+from trainimg.runtime.platforms import FORCEABLE, STARTS, who_starts
 from trainimg.runtime.topology import PLATFORMS, ProcessStart, ReplicaSpec, process_start, refusal, replica_specs
 
 
@@ -319,3 +321,15 @@ def test_how_each_platform_starts_its_processes() -> None:
 def test_new_platform_validation(kwargs: dict, message: str) -> None:
     with pytest.raises(ValueError, match=message):
         replica_specs(**kwargs)
+
+
+@pytest.mark.parametrize("framework", FRAMEWORKS)
+@pytest.mark.parametrize("platform", PLATFORMS)
+def test_who_starts_the_processes_is_each_platform_modules_one_attribute(platform: str, framework: str) -> None:
+    """The replay hands the launcher a process count exactly where the platform's ``STARTS`` leaves it to the
+    launcher; the cluster job specs read the same attribute (`jobs.clusterspec`)."""
+    start = process_start(platform, framework, 4)
+    assert (start.nproc is None) == (who_starts(platform, framework) is not None)
+    if platform in CLUSTER_PLATFORMS:
+        written = "--nproc-per-node" in _launcher(platform, framework, 4, ["train"])
+        assert written == (STARTS[platform] is None and framework != "tensorflow")

@@ -19,6 +19,7 @@ from typing import Any
 
 from ..errors import UserInputError
 from ..runtime.contract import AZUREML, SAGEMAKER, SLURM
+from ..runtime.platforms import STARTS
 from . import azureml, jobset, pytorchjob, sagemaker, slurm, tfjob, trainjob
 from .clusterimage import check_gpu_image, check_pullable
 from .fields import count
@@ -36,7 +37,7 @@ K8S_WRITERS: dict[str, Callable[[K8sJob], list[dict[str, Any]]]] = {
 }
 CLUSTER_PLATFORMS = (*K8S_WRITERS, SLURM, AZUREML, SAGEMAKER)
 # The platform hands its own process count on (Azure ML and Slurm start every process themselves).
-_SAYS_NPROC = (trainjob.PLATFORM, pytorchjob.PLATFORM, SLURM, AZUREML)
+_SAYS_NPROC = tuple(name for name, said in STARTS.items() if said is not None)
 # Flags of the cloud platforms, and those of one cluster family only: given elsewhere they are refused by name.
 _CLOUD_ONLY = ("machine_type", "accelerator", "region", "reduction_servers", "use_chief_in_tf_config")
 _K8S_ONLY = ("namespace",)

@@ -33,7 +33,8 @@ from .contract import AIPLATFORM, AZUREML, JAXJOB, JOBSET, MPI, PLATFORMS, PYTOR
     TRAINJOB, UAI, VERTEX, VERTEX_POOLS
 from .topology_k8s import DEFAULT_PORTS, jaxjob_replicas, jobset_replicas, pytorchjob_replicas, tfjob_replicas, \
     trainjob_replicas
-from .platforms import azureml
+from .platforms import azureml, who_starts
+from .platforms.starts import PLATFORM as STARTED_BY_PLATFORM, SAYS as COUNT_SAID, TORCHRUN as STARTED_BY_TORCHRUN
 from .topology_azureml import azureml_replicas
 from .topology_mpi import mpi_ranks
 from .topology_sagemaker import sagemaker_replicas
@@ -78,16 +79,18 @@ class ProcessStart:
 
 
 def process_start(platform: str, framework: str, nproc_per_node: int) -> ProcessStart:
-    """Slurm, mpirun and Azure ML's pytorch distribution start every process (one replica each, `nproc_per_node` on
+    """Who starts them is each platform module's ``STARTS`` (`platforms.starts`). Slurm, mpirun and Azure ML's
+    pytorch distribution start every process (one replica each, `nproc_per_node` on
     a node); a TrainJob's torch runtime runs torchrun, which starts the node's processes from ``PET_*``; a PyTorchJob
     says its count in ``PET_NPROC_PER_NODE``; elsewhere the launcher starts them (TensorFlow: one per replica,
     ``MultiWorkerMirroredStrategy`` drives the node's GPUs)."""
-    if platform in (SLURM, MPI) or (platform == AZUREML and framework != "tensorflow"):
+    how = who_starts(platform, framework)
+    if how == STARTED_BY_PLATFORM:
         return ProcessStart((), None, nproc_per_node)
-    if platform == TRAINJOB and framework != "jax":
+    if how == STARTED_BY_TORCHRUN:
         return ProcessStart(TORCHRUN, None, nproc_per_node)
     per_node = 1 if framework == "tensorflow" else nproc_per_node
-    said = platform == PYTORCHJOB or nproc_per_node == 1
+    said = how == COUNT_SAID or nproc_per_node == 1
     return ProcessStart((), None if said else nproc_per_node, per_node)
 
 

@@ -21,6 +21,7 @@ from collections.abc import Mapping
 from types import ModuleType
 
 from ..world import ClusterError, ClusterInfo, local_world, present
+from .starts import Starts
 from . import azureml, envworld, jaxjob, jobset, launched, ompi, pytorchjob, sagemaker, slurm, tfconfig, \
     torchrun, trainjob
 
@@ -29,6 +30,8 @@ PLATFORMS: tuple[ModuleType, ...] = (tfconfig, slurm, trainjob, pytorchjob, jaxj
 LAYERS: tuple[ModuleType, ...] = (torchrun, launched)
 #: Every ``--platform`` value `detect` takes, in the order help texts list them.
 FORCEABLE: tuple[str, ...] = tuple(name for module in PLATFORMS for name in module.FORCED_BY)
+#: ``--platform`` value -> who starts a node's processes there (each module's ``STARTS``; None: the launcher).
+STARTS: dict[str, Starts | None] = {name: module.STARTS for module in PLATFORMS for name in module.FORCED_BY}
 #: Every variable by which the runtime recognises a platform or a launcher layer: an emulation (selftest) removes
 #: them from what it inherits, so the emulated platform's are the only ones.
 VARIABLES = frozenset({
@@ -43,6 +46,13 @@ _STRAYS = {
     jobset.INDEX: "a Kubernetes Indexed Job sets it, but nothing gives the world: a JobSet's pods need the JOBSET_* "
                   "variables (trainimg spec --platform jobset writes them), a TrainJob's its runtime's PET_*",
 }
+
+
+def who_starts(platform: str, framework: str | None) -> str | None:
+    """How `platform` starts a `framework` job's processes (`starts.PLATFORM`, `TORCHRUN` or `SAYS`), or None where
+    trainimg's launcher starts them."""
+    said = STARTS.get(platform)
+    return None if said is None or framework in said.unless else said.how
 
 
 def detect(env: Mapping[str, str], platform: str | None = None, *, reduction_server: bool = False) -> ClusterInfo:

@@ -37,10 +37,13 @@ from types import ModuleType
 from ..contract import AZUREML, MPI
 from ..world import ClusterError, ClusterInfo, host, integer, local_world, port, present, require, \
     split_address
+from ..frameworks import TENSORFLOW
+from .starts import PLATFORM, Starts
 from . import envworld, ompi, tfconfig
 
 NAME = AZUREML
 FORCED_BY = (NAME,)
+STARTS = Starts(PLATFORM, unless=(TENSORFLOW,))  # its pytorch and mpi distributions start every process
 NODE_COUNT = "AZUREML_NODE_COUNT"  # the job's instance_count
 MARKERS = ("AZUREML_RUN_ID", NODE_COUNT, "AZUREML_EXPERIMENT_ID", "AZUREML_ARM_SUBSCRIPTION",
            "AZUREML_ARM_RESOURCEGROUP",

@@ -14,6 +14,7 @@ from ..world import ClusterError, ClusterInfo, below, host, integer, node_role, 
 
 NAME = "env"
 FORCED_BY = (NAME,)
+STARTS = None  # the launcher starts them
 REQUIRED = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 OPTIONAL = ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK")
 

@@ -13,6 +13,7 @@ from ..world import ClusterInfo, below, host, integer, node_role, port, present,
 
 NAME = JAXJOB
 FORCED_BY = (NAME,)
+STARTS = None  # the launcher starts them
 REQUIRED = ("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES", "PROCESS_ID")
 
 

@@ -18,6 +18,7 @@ from ..world import ClusterInfo, below, format_address, host, integer, node_role
 
 NAME = JOBSET
 FORCED_BY = (NAME,)
+STARTS = None  # the launcher starts them
 INDEX = "JOB_COMPLETION_INDEX"  # Kubernetes' own, in every Indexed Job pod (TrainJob's too)
 # name -> the pod label the manifest copies into it (None: a value the manifest writes)
 VARIABLES: dict[str, str | None] = {

@@ -33,10 +33,12 @@ from ..contract import MPI
 from ..hostfile import read_hostfile
 from ..world import DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, ClusterError, ClusterInfo, below, format_address, \
     host, integer, node_role, port, present, require, split_address
+from .starts import PLATFORM, Starts
 from .slurm import JAX_ADDRESS, JAX_PORT, RENDEZVOUS
 
 NAME = MPI
 FORCED_BY = (NAME,)
+STARTS = Starts(PLATFORM)  # mpirun starts every rank
 RANK, SIZE, LOCAL_RANK, LOCAL_SIZE = RANKS = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                               "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
 HNP_URI = "OMPI_MCA_orte_hnp_uri"  # "<jobid>.0;tcp://<mpirun's addresses>:<port>": set only under mpirun

@@ -14,9 +14,11 @@ from collections.abc import Mapping
 
 from ..contract import PYTORCHJOB
 from ..world import ClusterError, ClusterInfo, below, host, integer, node_role, port, present, require
+from .starts import SAYS, Starts
 
 NAME = PYTORCHJOB
 FORCED_BY = (NAME,)
+STARTS = Starts(SAYS)  # PET_NPROC_PER_NODE
 REQUIRED = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES")
 OPTIONAL = ("PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 

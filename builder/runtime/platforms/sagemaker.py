@@ -33,6 +33,7 @@ from ..world import ClusterError, ClusterInfo, format_address, host, integer, no
 
 NAME = SAGEMAKER
 FORCED_BY = (NAME,)
+STARTS = None  # the launcher starts them
 BASE_DIR_VARIABLE = "SAGEMAKER_BASE_DIR"  # sagemaker_training.environment.BASE_PATH_ENV
 DEFAULT_BASE_DIR = "/opt/ml"  # sagemaker_training.environment.SAGEMAKER_BASE_PATH
 RESOURCE_CONFIG = "input/config/resourceconfig.json"  # under the base dir

@@ -26,9 +26,11 @@ from ..contract import SLURM
 from ..hostlist import expand, expand_counts
 from ..world import ClusterError, ClusterInfo, below, format_address, host, integer, node_role, port, present, \
     require, split_address
+from .starts import PLATFORM, Starts
 
 NAME = SLURM
 FORCED_BY = (NAME,)
+STARTS = Starts(PLATFORM)  # srun starts one task per process
 REQUIRED = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_STEP_NODELIST")
 TASK_COUNTS = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE")
 RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")  # optional: a job script's own choice wins

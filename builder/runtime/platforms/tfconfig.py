@@ -26,6 +26,7 @@ from ..world import ClusterError, ClusterInfo, local_world, present, split_addre
 NAME = "tf_config"
 #: ``--platform`` values read by this module: the platforms whose only description is one of these variables.
 FORCED_BY = (VERTEX, AIPLATFORM, UAI, TFJOB)
+STARTS = None  # the launcher starts them (TensorFlow: one per replica)
 VARIABLES = ("CLUSTER_SPEC", "TF_CONFIG")
 
 # The TensorFlow-style names AI Platform's CLUSTER_SPEC and every TF_CONFIG use; `master` is the deprecated chief.

@@ -17,9 +17,12 @@ from collections.abc import Mapping
 from ..contract import TRAINJOB
 from ..world import ClusterError, ClusterInfo, below, host, integer, node_role, port, present, require, \
     split_address
+from ..frameworks import JAX
+from .starts import TORCHRUN, Starts
 
 NAME = TRAINJOB
 FORCED_BY = (NAME,)
+STARTS = Starts(TORCHRUN, unless=(JAX,))  # the torch runtime's command is torchrun
 TORCH = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 TORCH_OPTIONAL = ("PET_NPROC_PER_NODE",)
 JAX = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS")
