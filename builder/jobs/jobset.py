@@ -17,7 +17,7 @@ from typing import Any
 
 from ..runtime.contract import JOBSET
 from ..runtime.platforms import jobset as launcher
-from ..runtime.topology_k8s import JOBSET_REPLICATED_JOB
+from ..runtime.platforms.jobset import REPLICATED_JOB as JOBSET_REPLICATED_JOB
 from ..runtime.world import DEFAULT_MASTER_PORT
 from .k8s_shape import K8sJob
 from .kubernetes import container, derived_name, metadata, pod_template
@@ -25,7 +25,7 @@ from .kubernetes import container, derived_name, metadata, pod_template
 PLATFORM = JOBSET
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
-REPLICATED_JOB = JOBSET_REPLICATED_JOB  # the same the gate replays (runtime/topology_k8s.py)
+REPLICATED_JOB = JOBSET_REPLICATED_JOB  # the same the gate replays (runtime/platforms/jobset.py)
 PORT = DEFAULT_MASTER_PORT  # the rendezvous port: torch.distributed's customary default, as Kubeflow Trainer's
 
 # The launcher's contract (runtime/platforms/jobset.py reads it): each variable -> the pod label JobSet's controller

@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..runtime.contract import TRAINJOB
-from ..runtime.topology_k8s import TRAINER_NODE
+from ..runtime.platforms.trainjob import TRAINER_NODE
 from . import tfjob
 from .jobset import check_pod_names, indexed_job
 from .k8s_shape import K8sJob

@@ -48,7 +48,7 @@ from .launch import GROUP_VARIABLES, nproc_argument
 from .report import Check, ReportPathError, Suite, write_json, write_junit
 from .platforms import VARIABLES as PLATFORM_VARIABLES
 from .topology import PLATFORMS, ReplicaSpec, process_start, refusal, replica_specs
-from .topology_slurm import JOB_IDS
+from .platforms.slurm import JOB_IDS
 from .verdict import judge_allreduce
 
 FRAMEWORKS = tuple(f for f in LAUNCH_FRAMEWORKS if f != "auto")

@@ -15,9 +15,29 @@ local run proves nothing about the cloud one. The cloud shapes follow the platfo
   and every node also runs a ps (ps i on node i, same host, ``port + 1``) unless ``ps`` says how many (then ps
   0..ps-1 on nodes 0..ps-1). A ps shares its node's host, so its spec carries ``node`` for the caller to share the
   network namespace.
-* ``trainjob``, ``pytorchjob``, ``tfjob``, ``jaxjob``, ``jobset``: `topology_k8s`; ``slurm``: `topology_slurm`;
-  ``sagemaker``: `topology_sagemaker`;
-  ``azureml``: `topology_azureml`; ``mpi``: `topology_mpi` (every rank as ``mpirun`` starts it).
+* every platform: its module in `platforms` lays its replicas out (``replicas(job)``, default ``PORT``,
+  ``STARTS``), the cloud ones above in `platforms.tfconfig`; this module checks a job and dispatches (`REPLAYS`).
+
+The Kubernetes platforms: the Kubernetes platforms' replicas as their controllers lay them out: each pod's hostname, the DNS names its
+peers use, and the env the controller writes into its training container.
+
+Why a replay needs all three: a controller's env names hosts (``<job>-master-0``, ``<trainjob>-node-0-0.<trainjob>``,
+``<job>-chief-0.<namespace>.svc``) that only resolve because Kubernetes made them resolvable (a pod's hostname and
+subdomain, a headless Service); a local run that gives the containers other names proves nothing about the cluster.
+Each platform module (`platforms`) lays out its own replicas beside reading them back; the sources:
+
+* Kubeflow Trainer v2 ``TrainJob`` (kubeflow/trainer v2.3 ``pkg/runtime/framework/plugins/{torch,jax}``): a JobSet
+  whose replicatedJob `TRAINER_NODE` runs pod ``i`` as ``<trainjob>-node-0-<i>``, subdomain ``<trainjob>``;
+  Kubernetes adds ``JOB_COMPLETION_INDEX`` (an Indexed Job). The torch runtime writes torchrun's ``PET_*``, the JAX
+  runtime ``JAX_*`` (one process per node); TensorFlow has no runtime.
+* Training Operator v1 (kubeflow/training-operator v1.9 ``pkg/controller.v1``): pods and Services
+  ``<job>-<role>-<i>`` with lower-case roles. ``PyTorchJob`` (``pytorch/envvar.go``): one master, workers after it,
+  ``RANK`` the node index; ``TFJob`` (``tensorflow/tensorflow.go``): ``TF_CONFIG`` naming the Services'
+  ``<job>-<role>-<i>.<namespace>.svc:<port>``, evaluators outside the cluster, only for more than one replica;
+  ``JAXJob`` (``jax/envvar.go``): workers only, worker 0 the coordinator.
+* JobSet (``jobset.x-k8s.io/v1alpha2``): the manifest ``trainimg spec --platform jobset`` writes, one replicatedJob
+  `JOBSET_REPLICATED_JOB` of one Indexed Job, its pods given the ``JOBSET_*`` variables (`platforms.jobset`).
+
 
 Unused pools are left out of the cluster. Replicas come back chief first, then workers, ps and evaluators (Slurm:
 task by task). `process_start` says how the platform starts each replica's processes; `refusal` which frameworks
@@ -28,31 +48,21 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from types import ModuleType
 
-from .contract import AIPLATFORM, AZUREML, JAXJOB, JOBSET, MPI, PLATFORMS, PYTORCHJOB, SAGEMAKER, SLURM, TFJOB, \
-    TRAINJOB, UAI, VERTEX, VERTEX_POOLS
-from .topology_k8s import DEFAULT_PORTS, jaxjob_replicas, jobset_replicas, pytorchjob_replicas, tfjob_replicas, \
-    trainjob_replicas
-from .platforms import azureml, who_starts
+from .contract import AIPLATFORM, PLATFORMS, SLURM, TFJOB, UAI
+from .platforms import PLATFORMS as PLATFORM_MODULES, tfconfig, who_starts
 from .platforms.starts import PLATFORM as STARTED_BY_PLATFORM, SAYS as COUNT_SAID, TORCHRUN as STARTED_BY_TORCHRUN
-from .topology_azureml import azureml_replicas
-from .topology_mpi import mpi_ranks
-from .topology_sagemaker import sagemaker_replicas
-from .topology_slurm import job_number, slurm_tasks
-from .topology_spec import CLUSTER_SPEC, TF_CONFIG, ReplicaSpec, tf_config_json
-from .world import DEFAULT_MASTER_PORT, format_address
+from .topology_spec import Job, ReplicaSpec
 
-_VERTEX_POOL = {role: pool for pool, role in VERTEX_POOLS.items()}
-TF_PORT = 2222  # the port of the cloud platforms' TF_CONFIG examples, where a caller names none
+#: Each platform the host replays -> the runtime module that reads its env and lays out its replicas
+#: (``replicas(job)``, ``PORT``): the one registry `detect` and `replica_specs` both go through.
+REPLAYS: dict[str, ModuleType] = {name: module for module in PLATFORM_MODULES for name in module.FORCED_BY
+                                  if name in PLATFORMS}
 #: The roles outside the all-reduce group each platform has; the others run chief and workers only.
-SIDE_ROLES = {VERTEX: ("ps", "evaluator"), AIPLATFORM: ("ps", "evaluator"), UAI: ("ps",), TFJOB: ("ps", "evaluator")}
-#: Platforms that give TensorFlow no TF_CONFIG, and what to use instead.
-NO_TF_CONFIG = {
-    TRAINJOB: "Kubeflow Trainer v2 has no TensorFlow runtime",
-    PYTORCHJOB: "a PyTorchJob gives TensorFlow no TF_CONFIG",
-    JAXJOB: "a JAXJob gives TensorFlow no TF_CONFIG",
-    MPI: "mpirun gives TensorFlow no TF_CONFIG",
-}
+SIDE_ROLES: dict[str, tuple[str, ...]] = tfconfig.SIDE_ROLES
+#: Platforms that give TensorFlow no TF_CONFIG, and why (each platform module's ``NO_TF_CONFIG``).
+NO_TF_CONFIG: dict[str, str] = {name: module.NO_TF_CONFIG for name, module in REPLAYS.items() if module.NO_TF_CONFIG}
 #: The platforms whose own command starts every process of a node (for PyTorch): the launcher is started by them.
 TORCHRUN = ("torchrun", "--no-python")  # a TrainJob torch runtime's command: torchrun, reading PET_* as defaults
 
@@ -135,7 +145,8 @@ def replica_specs(
     `hosts(role, index)` names the host of a cloud platform's replica (role is chief, worker, ps or evaluator; UAI
     ps replicas reuse their node's host and never ask); by default ``<job>-<role>-<index>``. `port` defaults to the
     platform's own. `trial` goes into each task as the cloud platforms send it. `framework` picks a TrainJob's
-    runtime. Raises ValueError for counts, ports or a framework the platform would refuse.
+    runtime. Raises ValueError for counts, ports or a framework the platform would refuse. The layout itself is
+    the platform module's ``replicas(job)`` (`REPLAYS`), with its ``PORT`` where `port` is None.
     """
     _check(platform, replicas, ps, evaluators, nproc_per_node, port)
     refused = refusal(platform, framework)
@@ -143,74 +154,10 @@ def replica_specs(
         raise ValueError(refused)
     if use_chief_in_tf_config and platform != AIPLATFORM:
         raise ValueError("use_chief_in_tf_config applies to aiplatform only: the others never send 'master' to TF2")
-    if platform == SLURM:
-        return slurm_tasks(replicas, nproc_per_node, job, job_number(job) if job_id is None else job_id)
-    number = DEFAULT_PORTS.get(platform, TF_PORT) if port is None else port
-    if platform == TRAINJOB:
-        return trainjob_replicas(replicas, nproc_per_node, job, number, framework)
-    if platform == PYTORCHJOB:
-        return pytorchjob_replicas(replicas, nproc_per_node, job, number)
-    if platform == JAXJOB:
-        return jaxjob_replicas(replicas, job, number)
-    if platform == MPI:
-        return mpi_ranks(replicas, nproc_per_node, job, DEFAULT_MASTER_PORT if port is None else port)
-    if platform == JOBSET:
-        return jobset_replicas(replicas, job, number)
-    if platform == AZUREML:
-        return azureml_replicas(replicas, nproc_per_node, job, azureml.DEFAULT_MASTER_PORT if port is None else port,
-                                framework)
-    if platform == SAGEMAKER:
-        return sagemaker_replicas(replicas, job)
-    if platform == TFJOB:
-        return tfjob_replicas(replicas, ps or 0, evaluators, job, number)
-    named = hosts or (lambda role, index: f"{job}-{role}-{index}")
-    if platform == UAI:
-        return _uai(replicas, replicas if ps is None else ps, named, number, trial)
-    return _cloud(platform, {"chief": 1, "worker": replicas - 1, "ps": ps or 0, "evaluator": evaluators}, named,
-                  number, trial, use_chief_in_tf_config)
-
-
-def _cloud(platform: str, counts: dict[str, int], hosts: Callable[[str, int], str], port: int, trial: str | None,
-           use_chief_in_tf_config: bool) -> list[ReplicaSpec]:
-    """Vertex AI and AI Platform: CLUSTER_SPEC in each one's dialect, and TF_CONFIG (see the module doc)."""
-    names = {role: [hosts(role, i) for i in range(count)] for role, count in counts.items()}
-    addresses = {role: [format_address(host, port) for host in names[role]] for role in counts}
-    tf_chief = "master" if platform == AIPLATFORM and not use_chief_in_tf_config else "chief"
-    tf_names = {"chief": tf_chief, "worker": "worker", "ps": "ps"}
-    tf_cluster = {tf_names[role]: addresses[role] for role in tf_names if addresses[role]}
-    send_tf_config = platform == AIPLATFORM or sum(counts.values()) > 1
-    if platform == VERTEX:
-        spec_cluster = {_VERTEX_POOL[role]: addresses[role] for role in counts if addresses[role]}
-        spec_type = _VERTEX_POOL
-    else:
-        # AI Platform's CLUSTER_SPEC always says master; an evaluator's task type is not in its cluster.
-        spec_type = {"chief": "master", "worker": "worker", "ps": "ps", "evaluator": "evaluator"}
-        spec_cluster = {spec_type[role]: addresses[role] for role in tf_names if addresses[role]}
-    specs = []
-    for role in counts:
-        for index, host in enumerate(names[role]):
-            env = {CLUSTER_SPEC: tf_config_json(spec_cluster, spec_type[role], index, trial)}
-            if send_tf_config:
-                env[TF_CONFIG] = tf_config_json(tf_cluster, tf_names.get(role, role), index, trial)
-            specs.append(ReplicaSpec(f"{role}-{index}", role, index, None, env, host))
-    return specs
-
-
-def _uai(replicas: int, ps: int, hosts: Callable[[str, int], str], port: int, trial: str | None) -> list[ReplicaSpec]:
-    """UAI Train: one master or worker per node, and ps 0..ps-1 beside them on nodes 0..ps-1 at port + 1."""
-    if ps > replicas:
-        raise ValueError(f"uai places at most one ps per node: ps={ps} exceeds replicas={replicas}")
-    node_hosts = [hosts("chief", 0)] + [hosts("worker", i) for i in range(replicas - 1)]
-    cluster = {
-        "master": [format_address(node_hosts[0], port)],
-        "ps": [format_address(node_hosts[i], port + 1) for i in range(ps)],
-        "worker": [format_address(host, port) for host in node_hosts[1:]],
-    }
-    cluster = {name: entries for name, entries in cluster.items() if entries}
-
-    def spec(role: str, index: int, task_type: str, node: int) -> ReplicaSpec:
-        return ReplicaSpec(f"{role}-{index}", role, index, node,
-                           {TF_CONFIG: tf_config_json(cluster, task_type, index, trial)}, node_hosts[node])
-
-    return [spec("chief", 0, "master", 0), *(spec("worker", i, "worker", i + 1) for i in range(replicas - 1)),
-            *(spec("ps", i, "ps", i) for i in range(ps))]
+    module = REPLAYS[platform]
+    number = module.PORT if port is None else port
+    return module.replicas(Job(
+        platform=platform, replicas=replicas, name=job, port=number or 0,
+        hosts=hosts or (lambda role, index: f"{job}-{role}-{index}"), nproc=nproc_per_node, ps=ps,
+        evaluators=evaluators, trial=trial, use_chief_in_tf_config=use_chief_in_tf_config, framework=framework,
+        job_id=job_id))

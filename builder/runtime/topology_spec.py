@@ -1,20 +1,21 @@
 """One replica of a replayed job (`ReplicaSpec`) and the TF_CONFIG-style JSON several platforms write.
 
-Its own module because every platform's layout (`topology`, `topology_k8s`, `topology_slurm`) builds these and
-`topology` dispatches to the others: the shared shape must sit below all of them for the imports to stay acyclic.
+Its own module because every platform module (`platforms`) builds these for its replay and `topology` dispatches
+to them: the shared shape must sit below all of them for the imports to stay acyclic.
 Standard library only.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .platforms import tfconfig
+from .world import node_role
 
-CLUSTER_SPEC, TF_CONFIG = tfconfig.VARIABLES
+CLUSTER_SPEC, TF_CONFIG = "CLUSTER_SPEC", "TF_CONFIG"  # the TF-style variables (`platforms.tfconfig` reads them)
+OPERATOR_ENV = {"PYTHONUNBUFFERED": "1"}  # what the Training Operator adds to every PyTorchJob and JAXJob container
 
 
 @dataclass(frozen=True)
@@ -36,6 +37,32 @@ class ReplicaSpec:
     host: str
     aliases: tuple[str, ...] = ()
     files: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Job:
+    """A job to replay, as `topology.replica_specs` checked it: what each platform module's ``replicas(job)`` lays
+    out. `port` is the caller's or the platform module's ``PORT``; `hosts(role, index)` names a cloud replica's
+    host; `job_id` is Slurm's (None: derived from `name`)."""
+
+    platform: str
+    replicas: int
+    name: str
+    port: int
+    hosts: Callable[[str, int], str]
+    nproc: int = 1
+    ps: int | None = None
+    evaluators: int = 0
+    trial: str | None = None
+    use_chief_in_tf_config: bool = False
+    framework: str = "pytorch"
+    job_id: int | None = None
+
+
+def node_spec(name: str, index: int, env: dict[str, str], host: str, aliases: tuple[str, ...]) -> ReplicaSpec:
+    """A replica of a platform without roles: node 0 is the chief, node i worker i - 1 (`world.node_role`)."""
+    role, role_index = node_role(index)
+    return ReplicaSpec(name, role, role_index, None, env, host, aliases)
 
 
 def tf_config_json(cluster: dict[str, list[str]], task_type: str, index: int, trial: str | None) -> str:

@@ -26,6 +26,16 @@ azureml-dataprep / azureml-mlflow clients read (``AZUREML_RUN_ID``, ``AZUREML_AR
 distribution's variables makes this claim a strict superset of the ``env://``, ``TF_CONFIG`` and Open MPI claims,
 so detection picks Azure ML; ``--platform azureml`` forces it. A run with its markers and no distribution
 variable is a single-process command job: one process, as Azure ML runs it.
+
+The replay: an Azure ML command job's processes as Azure ML starts them, for the host (and selftest) to replay.
+
+Why its own layout: Azure ML's ``pytorch`` distribution starts every process itself (``process_count_per_instance``
+on each of ``instance_count`` nodes), each with its process-level ``RANK`` and ``LOCAL_RANK``, so a replay starts a
+container per process, the processes of a node sharing that node's host, as Slurm's tasks do; its ``tensorflow``
+distribution starts one process per worker with ``TF_CONFIG`` (workers only, ``"environment": "cloud"``). A JAX
+image runs under the ``pytorch`` distribution too: Azure ML has no JAX distribution, and the launcher turns the
+``env://`` world into JAX's coordinator. The variable names come from `platforms.azureml` and `platforms.envworld`,
+which read them back.
 """
 
 from __future__ import annotations
@@ -35,11 +45,13 @@ from dataclasses import replace
 from types import ModuleType
 
 from ..contract import AZUREML, MPI
-from ..world import ClusterError, ClusterInfo, host, integer, local_world, port, present, require, \
-    split_address
+from ..world import ClusterError, ClusterInfo, format_address, host, integer, local_world, node_role, port, present, \
+    require, split_address
 from ..frameworks import TENSORFLOW
 from .starts import PLATFORM, Starts
 from . import envworld, ompi, tfconfig
+import zlib
+from ..topology_spec import TF_CONFIG, Job, ReplicaSpec, tf_config_json
 
 NAME = AZUREML
 FORCED_BY = (NAME,)
@@ -52,6 +64,8 @@ MULTI_NODE_MASTER = "AZ_BATCH_MASTER_NODE"  # ADDR:PORT, on multi-node jobs
 SINGLE_NODE_MASTER = "AZ_BATCHAI_MPI_MASTER_NODE"  # ADDR, on one node
 MPI_MASTERS = (MULTI_NODE_MASTER, SINGLE_NODE_MASTER)
 DEFAULT_MASTER_PORT = 6105  # the pytorch distribution's MASTER_PORT, and the mpi cheatsheet's multi-node port
+PORT = DEFAULT_MASTER_PORT  # what a replay gives where the job names none
+NO_TF_CONFIG: str | None = None  # it runs TensorFlow
 SINGLE_NODE_PORT = 54965  # the mpi cheatsheet's port on one node
 VARIABLES = (*MARKERS, *MPI_MASTERS)
 #: Azure ML's distribution type -> the module whose claim says it made the env, in the order preferred: a pytorch
@@ -127,3 +141,40 @@ def _with_local_world(env: Mapping[str, str]) -> Mapping[str, str]:
         raise ClusterError(NODE_COUNT, f"{nodes} node(s) do not divide WORLD_SIZE {world}: Azure ML starts the same "
                                        "process_count_per_instance on every node")
     return {**env, local: str(world // nodes)}
+
+
+# -- the replay (`topology.replica_specs`) --------------------------------------------------------------------
+RUN_ID, _, EXPERIMENT_ID = MARKERS[:3]
+
+
+def node_host(job: str, node: int) -> str:
+    """The host name a replay gives node `node` of job `job` (Azure ML gives IP addresses; names stand in)."""
+    return f"{job}-node{node}"
+
+
+def replicas(job: Job) -> list[ReplicaSpec]:
+    return _processes(job.replicas, job.nproc, job.name, job.port, job.framework)
+
+
+def _processes(replicas: int, nproc: int, job: str, port: int, framework: str) -> list[ReplicaSpec]:
+    """Every process of a `replicas`-node job: `nproc` per node under the pytorch distribution, one per node for
+    TensorFlow."""
+    run = {RUN_ID: f"{job}_{zlib.crc32(job.encode()):08x}", EXPERIMENT_ID: f"{zlib.crc32(job.encode()[::-1]):08x}",
+           NODE_COUNT: str(replicas)}
+    hosts = [node_host(job, k) for k in range(replicas)]
+    if framework == "tensorflow":
+        workers = [format_address(h, port) for h in hosts]
+        return [ReplicaSpec(f"worker-{k}", "worker", k, None,
+                            {**run, TF_CONFIG: tf_config_json({"worker": workers}, "worker", k, None)}, h)
+                for k, h in enumerate(hosts)]
+    master_addr, master_port, world_size, rank = envworld.REQUIRED
+    local_rank, _local_world, node_rank = envworld.OPTIONAL
+    shared = {**run, master_addr: hosts[0], master_port: str(port), world_size: str(replicas * nproc)}
+    specs = []
+    for node, at in enumerate(hosts):
+        for local in range(nproc):
+            process = node * nproc + local
+            role, index = node_role(process)  # unique per replica, as Slurm's tasks
+            env = {**shared, node_rank: str(node), rank: str(process), local_rank: str(local)}
+            specs.append(ReplicaSpec(f"rank-{process}", role, index, node if nproc > 1 else None, env, at))
+    return specs

@@ -10,10 +10,13 @@ from collections.abc import Mapping
 
 from ..contract import JAXJOB
 from ..world import ClusterInfo, below, host, integer, node_role, port, present, require
+from ..topology_spec import OPERATOR_ENV, Job, ReplicaSpec, node_spec
 
 NAME = JAXJOB
 FORCED_BY = (NAME,)
 STARTS = None  # the launcher starts them
+PORT = 6666  # the Training Operator's JAXJob default port
+NO_TF_CONFIG: str | None = "a JAXJob gives TensorFlow no TF_CONFIG"  # why TensorFlow is refused
 REQUIRED = ("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES", "PROCESS_ID")
 
 
@@ -33,3 +36,15 @@ def read(env: Mapping[str, str], *, reduction_server: bool = False) -> ClusterIn
         master_port=port("COORDINATOR_PORT", got["COORDINATOR_PORT"]), trial=None, tf_config=None,
         variables=REQUIRED,
     )
+
+
+# -- the replay (`topology.replica_specs`) --------------------------------------------------------------------
+def replicas(job: Job) -> list[ReplicaSpec]:
+    """A JAXJob: workers ``<job>-worker-<i>``, worker 0 the coordinator (a host without port, and the port)."""
+    address, coordinator_port, processes, process_id = REQUIRED
+    specs = []
+    for i in range(job.replicas):
+        env = {**OPERATOR_ENV, coordinator_port: str(job.port), address: f"{job.name}-worker-0",
+               processes: str(job.replicas), process_id: str(i)}
+        specs.append(node_spec(f"worker-{i}", i, env, f"{job.name}-worker-{i}", ()))
+    return specs

@@ -14,11 +14,16 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..contract import JOBSET
-from ..world import ClusterInfo, below, format_address, host, integer, node_role, port, present, require
+from ..world import DEFAULT_MASTER_PORT, ClusterInfo, below, format_address, host, integer, node_role, port, present, \
+    require
+from ..topology_spec import Job, ReplicaSpec, node_spec
 
 NAME = JOBSET
 FORCED_BY = (NAME,)
 STARTS = None  # the launcher starts them
+PORT = DEFAULT_MASTER_PORT  # what trainimg's JobSet manifest gives (torch.distributed's customary default)
+NO_TF_CONFIG: str | None = None  # it runs TensorFlow
+REPLICATED_JOB = "node"  # the one replicatedJob of trainimg's JobSet manifest
 INDEX = "JOB_COMPLETION_INDEX"  # Kubernetes' own, in every Indexed Job pod (TrainJob's too)
 # name -> the pod label the manifest copies into it (None: a value the manifest writes)
 VARIABLES: dict[str, str | None] = {
@@ -64,3 +69,19 @@ def read(env: Mapping[str, str], *, reduction_server: bool = False) -> ClusterIn
                    "task": {"type": "worker", "index": node}},
         variables=REQUIRED,
     )
+
+
+# -- the replay (`topology.replica_specs`) --------------------------------------------------------------------
+def pod(job: str, replicated_job: str, index: int) -> tuple[str, tuple[str, ...]]:
+    """(hostname, DNS aliases) of pod `index` of a JobSet's first Job, the subdomain being the JobSet's name."""
+    name = hostname(job, replicated_job, 0, index, job)
+    return name.partition(".")[0], (name,)
+
+
+def replicas(job: Job) -> list[ReplicaSpec]:
+    """trainimg's JobSet: one Job of `job.replicas` pods, each with its completion index and the ``JOBSET_*`` values."""
+    name, replicated_job, job_index, job_replicas, pods, subdomain, port_variable = VARIABLES
+    shared = {name: job.name, replicated_job: REPLICATED_JOB, job_index: "0", job_replicas: "1",
+              pods: str(job.replicas), subdomain: job.name, port_variable: str(job.port)}
+    return [node_spec(f"{REPLICATED_JOB}-0-{i}", i, {INDEX: str(i), **shared}, *pod(job.name, REPLICATED_JOB, i))
+            for i in range(job.replicas)]

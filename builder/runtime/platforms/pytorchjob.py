@@ -15,10 +15,13 @@ from collections.abc import Mapping
 from ..contract import PYTORCHJOB
 from ..world import ClusterError, ClusterInfo, below, host, integer, node_role, port, present, require
 from .starts import SAYS, Starts
+from ..topology_spec import OPERATOR_ENV, Job, ReplicaSpec, node_spec
 
 NAME = PYTORCHJOB
 FORCED_BY = (NAME,)
 STARTS = Starts(SAYS)  # PET_NPROC_PER_NODE
+PORT = 23456  # the Training Operator's PyTorchJob default port
+NO_TF_CONFIG: str | None = "a PyTorchJob gives TensorFlow no TF_CONFIG"  # why TensorFlow is refused
 REQUIRED = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES")
 OPTIONAL = ("PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 
@@ -58,3 +61,19 @@ def read(env: Mapping[str, str], *, reduction_server: bool = False) -> ClusterIn
         master_addr=host("MASTER_ADDR", got["MASTER_ADDR"]), master_port=port("MASTER_PORT", got["MASTER_PORT"]),
         trial=None, tf_config=None, variables=(*REQUIRED, *present(env, OPTIONAL)), platform_nproc=nproc,
     )
+
+
+# -- the replay (`topology.replica_specs`) --------------------------------------------------------------------
+def replicas(job: Job) -> list[ReplicaSpec]:
+    """A PyTorchJob: ``<job>-master-0`` and workers ``<job>-worker-<i>``, `nproc` processes per node."""
+    master_addr, master_port, world_size, rank, nnodes = REQUIRED
+    node_rank, nproc_per_node, pet_master_addr, pet_master_port = OPTIONAL
+    names = ["master-0", *(f"worker-{i}" for i in range(job.replicas - 1))]
+    master = f"{job.name}-{names[0]}"
+    specs = []
+    for node, name in enumerate(names):
+        env = {**OPERATOR_ENV, master_addr: master, pet_master_addr: master, master_port: str(job.port),
+               pet_master_port: str(job.port), world_size: str(job.replicas * job.nproc), rank: str(node),
+               node_rank: str(node), nnodes: str(job.replicas), nproc_per_node: str(job.nproc)}
+        specs.append(node_spec(name, node, env, f"{job.name}-{name}", ()))
+    return specs

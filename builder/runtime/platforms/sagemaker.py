@@ -18,6 +18,15 @@ host as a worker on port 2222, the worker port of sagemaker-tensorflow-training'
 The signature `claims` reports is the variables above and the resource config file where it exists: SageMaker's
 own signal is that file, so `detect` keeps one rule for file- and variable-backed platforms alike. Only one
 instance group is read: a heterogeneous cluster (several ``instance_groups``) is refused, naming the file.
+
+The replay: a SageMaker training job as SageMaker lays it out: one container per instance, hosts ``algo-1`` .. ``algo-N``,
+and in each container ``/opt/ml/input/config/resourceconfig.json`` naming its host and every host, sorted as
+SageMaker sorts them (``algo-10`` before ``algo-2``).
+
+Why the file and the names both: the launcher reads the file (`platforms.sagemaker`) and the peers reach each other
+by the names it lists, so a replay that mounts another file or gives other names proves nothing about SageMaker.
+Containers are named ``<job>-algo-<i>`` (unique to the run) and answer to ``algo-<i>`` on the run's network, as
+SageMaker's hosts do on theirs. SageMaker also sets ``TRAINING_JOB_NAME``.
 """
 
 from __future__ import annotations
@@ -30,10 +39,14 @@ from typing import Any
 
 from ..contract import SAGEMAKER
 from ..world import ClusterError, ClusterInfo, format_address, host, integer, node_role, present, require
+import posixpath
+from ..topology_spec import Job, ReplicaSpec
 
 NAME = SAGEMAKER
 FORCED_BY = (NAME,)
 STARTS = None  # the launcher starts them
+PORT = None  # a replay names no port: the launcher reads the hosts from the file
+NO_TF_CONFIG: str | None = None  # it runs TensorFlow
 BASE_DIR_VARIABLE = "SAGEMAKER_BASE_DIR"  # sagemaker_training.environment.BASE_PATH_ENV
 DEFAULT_BASE_DIR = "/opt/ml"  # sagemaker_training.environment.SAGEMAKER_BASE_PATH
 RESOURCE_CONFIG = "input/config/resourceconfig.json"  # under the base dir
@@ -155,3 +168,31 @@ def _agree(from_file: Hosts, from_env: Mapping[str, Any]) -> None:
         if key in from_file.facts and key in from_env and from_file.facts[key] != from_env[key]:
             raise ClusterError(variable, f"{from_env[key]!r} disagrees with {key} {from_file.facts[key]!r} in "
                                          f"{from_file.source}")
+
+
+# -- the replay (`topology.replica_specs`) --------------------------------------------------------------------
+GROUP = "homogeneousCluster"  # the one instance group of a job without instance groups
+REPLAY_INSTANCE_TYPE = "ml.c5.xlarge"  # what a replay's resource config says it runs on: a CPU instance
+REPLAY_INTERFACE = "eth0"
+JOB_NAME = "TRAINING_JOB_NAME"
+CONFIG_PATH = posixpath.join(DEFAULT_BASE_DIR, RESOURCE_CONFIG)
+
+
+def resource_config(current: str, hosts: list[str]) -> str:
+    """The file as SageMaker writes it for host `current` (AWS's "How Amazon SageMaker Provides Training
+    Information"; the instance group keys as sagemaker-training reads them)."""
+    return json.dumps({"current_host": current, "current_instance_type": REPLAY_INSTANCE_TYPE, "current_group_name": GROUP,
+                       "hosts": hosts, "instance_groups": [{"instance_group_name": GROUP,
+                                                            "instance_type": REPLAY_INSTANCE_TYPE, "hosts": hosts}],
+                       "network_interface_name": REPLAY_INTERFACE}, sort_keys=True)
+
+
+def replicas(job: Job) -> list[ReplicaSpec]:
+    """Every instance of a `job.replicas`-instance job, in SageMaker's host order (node rank order)."""
+    hosts = sorted(f"algo-{i}" for i in range(1, job.replicas + 1))
+    specs = []
+    for node, name in enumerate(hosts):
+        role, index = node_role(node)
+        specs.append(ReplicaSpec(name, role, index, None, {JOB_NAME: job.name}, f"{job.name}-{name}", (name,),
+                                 {CONFIG_PATH: resource_config(name, hosts)}))
+    return specs

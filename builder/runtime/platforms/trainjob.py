@@ -15,14 +15,19 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..contract import TRAINJOB
-from ..world import ClusterError, ClusterInfo, below, host, integer, node_role, port, present, require, \
-    split_address
-from ..frameworks import JAX
+from ..world import DEFAULT_MASTER_PORT, ClusterError, ClusterInfo, below, format_address, host, integer, node_role, \
+    port, present, require, split_address
+from ..frameworks import JAX as JAX_FRAMEWORK
 from .starts import TORCHRUN, Starts
+from ..topology_spec import Job, ReplicaSpec, node_spec
+from . import jobset
 
 NAME = TRAINJOB
 FORCED_BY = (NAME,)
-STARTS = Starts(TORCHRUN, unless=(JAX,))  # the torch runtime's command is torchrun
+STARTS = Starts(TORCHRUN, unless=(JAX_FRAMEWORK,))  # the torch runtime's command is torchrun
+PORT = DEFAULT_MASTER_PORT  # Trainer's ContainerTrainerPort
+NO_TF_CONFIG: str | None = "Kubeflow Trainer v2 has no TensorFlow runtime"  # why TensorFlow is refused
+TRAINER_NODE = "node"  # kubeflow/trainer pkg/constants Node: the trainer's replicatedJob (and container)
 TORCH = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 TORCH_OPTIONAL = ("PET_NPROC_PER_NODE",)
 JAX = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS")
@@ -72,3 +77,23 @@ def _jax(env: Mapping[str, str]) -> ClusterInfo:
         platform=NAME, role=role, index=index, rank=node, world_size=nodes, master_addr=addr, master_port=number,
         trial=None, tf_config=None, variables=JAX,
     )
+
+
+# -- the replay (`topology.replica_specs`) --------------------------------------------------------------------
+def replicas(job: Job) -> list[ReplicaSpec]:
+    """A TrainJob of `replicas` nodes: the torch runtime's ``PET_*`` (`nproc` per node), or for a JAX image the JAX
+    runtime's ``JAX_*``; pod i's completion index is its node rank."""
+    pods = [jobset.pod(job.name, TRAINER_NODE, i) for i in range(job.replicas)]
+    master = pods[0][1][0]
+    nnodes, node_rank, master_addr, master_port = TORCH
+    (nproc_per_node,) = TORCH_OPTIONAL
+    processes, process_id, coordinator = JAX
+    specs = []
+    for i, (at, aliases) in enumerate(pods):
+        if job.framework == JAX_FRAMEWORK:
+            env = {processes: str(job.replicas), process_id: str(i), coordinator: format_address(master, job.port)}
+        else:
+            env = {nnodes: str(job.replicas), nproc_per_node: str(job.nproc), node_rank: str(i), master_addr: master,
+                   master_port: str(job.port)}
+        specs.append(node_spec(f"{TRAINER_NODE}-0-{i}", i, {**env, jobset.INDEX: str(i)}, at, aliases))
+    return specs
