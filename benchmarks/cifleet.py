@@ -114,7 +114,7 @@ class CiFleet:
     def layer_bytes(self, api: Any, log_path: Path, since: int) -> tuple[int, int]:
         """(bytes of layer blobs, bytes of other blobs) the registry served after byte `since` of its log."""
         from trainimg.publish.accesslog import fetched_blobs, layer_digests, requests_since
-        from trainimg.publish.lock import read_lock
+        from trainimg.publish.lockfile import read_lock
 
         layers: set[str] = set()
         for entry in read_lock(self.lock).values():

@@ -23,8 +23,9 @@ from .options import ReleaseOptions, TestOptions
 from .progress import Progress, log_printer
 from .conformance.structure import check_structure_tests
 from .publish.inputs import inputs_keys
-from .publish.lock import (DEFAULT_LOCK, LockEntry, cache_sources, moving_tag, push_release, read_lock,
-                           release_entries, write_lock)
+from .publish.lockedbases import cache_sources
+from .publish.lockfile import DEFAULT_LOCK, LockEntry, read_lock, release_entries, write_lock
+from .publish.movingtags import moving_tag, push_release
 from .publish.passrecord import attach_records
 from .publish.promote import write_parts
 from .publish.push import PushResult, reachable_target

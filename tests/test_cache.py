@@ -23,7 +23,8 @@ import requests
 from conftest import LOCAL_BASE, cpu_recipe, trainimg
 from conftest_registry import RegistryLogin
 
-from trainimg.publish.lock import LockEntry, cache_sources
+from trainimg.publish.lockedbases import cache_sources
+from trainimg.publish.lockfile import LockEntry
 
 INLINE_CACHE_KEY = "moby.buildkit.cache.v0"  # where BuildKit's inline cache exporter writes into the image config
 

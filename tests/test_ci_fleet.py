@@ -28,7 +28,8 @@ from conftest import LOCAL_BASE, trainimg
 
 from trainimg.publish.accesslog import fetched_blobs, layer_digests, log_offset, requests_since, uploads
 from trainimg.publish.localregistry import LocalRegistry
-from trainimg.publish.lock import copy_moving_tags, read_lock
+from trainimg.publish.lockfile import read_lock
+from trainimg.publish.movingtags import copy_moving_tags
 from trainimg.publish.passrecord import RECORD_TYPE, attach_records, registry_entry
 from trainimg.publish.referrers import attach, subject_of
 from trainimg.publish.references import RegistryTarget

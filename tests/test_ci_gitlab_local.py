@@ -37,7 +37,8 @@ from conftest_registry import RegistryLogin
 from registryread import remote_digest
 
 from trainimg.options import DEFAULT_LOCK_DIR
-from trainimg.publish.lock import DEFAULT_LOCK, moving_tag, read_lock
+from trainimg.publish.lockfile import DEFAULT_LOCK, read_lock
+from trainimg.publish.movingtags import moving_tag
 from trainimg.publish.pipelines import MATRIX_FILES
 from trainimg.publish.references import RegistryTarget
 

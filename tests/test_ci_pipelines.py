@@ -30,7 +30,7 @@ from chromium import render_in_chromium
 from conftest import ROOT, trainimg
 
 from trainimg.cli.app import cli
-from trainimg.publish.lock import LockEntry, write_lock
+from trainimg.publish.lockfile import LockEntry, write_lock
 
 CHILD = "citest-child"
 CHILD_RECIPE = f"extends: pytorch-2.13.0-cpu-py3.11\nname: {CHILD}\nrepository: trainimg-test/{CHILD}\n" \

@@ -34,7 +34,8 @@ from brokenimages import BREAKER, breaker_wheel
 from conftest import LOCAL_BASE, ROOT, cpu_recipe, remove_image, trainimg
 from conftest_registry import RegistryLogin
 
-from trainimg.publish.lock import LockEntry, moving_tag, read_lock
+from trainimg.publish.lockfile import LockEntry, read_lock
+from trainimg.publish.movingtags import moving_tag
 from trainimg.publish.push import RegistryTarget
 from trainimg.publish.referrers import referrers
 from trainimg.publish.registryapi import MANIFEST_TYPES, RegistryAPI

@@ -10,7 +10,7 @@ import pytest
 
 from trainimg.errors import UserInputError
 from trainimg.publish.credentials import stored_credentials
-from trainimg.publish.lock import read_lock
+from trainimg.publish.lockfile import read_lock
 
 BROKEN = {
     "not-json": (b"{\"auths\": ", "not valid JSON (line 1"),

@@ -25,7 +25,7 @@ def promote(c: Ctx, lock_dir: Path, variants: tuple[str, ...], registry: str, us
     """Move the tags of what `release --stage` jobs staged in LOCK_DIR, only if every part is in and passed.
 
     VARIANTS (default: every variant of the recipes, each with its parents) are the parts expected."""
-    from ..publish.lock import DEFAULT_LOCK
+    from ..publish.lockfile import DEFAULT_LOCK
     from ..publish.promote import check_parts, promote as run_promote
     from ..publish.push import reachable_target
     from ..publish.references import RegistryTarget

@@ -188,7 +188,8 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
     opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from, installer)
     recipes, engine = c.recipes(), _engine()
     if locked:
-        from ..publish.lock import DEFAULT_LOCK, locked_bases
+        from ..publish.lockedbases import locked_bases
+        from ..publish.lockfile import DEFAULT_LOCK
 
         chosen = recipes.with_parents(recipes.select(list(variants)))
         opts = dataclasses.replace(opts, base_overrides=locked_bases(engine, lock_path or DEFAULT_LOCK, chosen))

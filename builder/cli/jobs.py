@@ -145,7 +145,7 @@ def _spec_image(c: Ctx, image: str, registry: str | None, lock_path: str | None,
                 framework: str | None) -> tuple[str, ImageFacts | None]:
     """--image resolved to a pullable reference and the image's facts (jobs/images.py)."""
     from ..jobs.images import resolve_image
-    from ..publish.lock import DEFAULT_LOCK, read_lock
+    from ..publish.lockfile import DEFAULT_LOCK, read_lock
     from ..recipe.loading import RecipeError
 
     try:

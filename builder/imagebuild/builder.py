@@ -222,7 +222,7 @@ class Builder:
             # Then the variants, concurrently once their shared parents are in the cache: BuildKit runs the
             # framework installs side by side. A variant that extends another waits for the wave before it.
             # variant name -> its tag, for variants that extend it: BuildKit (20.10) reads `FROM sha256:<id>` as
-            # the Docker Hub image library/sha256 (see publish/lock.py), but resolves a local tag; this run set it.
+            # the Docker Hub image library/sha256 (see publish/lockedbases.py), but resolves a local tag; this run set it.
             built: dict[str, str] = {}
             by_name: dict[str, VariantBuild] = {}
             for wave in _waves(plans):

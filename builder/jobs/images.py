@@ -32,7 +32,8 @@ from ..runtime.contract import (
 )
 from ..runtime.expect import versions_from_labels
 from ..runtime.frameworks import RECIPE_NAMES
-from ..publish.lock import LockEntry, moving_tags
+from ..publish.lockfile import LockEntry
+from ..publish.movingtags import moving_tags
 from ..publish.references import RegistryTarget
 from ..recipe.loading import Variant
 from .clusterimage import PUSHED_AS, check_pullable, why_unpullable

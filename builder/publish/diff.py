@@ -66,7 +66,7 @@ def _lock_ref(ref: str, lock_path: str | os.PathLike[str] | None) -> tuple[Path,
 
 def load_side(engine: Engine, ref: str, lock_path: str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """One side of a diff: {ref, source ('image'|'lock'), image_id, versions, labels, layers, size}."""
-    from .lock import read_lock
+    from .lockfile import read_lock
 
     locked = _lock_ref(ref, lock_path)
     if locked is not None:

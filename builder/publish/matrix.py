@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserInputError
-from .lock import DEFAULT_LOCK, LockEntry, read_lock
+from .lockfile import DEFAULT_LOCK, LockEntry, read_lock
 
 MISSING = "—"
 COLUMNS = ("variant", "tags", "digest", "framework", "CUDA", "cuDNN", "NCCL", "Python", "size", "conformance",

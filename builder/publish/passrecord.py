@@ -13,7 +13,7 @@ import json
 from collections.abc import Callable, Iterable
 
 from ..errors import RegistryError, UserInputError
-from .lock import LockEntry
+from .lockfile import LockEntry
 from .referrers import attach, fetch, subject_of
 from .references import RegistryTarget, split_tag
 from .registryapi import RegistryAPI

@@ -28,7 +28,7 @@ from ..options import DEFAULT_LOCK_DIR as STAGED_DIR  # `release --stage` writes
 from ..options import CiOptions
 from ..recipe.grammar import is_reference
 from ..recipe.variant import RecipeSet, Variant
-from .lock import DEFAULT_LOCK
+from .lockfile import DEFAULT_LOCK
 from .references import RegistryTarget
 
 DEFAULT_RECIPES = "recipes"

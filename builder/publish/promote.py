@@ -3,7 +3,7 @@ variant in `lock.d/`), and one final job promotes them (`trainimg promote lock.d
 well-formed, every digest in the registry with a passed record, or nothing moves. Then each moving tag is a
 registry manifest copy of its winner (no layer pulled or pushed) and the parts are merged into `images.lock`.
 
-A part is a lockfile (publish/lock.py's format) holding exactly one variant, named `<variant>.json`: the same
+A part is a lockfile (publish/lockfile.py's format) holding exactly one variant, named `<variant>.json`: the same
 reader checks both, and a part is what that variant's entry in `images.lock` becomes.
 """
 
@@ -15,7 +15,8 @@ from pathlib import Path
 
 from ..errors import UserInputError
 from ..recipe.variant import RecipeSet
-from .lock import LockEntry, copy_moving_tags, read_lock, write_lock
+from .lockfile import LockEntry, read_lock, write_lock
+from .movingtags import copy_moving_tags
 from .references import RegistryTarget
 from .registryapi import RegistryAPI
 

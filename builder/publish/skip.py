@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from ..errors import RegistryError
 from ..recipe.variant import Variant
 from ..runtime.contract import INPUTS_LABEL
-from .lock import LockEntry
+from .lockfile import LockEntry
 from .passrecord import registry_entry
 from .references import RegistryTarget, split_tag
 from .registryapi import RegistryAPI
