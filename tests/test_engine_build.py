@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 from trainimg.engine.base import BuildRequest
-from trainimg.engine.docker import DockerEngine, lost_session
+from trainimg.engine.buildkit import lost_session
+from trainimg.engine.docker import DockerEngine
 from trainimg.errors import EngineError
 
 LOCAL_BASE = "local/debian:bookworm"

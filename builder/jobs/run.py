@@ -14,11 +14,11 @@ and workers also get ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK`` (ps
   `JobResult.output_dir`.
 * ``tfjob``: chief, workers, ``ps``, ``evaluators`` as ``<job>-<role>-<i>`` with ``TF_CONFIG`` naming their
   Services; ``pytorchjob``, ``jaxjob``, ``trainjob`` (torch runtime, or the JAX runtime for a JAX image),
-  ``jobset``: ``replicas`` nodes, the env and DNS names their controllers give (`runtime.topology_k8s`); no ps or
+  ``jobset``: ``replicas`` nodes, the env and DNS names their controllers give (`runtime.platforms`); no ps or
   evaluators. The command is the user's, under the launcher (a TrainJob's too: the launcher starts torchrun from
   its ``PET_*``).
 * ``slurm``: ``replicas`` nodes of ``--nproc-per-node`` tasks, one container per task as ``srun`` starts them
-  (`runtime.topology_slurm`), the launcher keeping their ranks; no ps or evaluators.
+  (`runtime.platforms.slurm`), the launcher keeping their ranks; no ps or evaluators.
 * no platform (``None``/``"local"``): one container, no cluster variables (what ``tune`` uses by default).
 
 The job ends when every chief/worker has exited or one has failed (the others are then stopped); ps and evaluator
