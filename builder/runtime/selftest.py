@@ -39,15 +39,15 @@ from typing import IO
 from . import probe
 from .cluster import parse_cluster
 from .world import ClusterError
-from .contract import DEFAULT_TEST_TIMEOUT, EXIT_FAILED, EXIT_OK, EXIT_USAGE, JOBSET, LABELS_PATH, OCI_TITLE, \
-    SAGEMAKER, SLURM, TEST_TIMEOUT_RANGE, VARIANT_LABEL, VERTEX
+from .contract import DEFAULT_TEST_TIMEOUT, EXIT_FAILED, EXIT_OK, EXIT_USAGE, LABELS_PATH, OCI_TITLE, \
+    SLURM, TEST_TIMEOUT_RANGE, VARIANT_LABEL, VERTEX
 from .expect import expectations, image_labels
 from .gpus import visible_gpus
 from .launch import FRAMEWORKS as LAUNCH_FRAMEWORKS
 from .launch import GROUP_VARIABLES, nproc_argument
 from .report import Check, ReportPathError, Suite, write_json, write_junit
 from .platforms import VARIABLES as PLATFORM_VARIABLES
-from .topology import PLATFORMS, ReplicaSpec, process_start, refusal, replica_specs
+from .topology import PLATFORMS, REPLAYS, ReplicaSpec, process_start, refusal, replica_specs
 from .platforms.slurm import JOB_IDS
 from .verdict import judge_allreduce
 
@@ -57,16 +57,8 @@ NPROC_RANGE = (1, 16)
 _JOB = "selftest"  # the emulated job's name: its hosts are derived from it, then rewritten to 127.0.0.1
 _LOOPBACK = "127.0.0.1"
 _TRIES = 50  # Slurm job ids tried before one whose ports are free here
-#: Why a JobSet is not emulated: its hosts are not variables to rewrite but names its pods resolve by DNS.
-JOBSET_REFUSAL = ("a JobSet's pods reach each other by DNS names (<jobset>-<job>-<i>-<pod>.<subdomain>) that no "
-                  "emulation can point at 127.0.0.1; run `trainimg test --platform jobset`, or `selftest --cluster` "
-                  "in the JobSet")
-#: Platforms no emulation on 127.0.0.1 can stand in for, and why: their hosts are names, not variables to rewrite.
-NOT_EMULATED = {
-    JOBSET: JOBSET_REFUSAL,
-    SAGEMAKER: "SageMaker's hosts are the names algo-1..algo-N its resourceconfig.json lists, which no emulation can "
-               "point at 127.0.0.1; run `trainimg test --platform sagemaker`, or `selftest --cluster` in the job",
-}
+#: Platforms no emulation on 127.0.0.1 can stand in for, and why (each platform module's ``NOT_EMULATED``).
+NOT_EMULATED = {name: module.NOT_EMULATED for name, module in REPLAYS.items() if module.NOT_EMULATED}
 
 
 @dataclass(frozen=True)

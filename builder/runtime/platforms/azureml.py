@@ -66,6 +66,7 @@ MPI_MASTERS = (MULTI_NODE_MASTER, SINGLE_NODE_MASTER)
 DEFAULT_MASTER_PORT = 6105  # the pytorch distribution's MASTER_PORT, and the mpi cheatsheet's multi-node port
 PORT = DEFAULT_MASTER_PORT  # what a replay gives where the job names none
 NO_TF_CONFIG: str | None = None  # it runs TensorFlow
+NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
 SINGLE_NODE_PORT = 54965  # the mpi cheatsheet's port on one node
 VARIABLES = (*MARKERS, *MPI_MASTERS)
 #: Azure ML's distribution type -> the module whose claim says it made the env, in the order preferred: a pytorch

@@ -17,6 +17,7 @@ FORCED_BY = (NAME,)
 STARTS = None  # the launcher starts them
 PORT = 6666  # the Training Operator's JAXJob default port
 NO_TF_CONFIG: str | None = "a JAXJob gives TensorFlow no TF_CONFIG"  # why TensorFlow is refused
+NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
 REQUIRED = ("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES", "PROCESS_ID")
 
 

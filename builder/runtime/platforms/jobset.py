@@ -23,6 +23,9 @@ FORCED_BY = (NAME,)
 STARTS = None  # the launcher starts them
 PORT = DEFAULT_MASTER_PORT  # what trainimg's JobSet manifest gives (torch.distributed's customary default)
 NO_TF_CONFIG: str | None = None  # it runs TensorFlow
+NOT_EMULATED: str | None = (  # why selftest cannot emulate it on 127.0.0.1: its hosts are DNS names, not variables
+    "a JobSet's pods reach each other by DNS names (<jobset>-<job>-<i>-<pod>.<subdomain>) that no emulation can "
+    "point at 127.0.0.1; run `trainimg test --platform jobset`, or `selftest --cluster` in the JobSet")
 REPLICATED_JOB = "node"  # the one replicatedJob of trainimg's JobSet manifest
 INDEX = "JOB_COMPLETION_INDEX"  # Kubernetes' own, in every Indexed Job pod (TrainJob's too)
 # name -> the pod label the manifest copies into it (None: a value the manifest writes)

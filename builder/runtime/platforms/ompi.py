@@ -63,6 +63,7 @@ FORCED_BY = (NAME,)
 STARTS = Starts(PLATFORM)  # mpirun starts every rank
 PORT = DEFAULT_MASTER_PORT
 NO_TF_CONFIG: str | None = "mpirun gives TensorFlow no TF_CONFIG"  # why TensorFlow is refused
+NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
 RANK, SIZE, LOCAL_RANK, LOCAL_SIZE = RANKS = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                               "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
 HNP_URI = "OMPI_MCA_orte_hnp_uri"  # "<jobid>.0;tcp://<mpirun's addresses>:<port>": set only under mpirun

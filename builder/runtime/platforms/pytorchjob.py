@@ -22,6 +22,7 @@ FORCED_BY = (NAME,)
 STARTS = Starts(SAYS)  # PET_NPROC_PER_NODE
 PORT = 23456  # the Training Operator's PyTorchJob default port
 NO_TF_CONFIG: str | None = "a PyTorchJob gives TensorFlow no TF_CONFIG"  # why TensorFlow is refused
+NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
 REQUIRED = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES")
 OPTIONAL = ("PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 

@@ -47,6 +47,9 @@ FORCED_BY = (NAME,)
 STARTS = None  # the launcher starts them
 PORT = None  # a replay names no port: the launcher reads the hosts from the file
 NO_TF_CONFIG: str | None = None  # it runs TensorFlow
+NOT_EMULATED: str | None = (  # why selftest cannot emulate it on 127.0.0.1: its hosts are names, not variables
+    "SageMaker's hosts are the names algo-1..algo-N its resourceconfig.json lists, which no emulation can point at "
+    "127.0.0.1; run `trainimg test --platform sagemaker`, or `selftest --cluster` in the job")
 BASE_DIR_VARIABLE = "SAGEMAKER_BASE_DIR"  # sagemaker_training.environment.BASE_PATH_ENV
 DEFAULT_BASE_DIR = "/opt/ml"  # sagemaker_training.environment.SAGEMAKER_BASE_PATH
 RESOURCE_CONFIG = "input/config/resourceconfig.json"  # under the base dir

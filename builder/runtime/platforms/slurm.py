@@ -46,6 +46,7 @@ FORCED_BY = (NAME,)
 STARTS = Starts(PLATFORM)  # srun starts one task per process
 PORT = None  # derived from the job id, as SlurmClusterResolver and the launcher derive it
 NO_TF_CONFIG: str | None = None  # it runs TensorFlow
+NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
 REQUIRED = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_STEP_NODELIST")
 TASK_COUNTS = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE")
 RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")  # optional: a job script's own choice wins

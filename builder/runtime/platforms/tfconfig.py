@@ -30,6 +30,7 @@ FORCED_BY = (VERTEX, AIPLATFORM, UAI, TFJOB)
 STARTS = None  # the launcher starts them (TensorFlow: one per replica)
 PORT = 2222  # the port of the cloud platforms' TF_CONFIG examples and the TFJob's default, where a job names none
 NO_TF_CONFIG: str | None = None  # it runs TensorFlow
+NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
 #: The roles outside the all-reduce group each of these platforms has (the others run chief and workers only).
 SIDE_ROLES = {VERTEX: ("ps", "evaluator"), AIPLATFORM: ("ps", "evaluator"), UAI: ("ps",), TFJOB: ("ps", "evaluator")}
 NAMESPACE = "default"  # where a replayed TFJob's Services live

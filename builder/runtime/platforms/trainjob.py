@@ -27,6 +27,7 @@ FORCED_BY = (NAME,)
 STARTS = Starts(TORCHRUN, unless=(JAX_FRAMEWORK,))  # the torch runtime's command is torchrun
 PORT = DEFAULT_MASTER_PORT  # Trainer's ContainerTrainerPort
 NO_TF_CONFIG: str | None = "Kubeflow Trainer v2 has no TensorFlow runtime"  # why TensorFlow is refused
+NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
 TRAINER_NODE = "node"  # kubeflow/trainer pkg/constants Node: the trainer's replicatedJob (and container)
 TORCH = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 TORCH_OPTIONAL = ("PET_NPROC_PER_NODE",)
