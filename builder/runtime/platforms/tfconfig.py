@@ -218,7 +218,7 @@ def replicas(job: Job) -> list[ReplicaSpec]:
 
 def _cloud(platform: str, counts: dict[str, int], hosts: Callable[[str, int], str], port: int, trial: str | None,
            use_chief_in_tf_config: bool) -> list[ReplicaSpec]:
-    """Vertex AI and AI Platform: CLUSTER_SPEC in each one's dialect, and TF_CONFIG (see the module doc)."""
+    """Vertex AI and AI Platform: CLUSTER_SPEC in each one's dialect, and TF_CONFIG (see `topology`'s module doc)."""
     names = {role: [hosts(role, i) for i in range(count)] for role, count in counts.items()}
     addresses = {role: [format_address(host, port) for host in names[role]] for role in counts}
     tf_chief = "master" if platform == AIPLATFORM and not use_chief_in_tf_config else "chief"
