@@ -18,8 +18,8 @@ local run proves nothing about the cloud one. The cloud shapes follow the platfo
 * every platform: its module in `platforms` lays its replicas out (``replicas(job)``, default ``PORT``,
   ``STARTS``), the cloud ones above in `platforms.tfconfig`; this module checks a job and dispatches (`REPLAYS`).
 
-The Kubernetes platforms: the Kubernetes platforms' replicas as their controllers lay them out: each pod's hostname, the DNS names its
-peers use, and the env the controller writes into its training container.
+The Kubernetes platforms' replicas as their controllers lay them out: each pod's hostname, the DNS names its peers
+use, and the env the controller writes into its training container.
 
 Why a replay needs all three: a controller's env names hosts (``<job>-master-0``, ``<trainjob>-node-0-0.<trainjob>``,
 ``<job>-chief-0.<namespace>.svc``) that only resolve because Kubernetes made them resolvable (a pod's hostname and

@@ -2,12 +2,13 @@
 
 Each platform module has ``NAME``, ``FORCED_BY`` (the ``--platform`` values it answers), ``claims(env)`` (the
 variables of its signature present in `env`, and the path of a file it is told by where a platform writes one,
-SageMaker's resource config; empty when it is not there) and ``read(env, reduction_server=...)`` -> `ClusterInfo` (a missing or wrong
-variable is a `ClusterError` naming it), and for the host's replay of it (`topology.replica_specs`, which
-dispatches through this registry): ``replicas(job)`` (its replicas as the platform lays them out), ``PORT`` (its
-default port), ``STARTS`` (who starts a node's processes, `starts`), ``NO_TF_CONFIG`` (why it refuses
-TensorFlow, or None) and ``NOT_EMULATED`` (why selftest cannot stand in for it on 127.0.0.1, or None). Adding a platform is adding a module to `PLATFORMS`, its name to the contract's
-`PLATFORMS`, its `jobs/` module and its tests.
+SageMaker's resource config; empty when it is not there) and ``read(env, reduction_server=...)`` -> `ClusterInfo` (a
+missing or wrong variable is a `ClusterError` naming it), and for the host's replay of it (`topology.replica_specs`,
+which dispatches through this registry): ``replicas(job)`` (its replicas as the platform lays them out), ``PORT``
+(its default port), ``STARTS`` (who starts a node's processes, `starts`), ``NO_TF_CONFIG`` (why it refuses
+TensorFlow, or None) and ``NOT_EMULATED`` (why selftest cannot stand in for it on 127.0.0.1, or None). Adding a
+platform is adding a module to `PLATFORMS`, its name to the contract's `PLATFORMS`, its `jobs/` module and its
+tests.
 
 `detect` applies the rule, so it is written once:
 1. a process a launcher started is described by that launcher's layer, innermost first: torchrun's workers

@@ -34,8 +34,7 @@ on each of ``instance_count`` nodes), each with its process-level ``RANK`` and `
 container per process, the processes of a node sharing that node's host, as Slurm's tasks do; its ``tensorflow``
 distribution starts one process per worker with ``TF_CONFIG`` (workers only, ``"environment": "cloud"``). A JAX
 image runs under the ``pytorch`` distribution too: Azure ML has no JAX distribution, and the launcher turns the
-``env://`` world into JAX's coordinator. The variable names come from `platforms.azureml` and `platforms.envworld`,
-which read them back.
+``env://`` world into JAX's coordinator. The variable names come from this module and `envworld`, which read them back.
 """
 
 from __future__ import annotations

@@ -33,7 +33,7 @@ in ``sshd``, and a launcher pod whose ``mpirun`` reaches them over ssh with the 
 
 * `mpirun_job`: the real thing, for an image that holds Open MPI and sshd: one container per node running sshd,
   and the launcher (role ``chief``) running ``mpirun``; rank 0's host reaches the ranks through
-  ``OMPI_MCA_mca_base_env_list`` , since the hostfile is on the launcher only.
+  ``OMPI_MCA_mca_base_env_list``, since the hostfile is on the launcher only.
 * `ranks`: every rank as a container of its own with the variables a real ``mpirun`` gives it (read off Open
   MPI 4.1's ranks), the ranks of a node sharing its host, as Slurm's tasks do: for any image, and for
   ``selftest``, which has no ssh to start ranks with.

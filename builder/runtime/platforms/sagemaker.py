@@ -19,11 +19,11 @@ The signature `claims` reports is the variables above and the resource config fi
 own signal is that file, so `detect` keeps one rule for file- and variable-backed platforms alike. Only one
 instance group is read: a heterogeneous cluster (several ``instance_groups``) is refused, naming the file.
 
-The replay: a SageMaker training job as SageMaker lays it out: one container per instance, hosts ``algo-1`` .. ``algo-N``,
-and in each container ``/opt/ml/input/config/resourceconfig.json`` naming its host and every host, sorted as
-SageMaker sorts them (``algo-10`` before ``algo-2``).
+The replay: a SageMaker training job as SageMaker lays it out: one container per instance, hosts ``algo-1`` ..
+``algo-N``, and in each container ``/opt/ml/input/config/resourceconfig.json`` naming its host and every host,
+sorted as SageMaker sorts them (``algo-10`` before ``algo-2``).
 
-Why the file and the names both: the launcher reads the file (`platforms.sagemaker`) and the peers reach each other
+Why the file and the names both: the launcher reads the file (`read`) and the peers reach each other
 by the names it lists, so a replay that mounts another file or gives other names proves nothing about SageMaker.
 Containers are named ``<job>-algo-<i>`` (unique to the run) and answer to ``algo-<i>`` on the run's network, as
 SageMaker's hosts do on theirs. SageMaker also sets ``TRAINING_JOB_NAME``.
@@ -184,7 +184,8 @@ CONFIG_PATH = posixpath.join(DEFAULT_BASE_DIR, RESOURCE_CONFIG)
 def resource_config(current: str, hosts: list[str]) -> str:
     """The file as SageMaker writes it for host `current` (AWS's "How Amazon SageMaker Provides Training
     Information"; the instance group keys as sagemaker-training reads them)."""
-    return json.dumps({"current_host": current, "current_instance_type": REPLAY_INSTANCE_TYPE, "current_group_name": GROUP,
+    return json.dumps({"current_host": current, "current_instance_type": REPLAY_INSTANCE_TYPE,
+                       "current_group_name": GROUP,
                        "hosts": hosts, "instance_groups": [{"instance_group_name": GROUP,
                                                             "instance_type": REPLAY_INSTANCE_TYPE, "hosts": hosts}],
                        "network_interface_name": REPLAY_INTERFACE}, sort_keys=True)

@@ -17,8 +17,9 @@ comes from ``SLURM_STEP_TASKS_PER_NODE`` (``4(x2)`` form). The rendezvous is the
 A batch script runs once, on the first node, outside any step (no ``SLURM_STEP_NODELIST``): it must start the
 tasks with ``srun``, so the launcher refuses there instead of waiting for peers that never come.
 
-The replay: a Slurm job step as ``srun --nodes R --ntasks-per-node N`` starts it: every task a process of its own, the tasks
-of a node sharing that node's hostname, each task told its place with the ``SLURM_*`` variables of ``srun(1)``.
+The replay: a Slurm job step as ``srun --nodes R --ntasks-per-node N`` starts it: every task a process of its own,
+the tasks of a node sharing that node's hostname, each task told its place with the ``SLURM_*`` variables of
+``srun(1)``.
 
 Why every task is a replica here: Slurm, not the image, starts the processes, so a replay must too (the launcher
 then keeps their ranks and starts nothing). Node hostnames end in digits (``<job>-node0``), so the node lists
