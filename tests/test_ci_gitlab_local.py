@@ -41,8 +41,6 @@ from trainimg.publish.lock import DEFAULT_LOCK, moving_tag, read_lock
 from trainimg.publish.pipelines import MATRIX_FILES
 from trainimg.publish.references import RegistryTarget
 
-pytestmark = pytest.mark.engine
-
 RUN = uuid.uuid4().hex[:8]
 VERSION = "2.13.0-cpu-py3.11"
 WHEELS = Path("/opt/wheels")
