@@ -7,8 +7,9 @@ written on the test. Its tier is the highest of
   looked up in TIER_OF_FIXTURE below: a new fixture gets its tier by requesting one of the roots there
   (`host_tool`, `slurm_cluster`, `docker_engine`, `cpu_image`, `image_matrix`, ...), and a new test by requesting
   the fixture of what it uses;
-* the tiers of the helper modules its module calls into without a fixture (TIER_OF_HELPER_MODULE: the framework
-  venvs, Chromium, Slurm), followed through the test modules it imports helpers from.
+* the tiers of the helper modules it calls into without a fixture (TIER_OF_HELPER_MODULE: the framework venvs,
+  Chromium, Slurm), read from the names its code and its fixtures' code use, followed through the helper
+  functions and classes of test modules they call.
   1 in-process: no engine, no host tool beyond Python and the trainimg CLI itself;
   2 host tools: framework venvs (tests/venvs.py), a real Slurm (tests/slurmcluster.py), Chromium, gitlab-ci-local,
     mpirun, hadolint, check-jsonschema;
@@ -25,10 +26,10 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
@@ -160,24 +161,42 @@ TIER_OF_FIXTURE = {
     "docker_engine": 3, "client": 3, "registry_client": 3, "docker_services": 3, "cpu_image": 3,
     "image_matrix": 4,
 }
-# Helper modules tests call directly (no fixture): their tier reaches every test of a module that uses them.
+# Helper modules tests call directly (no fixture): a test that calls into one, itself or through a helper function
+# of a test module or a fixture's code, gets its tier.
 TIER_OF_HELPER_MODULE = {"venvs": 2, "chromium": 2, "slurmcluster": 2}
 TIER_MARKS = {"engine": 3, "slow": 3}  # hand-written marks of older tests: a floor, never lower
 
 
-def _module_tier(module: types.ModuleType, seen: set[str]) -> int:
-    """The highest helper-module tier among what `module` imported, followed through imported test modules."""
+def _code_tier(code: types.CodeType, namespace: dict[str, Any], seen: set[int]) -> int:
+    """The highest helper-module tier among the globals `code` names (nested code too), following the functions
+    and classes of test modules it calls into."""
     tier = 1
-    for value in vars(module).values():
-        name = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
-        if not isinstance(name, str) or name in seen:
+    for name in code.co_names:
+        value = namespace.get(name)
+        if value is None or id(value) in seen:
             continue
-        seen.add(name)
-        if name in TIER_OF_HELPER_MODULE:
-            tier = max(tier, TIER_OF_HELPER_MODULE[name])
-        elif name.startswith("test_") and name in sys.modules:
-            tier = max(tier, _module_tier(sys.modules[name], seen))
+        seen.add(id(value))
+        home = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        if home in TIER_OF_HELPER_MODULE:
+            tier = max(tier, TIER_OF_HELPER_MODULE[home])
+        elif isinstance(home, str) and home.startswith(("test_", "conftest")):
+            for function in _functions(value):
+                tier = max(tier, _code_tier(function.__code__, function.__globals__, seen))
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            tier = max(tier, _code_tier(const, namespace, seen))
     return tier
+
+
+def _functions(value: Any) -> list[types.FunctionType]:
+    """A function (unwrapped from functools.cache and the like), or a class's methods (a test module's helper class
+    runs what its methods run)."""
+    value = getattr(value, "__wrapped__", value)
+    if isinstance(value, types.FunctionType):
+        return [value]
+    if isinstance(value, type):
+        return [f for f in vars(value).values() if isinstance(f, types.FunctionType)]
+    return []
 
 
 def tier_of(item: pytest.Item) -> int:
@@ -185,9 +204,13 @@ def tier_of(item: pytest.Item) -> int:
     fixtures = getattr(item, "fixturenames", ())
     tier = max([1, *(TIER_OF_FIXTURE.get(f, 1) for f in fixtures)])
     tier = max([tier, *(TIER_MARKS[m.name] for m in item.iter_markers() if m.name in TIER_MARKS)])
-    module = getattr(item, "module", None)
-    if module is not None:
-        tier = max(tier, _module_tier(module, {module.__name__}))
+    functions = [getattr(item, "function", None)]
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    functions += [defs[-1].func for name in fixtures for defs in [definitions.get(name)] if defs]
+    seen: set[int] = set()
+    for function in functions:
+        if isinstance(function, types.FunctionType):
+            tier = max(tier, _code_tier(function.__code__, function.__globals__, seen))
     return tier
 
 

@@ -69,7 +69,8 @@ def test_unknown_variant_name_is_an_error_outside_a_checkout(tmp_path: Path) -> 
                    "unknown variant 'pytorch-9.9-cu999'")
 
 
-def test_remote_reference_needs_framework() -> None:
+def test_remote_reference_needs_framework(docker_engine: str) -> None:
+    """A reference no local image answers for (spec asks the engine first) needs --framework."""
     one_line_error(spec("--platform", "vertex", "--image", PULLABLE, *SHAPE), "--image", "add --framework")
     pool = pool0(spec("--platform", "vertex", "--image", PULLABLE, "--framework", "tensorflow", *SHAPE,
                       "--", "python", "t.py"))
