@@ -9,7 +9,7 @@ REGISTRY ?= localhost:5000
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test lint setup install render check registry-start registry-stop clean bench stress
+.PHONY: demo test test-quick lint setup install render check registry-start registry-stop clean bench stress
 
 demo: setup install
 	trainimg validate
@@ -19,17 +19,24 @@ demo: setup install
 	  --platform vertex --replicas 4 --registry $(REGISTRY) --json reports/demo.json --junit reports/demo.xml
 	@echo "demo: $(VARIANT) built, passed conformance on 4 replicas and was pushed to $(REGISTRY)"
 
+# All four tiers (tests/conftest.py derives each test's tier from the fixtures it uses).
 test: setup install
 	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
 
-# The gates (issue 13): types, pyflakes, import layers, sizes. Every check runs; each violation is one
-# `file:line: message` line; the exit status is non-zero if any check found one.
+# Tiers 1 and 2: in-process tests and host tools (framework venvs, Slurm, Chromium, ...), no engine. DOCKER_HOST
+# points nowhere, so a test that reaches the engine without requesting its fixture fails here instead of passing.
+test-quick: setup install
+	DOCKER_HOST=unix:///nonexistent/trainimg-test-quick.sock $(PYTHON) -m pytest -q -m "tier1 or tier2" $(PYTEST_ARGS)
+
+# The gates (issue 13): types, pyflakes, import layers, sizes (of builder/ and benchmarks/). Every check runs; each
+# violation is one `file:line: message` line; the exit status is non-zero if any check found one.
 lint: install
 	@rc=0; \
 	$(PYTHON) -m mypy builder || rc=1; \
 	$(PYTHON) -m ruff check --quiet --output-format concise builder tests benchmarks .ci || rc=1; \
 	$(PYTHON) .ci/lint_layers.py || rc=1; \
 	$(PYTHON) .ci/lint_sizes.py || rc=1; \
+	$(PYTHON) .ci/lint_sizes.py benchmarks || rc=1; \
 	if [ $$rc -eq 0 ]; then echo "lint: clean"; else echo "lint: violations above"; fi; \
 	exit $$rc
 

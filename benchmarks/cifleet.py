@@ -29,18 +29,16 @@ import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from figures import change_pin
-
-if TYPE_CHECKING:
-    from bench import Bench
+from harness import FAMILY, PIN_FROM, PIN_TO, Harness, StepFailed, log
 
 PRUNE_ALL_ENV = "TRAINIMG_BENCH_PRUNE_ALL"
 CI_PREFIX = "trainimg-bench-ci/"  # not under BENCH_PREFIX: another bench's cleanup never takes these mid-run
 LABEL_KEY = "bench.ci"
 CHANGED = "ci-a"  # the variant whose extra pin ci_one_change moves
-CI_FIGURES = ("ci_noop_release", "ci_noop_layer_bytes", "ci_one_change")
+CI_FIGURES = FAMILY["ci"].figures
 
 
 def ci_recipes(run: str, pin: str) -> dict[str, str]:
@@ -70,9 +68,9 @@ def expected_rebuilds(recipes: Path, changed: str) -> tuple[set[str], set[str]]:
 
 
 class CiFleet:
-    """One run of the CI figures on `bench` (benchmarks/bench.py's Bench: its commands, env and temp folder)."""
+    """One run of the CI figures on `bench` (benchmarks/harness.py's Harness: its commands, env and temp folder)."""
 
-    def __init__(self, bench: Bench, log: Callable[[str], None], pin_from: str, pin_to: str) -> None:
+    def __init__(self, bench: Harness, log: Callable[[str], None], pin_from: str, pin_to: str) -> None:
         self.bench, self.log, self.pin_from, self.pin_to = bench, log, pin_from, pin_to
         self.run = uuid.uuid4().hex[:8]
         self.recipes = bench.tmp / "ci" / "recipes"
@@ -175,3 +173,15 @@ class CiFleet:
         self.bench.details["ci_one_change"] = {"decisions": {n: list(d) for n, d in decided.items()},
                                                "seconds": seconds}
         self.log(f"  ci: one change: built {sorted(built)}, expected {sorted(must)}, {seconds:.1f} s")
+
+
+def measure(bench: Harness) -> None:
+    """The CI family (harness.FAMILIES): ci_noop_release, ci_noop_layer_bytes and ci_one_change; a failure marks
+    the figures not yet measured failed."""
+    try:
+        CiFleet(bench, log, PIN_FROM, PIN_TO).measure()
+    except (StepFailed, OSError, ValueError, json.JSONDecodeError) as exc:
+        log(f"bench: ci figures failed: {exc}")
+        for name in CI_FIGURES:
+            if bench.figures[name]["status"] != "ok":
+                bench.fail(name, f"failed: {exc}")

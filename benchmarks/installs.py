@@ -24,12 +24,13 @@ import subprocess
 import tarfile
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
 
-from figures import BENCH_PREFIX
+from figures import BENCH_PREFIX, ratio
+from harness import BASE_IMAGE, FAILED, FAMILY, Harness, docker_cli, log, step
 
 INSTALLS_VARIANT = "pytorch-2.13.0-cpu-py3.11"
 CACHE_MOUNT = "exec.cachemount"  # the BuildKit record type of a `RUN --mount=type=cache`
@@ -297,3 +298,80 @@ class InstallBench:
             "sbom_differs": sorted(sboms[0] ^ sboms[1]),
             "layers": why_layers_differ(self.docker_cli, docker, first.tag, second.tag),
         }
+
+
+# -- the install family of `make bench` (harness.FAMILIES) and `bench.py --installs`
+
+
+def measure(bench: Harness) -> None:
+    """A full run's install figures: INSTALLS_VARIANT's (five cold builds: none under --quick)."""
+    if bench.quick:
+        for name in FAMILY["installs"].figures:
+            bench.skip(name, "skipped (--quick): five cold builds (`--installs` runs them alone)")
+    else:
+        run_installs(bench, [INSTALLS_VARIANT])
+
+
+def run_installs(bench: Harness, variants: Sequence[str]) -> None:
+    """uv_vs_pip and uv_vs_pip_warm over `variants` (the worst of them is the figure), and
+    reproducible_package_diffs for the first (benchmarks/installs.py). Each variant's images and BuildKit
+    records go before the next one starts."""
+    from installs import InstallBench
+
+    measured: dict[str, dict[str, ColdBuild]] = {}
+    for i, variant in enumerate(variants):
+        ib = InstallBench(bench.docker, bench.docker_build_run, docker_cli(), bench.tmp, BASE_IMAGE, log,
+                          variant)
+        try:
+            with bench.pip_secrets() as flags:
+                builds = step("uv_vs_pip", bench, lambda: ib.uv_vs_pip(flags, keep_uv_cold=i == 0))
+                if builds is FAILED:
+                    continue
+                measured[variant] = builds
+                bench.details.setdefault("installs", {})[variant] = {"seconds": {
+                    **{k: b.seconds for k, b in builds.items()},
+                    **{f"{k}_install_step": b.install_step for k, b in builds.items()}}}
+                if i == 0:
+                    same = step("reproducible_package_diffs", bench,
+                                lambda: ib.reproducible(builds["uv_cold"], flags))
+                    if same is not FAILED:
+                        set_reproducible(bench, variant, same)
+        finally:
+            ib.clean()
+    if len(measured) < len(variants):
+        bench.fail("uv_vs_pip", f"failed: not measured for {', '.join(v for v in variants if v not in measured)}")
+        bench.fail("uv_vs_pip_warm", "not measured: the uv/pip builds of a variant failed")
+        if variants[0] not in measured:
+            bench.fail("reproducible_package_diffs", "not measured: the uv/pip builds failed")
+        return
+    set_installs(bench, measured)
+
+def set_installs(bench: Harness, measured: Mapping[str, Mapping[str, ColdBuild]]) -> None:
+    """The worst variant's whole-build ratio is the figure; each variant's seconds, and its install step's
+    alone (what the installer changes: the rest of a build is the same work for both), are in `how`."""
+    for figure, (uv, pip), what in (
+            ("uv_vs_pip", ("uv_cold", "pip_cold"),
+             "built by `docker build` from its rendered Dockerfile on a fresh base (every step runs) with a new, "
+             "empty wheel cache mount"),
+            ("uv_vs_pip_warm", ("uv_warm", "pip_warm"),
+             "the same on another fresh base with the wheel cache mount the cold build filled")):
+        rows = {v: (b[uv].seconds, b[pip].seconds, b[uv].install_step, b[pip].install_step)
+                for v, b in measured.items()}
+        worst = max(rows, key=lambda v: rows[v][0] / rows[v][1])
+        bench.set(figure, ratio(*rows[worst][:2]),
+                 f"{what}; worst of {len(rows)}: " + "; ".join(
+                     f"{v} uv {u:.1f} s / pip {p:.1f} s = {u / p:.2f} (the install step alone {iu:.1f} s / "
+                     f"{ip:.1f} s = {iu / ip:.2f})" for v, (u, p, iu, ip) in rows.items()))
+
+def set_reproducible(bench: Harness, variant: str, same: dict[str, Any]) -> None:
+    bench.details["reproducible"] = {"variant": variant, **same}
+    diffs = len(same["lock_differs"]) + len(same["freeze_differs"]) + len(same["sbom_differs"])
+    layers = "; ".join(f"layer {d['layer']} ({d['step'][:60]}): {d['content_differs']} of {d['files']} files "
+                       f"differ in content (e.g. {', '.join(d['content_examples'][:3]) or 'none'}), "
+                       f"{d['mtime_only']} only in mtime" for d in same["layers"])
+    bench.set("reproducible_package_diffs", diffs,
+             f"two cold uv builds of {variant} ({same['seconds'][0]:.0f} s, {same['seconds'][1]:.0f} s): lines "
+             f"differing in /etc/trainimg/requirements.lock {len(same['lock_differs'])}, in `pip freeze` "
+             f"({same['packages']} packages) {len(same['freeze_differs'])}, SBOM components "
+             f"({same['sbom_components']}) {len(same['sbom_differs'])}. Layers differing by digest: "
+             f"{len(same['layers'])}: {layers or 'none'}")

@@ -1,17 +1,40 @@
-"""Shared fixtures. Engine tests need a running Docker engine and the local base image (.ci/setup-host makes
-both); they are never skipped in CI."""
+"""Shared fixtures, and each test's tier. Engine tests need a running Docker engine and the local base image
+(.ci/setup-host makes both); they are never skipped in CI.
+
+How a test gets its tier (issue 35; `make test-quick` runs tiers 1 and 2, `make test` all four): nothing is
+written on the test. Its tier is the highest of
+* the tiers of the fixtures it requests, directly or through other fixtures (pytest's closure, item.fixturenames),
+  looked up in TIER_OF_FIXTURE below: a new fixture gets its tier by requesting one of the roots there
+  (`host_tool`, `slurm_cluster`, `docker_engine`, `cpu_image`, `image_matrix`, ...), and a new test by requesting
+  the fixture of what it uses;
+* the tiers of the helper modules it calls into without a fixture (TIER_OF_HELPER_MODULE: the framework venvs,
+  Chromium, Slurm), read from the names its code and its fixtures' code use, followed through the helper
+  functions and classes of test modules they call.
+  1 in-process: no engine, no host tool beyond Python and the trainimg CLI itself;
+  2 host tools: framework venvs (tests/venvs.py), a real Slurm (tests/slurmcluster.py), Chromium, gitlab-ci-local,
+    mpirun, hadolint, check-jsonschema;
+  3 the Docker engine: the CPU PyTorch image, the registry, small test images, containers;
+  4 the image matrix: the GPU variants, the other frameworks' CPU images, a release or a fleet of variants.
+The markers `tier1`..`tier4`, `engine` (tier 3 and up) and `slow` (tier 4) are set from it, never by hand; a
+hand-written `engine` or `slow` mark (an older test) only raises the tier to 3. `make test-quick` runs with
+DOCKER_HOST pointing nowhere, so a test that reaches the engine without requesting its fixture fails there
+instead of passing by luck."""
 
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
-from collections.abc import Iterator
+import types
+from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import pytest
 
+from conftest_images import *  # noqa: F401,F403  (the image matrix: gpu_images, cuda_image, framework_images)
 from conftest_registry import *  # noqa: F401,F403  (the registry fixtures: registry, fault_proxy, ...)
 from slurmcluster import slurm_cluster  # noqa: F401  (a real one-machine Slurm, session-scoped)
 
@@ -55,7 +78,7 @@ def trainimg(*args: str, env: dict[str, str] | None = None, timeout: float = 120
 
 
 @pytest.fixture(scope="session")
-def cpu_image(state_env: dict[str, str]) -> str:
+def cpu_image(docker_engine: str, state_env: dict[str, str]) -> str:
     """The CPU PyTorch variant built once per session on the local base, with the CA bundle and wheelhouse."""
     r = trainimg("build", CPU_VARIANT, "--base-image", LOCAL_BASE, "--progress", "plain", env=state_env)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -71,7 +94,7 @@ def remove_image(client: docker.DockerClient, ref: str) -> None:
 
 
 @pytest.fixture(scope="session")
-def client() -> Iterator[docker.DockerClient]:
+def client(docker_engine: str) -> Iterator[docker.DockerClient]:
     """The docker SDK, for tests that look at what the CLI left in the engine."""
     c = docker.from_env(timeout=600)
     yield c
@@ -91,3 +114,119 @@ matrix:
     os: [debian12]
     python: ["3.11"]
 """
+
+
+# --- tiers (see the module docstring) ------------------------------------------------------------------------------
+
+@pytest.fixture(scope="session")
+def docker_engine(docker_cli: str) -> str:
+    """The Docker engine, answering: the docker CLI's path. Tier 3: every test that talks to the engine, through
+    the CLI, the SDK or `trainimg build/run/test`, requests this (or a fixture that does)."""
+    r = subprocess.run([docker_cli, "version", "--format", "{{.Server.Version}}"], capture_output=True, text=True,
+                       timeout=120)
+    if r.returncode != 0:
+        pytest.fail(f"the Docker engine does not answer ({docker_cli} version): {r.stderr.strip()[-500:]}")
+    return docker_cli
+
+
+@pytest.fixture(scope="session")
+def host_tool() -> Callable[[str], str]:
+    """`host_tool(name)`: the path of a host program a test runs (mpirun, hadolint, gitlab-ci-local, ...); one
+    that is missing fails the test naming it (CI installs them all; nothing skips). Tier 2."""
+    def which(name: str) -> str:
+        path = shutil.which(name)
+        if path is None:
+            pytest.fail(f"{name} is not installed here (.ci/setup-host and `pip install -e .[test]` install it)")
+        return path
+    return which
+
+
+@pytest.fixture(scope="session")
+def framework_venv() -> Callable[[str], str]:
+    """`framework_venv(name)`: the python of a framework venv ("torch", "tf", "jax", "sagemaker": tests/venvs.py,
+    made once per machine from the local wheels). Tier 2."""
+    from venvs import venv
+    return venv
+
+
+@pytest.fixture(scope="session")
+def chromium_render() -> Callable[[Path, Path, Path], str]:
+    """tests/chromium.py's `render_in_chromium(page, screenshot, profile)`: headless Chromium's DOM. Tier 2."""
+    from chromium import render_in_chromium
+    return render_in_chromium
+
+
+TIER_OF_FIXTURE = {
+    "host_tool": 2, "framework_venv": 2, "chromium_render": 2, "slurm_cluster": 2,
+    "docker_engine": 3, "client": 3, "registry_client": 3, "docker_services": 3, "cpu_image": 3,
+    "image_matrix": 4,
+}
+# Helper modules tests call directly (no fixture): a test that calls into one, itself or through a helper function
+# of a test module or a fixture's code, gets its tier.
+TIER_OF_HELPER_MODULE = {"venvs": 2, "chromium": 2, "slurmcluster": 2}
+TIER_MARKS = {"engine": 3, "slow": 3}  # hand-written marks of older tests: a floor, never lower
+
+
+def _code_tier(code: types.CodeType, namespace: dict[str, Any], seen: set[int]) -> int:
+    """The highest helper-module tier among the globals `code` names (nested code too), following the functions
+    and classes of test modules it calls into."""
+    tier = 1
+    for name in code.co_names:
+        value = namespace.get(name)
+        if value is None or id(value) in seen:
+            continue
+        seen.add(id(value))
+        home = value.__name__ if isinstance(value, types.ModuleType) else getattr(value, "__module__", None)
+        if home in TIER_OF_HELPER_MODULE:
+            tier = max(tier, TIER_OF_HELPER_MODULE[home])
+        elif isinstance(home, str) and home.startswith(("test_", "conftest")):
+            for function in _functions(value):
+                tier = max(tier, _code_tier(function.__code__, function.__globals__, seen))
+    for const in code.co_consts:
+        if isinstance(const, types.CodeType):
+            tier = max(tier, _code_tier(const, namespace, seen))
+    return tier
+
+
+def _functions(value: Any) -> list[types.FunctionType]:
+    """A function (unwrapped from functools.cache and the like), or a class's methods (a test module's helper class
+    runs what its methods run)."""
+    value = getattr(value, "__wrapped__", value)
+    if isinstance(value, types.FunctionType):
+        return [value]
+    if isinstance(value, type):
+        return [f for f in vars(value).values() if isinstance(f, types.FunctionType)]
+    return []
+
+
+def tier_of(item: pytest.Item) -> int:
+    """The tier of one collected test (1..4): see the module docstring."""
+    fixtures = getattr(item, "fixturenames", ())
+    tier = max([1, *(TIER_OF_FIXTURE.get(f, 1) for f in fixtures)])
+    tier = max([tier, *(TIER_MARKS[m.name] for m in item.iter_markers() if m.name in TIER_MARKS)])
+    functions = [getattr(item, "function", None)]
+    definitions = getattr(getattr(item, "_fixtureinfo", None), "name2fixturedefs", {})
+    functions += [defs[-1].func for name in fixtures for defs in [definitions.get(name)] if defs]
+    seen: set[int] = set()
+    for function in functions:
+        if isinstance(function, types.FunctionType):
+            tier = max(tier, _code_tier(function.__code__, function.__globals__, seen))
+    return tier
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    for n, what in enumerate(("in-process", "host tools", "the engine, one CPU image, a registry",
+                              "the image matrix"), start=1):
+        config.addinivalue_line("markers", f"tier{n}: derived from the fixtures (tests/conftest.py): {what}")
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark each test with its tier, and `engine`/`slow` from it, before `-m` selects."""
+    for item in items:
+        tier = tier_of(item)
+        item.add_marker(f"tier{tier}")
+        if tier >= 3 and not item.get_closest_marker("engine"):
+            item.add_marker("engine")
+        if tier >= 4 and not item.get_closest_marker("slow"):
+            item.add_marker("slow")

@@ -18,7 +18,6 @@ from pathlib import Path
 
 import pytest
 
-from venvs import venv
 from trainimg.runtime import allreduce_bench, allreduce_result
 
 REPO = Path(__file__).resolve().parents[1]
@@ -160,16 +159,16 @@ def torch_ranks(python: str, runtime: Path, world: int, ranks, timeout: float, *
     return procs
 
 
-def test_pytorch_gloo_three_ranks(runtime_path):
-    python = venv("torch")
+def test_pytorch_gloo_three_ranks(framework_venv, runtime_path):
+    python = framework_venv("torch")
     results = finish(torch_ranks(python, runtime_path, 3, range(3), 60), 120)
     assert_all_ok(results, "pytorch")
     assert {lines[0]["backend"] for _, lines, _ in results} == {"gloo"}
     assert {lines[0]["device"] for _, lines, _ in results} == {"cpu"}
 
 
-def test_pytorch_wrong_sum_exits_1(runtime_path, tmp_path):
-    python = venv("torch")
+def test_pytorch_wrong_sum_exits_1(framework_venv, runtime_path, tmp_path):
+    python = framework_venv("torch")
     (tmp_path / "sitecustomize.py").write_text(
         "import sys\n"
         "if '--supervised-child' in sys.argv:  # the process that runs torch, not its supervisor\n"
@@ -186,20 +185,20 @@ def test_pytorch_wrong_sum_exits_1(runtime_path, tmp_path):
         assert lines[0]["ok"] is False and lines[0]["expected"] == 3 and lines[0]["got"] == 4
 
 
-def test_pytorch_hung_peer_exits_3(runtime_path):
-    python = venv("torch")
+def test_pytorch_hung_peer_exits_3(framework_venv, runtime_path):
+    python = framework_venv("torch")
     began = time.monotonic()
-    results = finish(torch_ranks(python, runtime_path, 3, [0, 1], 6), 60)
+    results = finish(torch_ranks(python, runtime_path, 3, [0, 1], 6), 600)
     elapsed = time.monotonic() - began
     for rc, lines, stderr in results:
         assert rc == 3, stderr[-2000:]
         assert "timed out after 6 s" in stderr
         assert lines == [] or (lines[0]["ok"] is False and lines[0]["error"] == "timeout")
-    assert elapsed < 30
+    assert elapsed < 300  # ended by the 6 s timeout (torch's import is most of it on a loaded machine), not hung
 
 
-def test_tensorflow_multiworker_with_ps(runtime_path, tmp_path):
-    python = venv("tf")
+def test_tensorflow_multiworker_with_ps(framework_venv, runtime_path, tmp_path):
+    python = framework_venv("tf")
     chief, w0, w1, ps = free_ports(4)
     cluster = {"chief": [f"127.0.0.1:{chief}"], "worker": [f"127.0.0.1:{w0}", f"127.0.0.1:{w1}"],
                "ps": [f"127.0.0.1:{ps}"]}
@@ -229,9 +228,9 @@ def test_tensorflow_multiworker_with_ps(runtime_path, tmp_path):
         ps_proc.wait(timeout=30)
 
 
-def test_tensorflow_hung_peer_exits_3(runtime_path):
+def test_tensorflow_hung_peer_exits_3(framework_venv, runtime_path):
     """TF's multi-worker start-up blocks holding the GIL: only the supervising parent can end it on time."""
-    python = venv("tf")
+    python = framework_venv("tf")
     ports = free_ports(3)
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
     procs = []
@@ -240,16 +239,16 @@ def test_tensorflow_hung_peer_exits_3(runtime_path):
         env = {**base_env(runtime_path),
                "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})}
         procs.append(start(python, "tensorflow", env, "--timeout", "10"))
-    results = finish(procs, 60)
-    assert time.monotonic() - began < 25
+    results = finish(procs, 600)
+    assert time.monotonic() - began < 300  # ended by the 10 s timeout (TF's import is most of it), not hung
     for rc, lines, stderr in results:
         assert rc == 3, stderr[-2000:]
         assert lines[0]["error"] == "timeout" and lines[0]["ok"] is False
         assert "timed out after 10 s" in stderr
 
 
-def test_jax_three_processes(runtime_path):
-    python = venv("jax")
+def test_jax_three_processes(framework_venv, runtime_path):
+    python = framework_venv("jax")
     [port] = free_ports(1)
     procs = []
     for pid in range(3):

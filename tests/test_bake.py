@@ -262,8 +262,6 @@ def emulated(recipes: Path, state_env: dict[str, str], client: docker.DockerClie
             client.api.remove_image(tag)
 
 
-@pytest.mark.engine
-@pytest.mark.slow
 def test_emulated_targets_build_labelled_images(emulated: tuple[dict[str, Any], dict[str, str]],
                                                 client: docker.DockerClient) -> None:
     targets, built = emulated

@@ -11,12 +11,25 @@ import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "benchmarks"))  # as when bench.py runs: its own folder is on the path
+import core  # noqa: E402
 import figures  # noqa: E402
+import harness  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("trainimg_bench", ROOT / "benchmarks" / "bench.py")
 bench = importlib.util.module_from_spec(_spec)
 sys.modules["trainimg_bench"] = bench
 _spec.loader.exec_module(bench)
+
+
+def test_every_figure_is_in_one_family_whose_measure_resolves() -> None:
+    """harness.FAMILIES is where families register: each figure is measured by exactly one, and each family's
+    "module:function" names a function bench.py can call (imported the way a run imports it)."""
+    names = [name for family in harness.FAMILIES for name in family.figures]
+    assert sorted(names) == sorted(figures.FIGURE_NAMES) and len(names) == len(set(names))
+    for family in harness.FAMILIES:
+        module, _, function = family.measure.partition(":")
+        assert callable(getattr(importlib.import_module(module), function)), family
+    assert bench.main.__module__ == "trainimg_bench"
 
 
 def test_figure_names_are_the_contract() -> None:
@@ -89,7 +102,7 @@ def test_change_pin_changes_exactly_one_pin() -> None:
 
 def test_the_bench_recipe_holds_the_pin_once() -> None:
     text = (ROOT / "benchmarks" / "recipes" / "pytorch.yaml").read_text()
-    assert figures.change_pin(text, bench.PIN_FROM, bench.PIN_TO).count(bench.PIN_TO) == 1
+    assert figures.change_pin(text, harness.PIN_FROM, harness.PIN_TO).count(harness.PIN_TO) == 1
 
 
 def test_parse_meminfo_and_du() -> None:
@@ -184,7 +197,7 @@ def test_the_bench_matrix_shares_the_shipped_parents() -> None:
     for p in mine:
         assert figures.below_the_install(p.parents) == figures.below_the_install(shipped[p.variant.name].parents)
         assert len(figures.below_the_install(p.parents)) >= 2
-    assert bench.PIN_VARIANT in {p.variant.name for p in mine}
+    assert core.PIN_VARIANT in {p.variant.name for p in mine}
 
 
 _gspec = importlib.util.spec_from_file_location("trainimg_bench_gpu", ROOT / "benchmarks" / "gpu.py")
@@ -249,12 +262,12 @@ def test_ci_rebuild_ratio_goal() -> None:
 def test_the_ci_fleet_recipes_load_and_one_change_rebuilds_the_variant_and_its_child(tmp_path: Path) -> None:
     import cifleet
 
-    for name, text in cifleet.ci_recipes("0123abcd", bench.PIN_FROM).items():
+    for name, text in cifleet.ci_recipes("0123abcd", harness.PIN_FROM).items():
         (tmp_path / name).write_text(text, encoding="utf-8")
     must, every = cifleet.expected_rebuilds(tmp_path, cifleet.CHANGED)  # loads and validates them as trainimg does
     assert must == {"ci-a", "ci-a-child"} and every == {"ci-a", "ci-a-child", "ci-b", "ci-c"}
     recipe = (tmp_path / f"{cifleet.CHANGED}.yaml").read_text(encoding="utf-8")
-    assert figures.change_pin(recipe, bench.PIN_FROM, bench.PIN_TO).count(bench.PIN_TO) == 1
+    assert figures.change_pin(recipe, harness.PIN_FROM, harness.PIN_TO).count(harness.PIN_TO) == 1
     assert set(cifleet.CI_FIGURES) <= set(figures.FIGURE_NAMES)
     assert figures.format_goal("ci_noop_release") == "≤ 2" and figures.format_goal("ci_one_change") == "0"
 

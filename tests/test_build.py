@@ -34,8 +34,6 @@ from trainimg.plan.requirements import lock_header, lock_path, variant_requireme
 from trainimg.recipe.compat import load_compat
 from trainimg.recipe.loading import load_recipes
 
-pytestmark = pytest.mark.engine
-
 REAL_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 CPU_TAG = "trainimg/pytorch:2.13.0-cpu-py3.11"
 

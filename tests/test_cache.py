@@ -79,8 +79,6 @@ def private_build(tmp_path: Path, state_env: dict[str, str], client: docker.Dock
                 pass
 
 
-@pytest.mark.engine
-@pytest.mark.slow
 def test_pushed_image_carries_inline_cache_and_serves_a_rebuild(private_build: tuple[Path, dict[str, str], str],
                                                                 client: docker.DockerClient,
                                                                 registry: RegistryLogin, tmp_path: Path) -> None:

@@ -38,8 +38,6 @@ from trainimg.publish.skip import BUILDING, SKIPPED, decide, read_decisions
 from trainimg.recipe.loading import load_recipes
 from trainimg.runtime.contract import INPUTS_LABEL
 
-pytestmark = pytest.mark.engine
-
 RUN = uuid.uuid4().hex[:8]
 RUN_LABEL = f"dsk.run={RUN}"
 NAMES = ("dsk-a", "dsk-b", "dsk-child")
@@ -112,7 +110,8 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def fleet(tmp_path_factory: pytest.TempPathFactory, state_env: dict[str, str],
-          client: docker.DockerClient) -> Iterator[Fleet]:
+          client: docker.DockerClient, image_matrix: list[str]) -> Iterator[Fleet]:
+    """A fleet of variants released to its own registry (image_matrix: tier 4); its images removed at the end."""
     folder = tmp_path_factory.mktemp("dsk-fleet")
     registry = LocalRegistry(folder / "registry", port=_free_port(), access_log=True)
     fleet = Fleet(folder, registry, state_env)

@@ -42,8 +42,6 @@ from trainimg.publish.movingtags import moving_tag
 from trainimg.publish.pipelines import MATRIX_FILES
 from trainimg.publish.references import RegistryTarget
 
-pytestmark = pytest.mark.engine
-
 RUN = uuid.uuid4().hex[:8]
 VERSION = "2.13.0-cpu-py3.11"
 WHEELS = Path("/opt/wheels")

@@ -18,7 +18,7 @@ import os
 import shlex
 import shutil
 import subprocess
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -26,7 +26,6 @@ from typing import Any
 import pytest
 import yaml
 from click.testing import CliRunner
-from chromium import render_in_chromium
 from conftest import ROOT, trainimg
 
 from trainimg.cli.app import cli
@@ -79,10 +78,11 @@ def generate_all(checkout: Path, folder: Path, system: str) -> list[Path]:
 
 @pytest.mark.parametrize("system", sorted(SCHEMAS))
 def test_every_generated_pipeline_passes_its_engines_schema(system: str, checkout: Path, tmp_path: Path,
-                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+                                                            monkeypatch: pytest.MonkeyPatch,
+                                                            host_tool: Callable[[str], str]) -> None:
     monkeypatch.chdir(checkout)  # the jobs start at the checkout's root: `trainimg ci` runs there
     files = generate_all(checkout, tmp_path, system)
-    r = subprocess.run(["check-jsonschema", "--builtin-schema", SCHEMAS[system], *map(str, files)],
+    r = subprocess.run([host_tool("check-jsonschema"), "--builtin-schema", SCHEMAS[system], *map(str, files)],
                        capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stdout + r.stderr
     print(f"{system}: {len(files)} pipelines of the option matrix pass {SCHEMAS[system]}")
@@ -93,7 +93,7 @@ def test_every_generated_pipeline_passes_its_engines_schema(system: str, checkou
     job["script-after"] = ["true"]
     bad = tmp_path / "mutated.yml"
     bad.write_text(yaml.safe_dump(doc))
-    r = subprocess.run(["check-jsonschema", "--builtin-schema", SCHEMAS[system], str(bad)],
+    r = subprocess.run([host_tool("check-jsonschema"), "--builtin-schema", SCHEMAS[system], str(bad)],
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 1 and "script-after" in r.stdout + r.stderr, r.stdout + r.stderr
 
@@ -210,10 +210,10 @@ def test_bad_input_is_one_line_and_exit_2(flags: tuple[str, ...], where: str, ch
     assert len(r.stderr.strip().splitlines()) == 1 and where in r.stderr, r.stderr
 
 
-def test_gitlab_ci_local_reads_the_generated_pipeline(checkout: Path, tmp_path: Path) -> None:
+def test_gitlab_ci_local_reads_the_generated_pipeline(checkout: Path, tmp_path: Path,
+                                                      host_tool: Callable[[str], str]) -> None:
     """gitlab-ci-local (with GitLab's schema validation) lists the jobs: stage jobs in `stage`, promote after."""
-    if shutil.which("gitlab-ci-local") is None:
-        pytest.skip("gitlab-ci-local is not installed (.ci/setup-host installs it)")
+    gitlab_ci_local = host_tool("gitlab-ci-local")  # .ci/setup-host installs it
     repo = tmp_path / "repo"
     shutil.copytree(checkout, repo)
     r = ci(repo, "gitlab", "--registry", REGISTRIES[0], "--output", str(repo / ".gitlab-ci.yml"))
@@ -221,7 +221,7 @@ def test_gitlab_ci_local_reads_the_generated_pipeline(checkout: Path, tmp_path: 
     git = ["git", "-c", "user.email=ci@trainimg.test", "-c", "user.name=trainimg-test"]
     for cmd in (["git", "init", "-q", "-b", "main"], ["git", "add", "-A"], [*git, "commit", "-q", "-m", "pipeline"]):
         subprocess.run(cmd, cwd=repo, check=True, timeout=60)
-    r = subprocess.run(["gitlab-ci-local", "--list-json", "--json-schema-validation"], cwd=repo,
+    r = subprocess.run([gitlab_ci_local, "--list-json", "--json-schema-validation"], cwd=repo,
                        capture_output=True, text=True, timeout=120)
     assert r.returncode == 0, r.stdout + r.stderr
     jobs = {j["name"]: j for j in json.loads(r.stdout)}
@@ -273,7 +273,7 @@ def test_matrix_without_a_lockfile_is_one_line_exit_2(tmp_path: Path) -> None:
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "none.lock" in r.stderr, r.stderr
 
 
-def test_matrix_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
+def test_matrix_html_is_self_contained_and_escaped(tmp_path: Path, chromium_render: Callable[..., str]) -> None:
     lock = tmp_path / "images.lock"
     hostile = "x<script>document.title='owned'</script>"  # a lockfile is user input: its text is escaped
     write_lock(lock, [entry("pytorch-2.13.0-cpu-py3.11", "2.13.0-cpu-py3.11"), entry(hostile, "2.13.0-cpu-py3.12")])
@@ -282,7 +282,7 @@ def test_matrix_html_is_self_contained_and_escaped(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     text = page.read_text()
     assert "<script" not in text and "http" not in text.replace('lang="en"', "")  # no script, no external asset
-    dom = render_in_chromium(page, ROOT / "reports" / "matrix-escaping.png", tmp_path / "profile")
+    dom = chromium_render(page, ROOT / "reports" / "matrix-escaping.png", tmp_path / "profile")
     assert f'data-variant="{hostile.replace("<", "&lt;").replace(">", "&gt;")}"' in dom
     assert "<title>trainimg support matrix</title>" in dom and "owned" not in dom.split("<body>")[0]
     assert dom.count("<tr data-variant=") == 2

@@ -119,8 +119,6 @@ def test_help_shows_the_separator():
 ARGV_CHECK = "import sys; sys.exit(0 if sys.argv[1:3] == ['--replicas', '3'] else 7)"
 
 
-@pytest.mark.engine
-@pytest.mark.slow
 def test_run_gives_the_programs_flags_to_the_program(cpu_image, state_env, tmp_path: Path):
     report = tmp_path / "run.json"
     r = trainimg("run", cpu_image, "--platform", "vertex", "--replicas", "1", "--progress", "quiet",
@@ -135,8 +133,6 @@ TUNE_CHECK = ("import sys, hypertune; assert sys.argv[1:3] == ['--parallel', '5'
               "hypertune.HyperTune().report_hyperparameter_tuning_metric('acc', 1.0)")
 
 
-@pytest.mark.engine
-@pytest.mark.slow
 def test_tune_gives_the_programs_flags_to_the_program(cpu_image, state_env, tmp_path: Path):
     report = tmp_path / "tune.json"
     r = trainimg("tune", cpu_image, "--param", "lr=0.1,0.2", "--progress", "quiet", "--json", str(report), "--",

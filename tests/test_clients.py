@@ -21,7 +21,7 @@ import os
 import socket
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import mlschema
@@ -35,7 +35,6 @@ from trainimg.jobs.images import facts_from_variant
 from trainimg.jobs.shape import ImageFacts, SpecOptions
 from trainimg.jobs.spec import job_spec
 from trainimg.recipe.loading import load_recipes
-from venvs import venv
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "europe-docker.pkg.dev/acme/ml/trainimg/tensorflow:2.21.0-cu125-py3.11"
@@ -233,7 +232,7 @@ def cluster_json(monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[
     return json.loads(capsys.readouterr().out)
 
 
-def test_cluster_json_agrees_with_tf_config_cluster_resolver(monkeypatch: pytest.MonkeyPatch,
+def test_cluster_json_agrees_with_tf_config_cluster_resolver(framework_venv: Callable[[str], str], monkeypatch: pytest.MonkeyPatch,
                                                              capsys: pytest.CaptureFixture[str]) -> None:
     ours, names = [], []
     for name, variable, cluster, tasks in shapes():
@@ -244,7 +243,7 @@ def test_cluster_json_agrees_with_tf_config_cluster_resolver(monkeypatch: pytest
             value = json.dumps({"cluster": cluster, "task": task, "environment": "cloud"})
             ours.append(cluster_json(monkeypatch, capsys, variable, value))
             names.append(f"{name}/{task_type}:{index}")
-    tf = subprocess.run([venv("tf"), "-c", RESOLVE], input=json.dumps([json.dumps(o["tf_config"]) for o in ours]),
+    tf = subprocess.run([framework_venv("tf"), "-c", RESOLVE], input=json.dumps([json.dumps(o["tf_config"]) for o in ours]),
                         capture_output=True, text=True, timeout=300, env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3"},
                         check=False)
     assert tf.returncode == 0, tf.stderr[-3000:]
@@ -281,18 +280,18 @@ def free_ports(n: int) -> list[int]:
     return ports
 
 
-def launcher_command(pool: dict) -> list[str]:
-    """A pool's container command from a real spec, with the in-image launcher and python made local."""
+def launcher_command(pool: dict, python: str) -> list[str]:
+    """A pool's container command from a real spec, with the in-image launcher and python made local (`python`)."""
     command = pool["containerSpec"]["command"]
     assert command[0] == "trainimg-launch"
     cut = command.index("--")
     assert command[cut + 1] == "python"
-    return [sys.executable, "-m", "trainimg.runtime", "launch", *command[1:cut], "--", venv("tf"), *command[cut + 2:]]
+    return [sys.executable, "-m", "trainimg.runtime", "launch", *command[1:cut], "--", python, *command[cut + 2:]]
 
 
-@pytest.mark.slow
 @pytest.mark.parametrize("platform", ["vertex-reducers", "aiplatform-master"])
-def test_launcher_tf_config_drives_multi_worker_mirrored_strategy(platform: str, tmp_path: Path) -> None:
+def test_launcher_tf_config_drives_multi_worker_mirrored_strategy(framework_venv: Callable[[str], str], platform: str,
+                                                                  tmp_path: Path) -> None:
     script = tmp_path / "mwms.py"
     script.write_text(MWMS)
     a, b, r1, r2 = (f"127.0.0.1:{p}" for p in free_ports(4))
@@ -303,12 +302,12 @@ def test_launcher_tf_config_drives_multi_worker_mirrored_strategy(platform: str,
                                 reduction_servers=2 if vertex else None, command=("python", str(script))))
     if vertex:
         pools = body["jobSpec"]["workerPoolSpecs"]
-        commands = [launcher_command(pools[0]), launcher_command(pools[1])]
+        commands = [launcher_command(pool, framework_venv("tf")) for pool in pools[:2]]
         cluster = {"workerpool0": [a], "workerpool1": [b], "workerpool2": [r1, r2]}  # nobody serves r1, r2
         tasks = [("workerpool0", 0), ("workerpool1", 0)]
     else:
         ti = body["trainingInput"]
-        commands = [launcher_command({"containerSpec": {"command": ti[k]["containerCommand"]}})
+        commands = [launcher_command({"containerSpec": {"command": ti[k]["containerCommand"]}}, framework_venv("tf"))
                     for k in ("masterConfig", "workerConfig")]
         cluster = {"master": [a], "worker": [b]}
         tasks = [("master", 0), ("worker", 0)]

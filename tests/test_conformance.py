@@ -25,8 +25,6 @@ from brokenimages import TestImages, owned_by, registry_digest
 from conftest import ROOT, default_sigint, trainimg
 from conftest_registry import RegistryLogin
 
-pytestmark = pytest.mark.engine
-
 JUNIT_XSD = Path(__file__).resolve().parent.parent / "builder" / "conformance" / "data" / "junit.xsd"  # Jenkins xunit junit-10
 GPU_CHECKS = ("nccl", "cudnn", "gpu", "allreduce_nccl_containers", "allreduce_nccl_single_container")
 PROBE_CHECKS = ("python", "framework", "nccl", "cudnn", "reduction_server", "hypertune", "cluster_parsing", "gpu",
@@ -245,9 +243,15 @@ def test_broken_image_fails_the_named_check_and_is_never_pushed(case: str, broke
 
 
 def test_hung_replica_times_out_promptly_and_leaves_nothing(broken_runs, client: docker.DockerClient) -> None:
+    """The replica that never finishes is stopped by `--timeout 30`, not waited out: the check's reason names a
+    replica (or its peers) that timed out. The wall-clock bound only separates "stopped" from "waited out" (the fixture gives up
+    after 400 s): six `trainimg test` runs start at once here, so on a loaded 2-core machine a 30 s timeout has
+    taken 68 s; 240 s is a margin, not the behaviour."""
     run = broken_runs["hung_replica"]
     assert run["rc"] == 1
-    assert run["seconds"] < 60, f"a 30 s timeout took {run['seconds']:.0f} s"
+    reason = checks_of(run["report"])["allreduce_vertex_x2"]["reason"]
+    assert "timed out" in reason or "timeout" in reason, reason
+    assert run["seconds"] < 8 * 30, f"the 30 s timeout took {run['seconds']:.0f} s: not stopped by --timeout"
     assert run["leftovers"] == []
 
 

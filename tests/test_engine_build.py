@@ -32,8 +32,8 @@ def test_lost_session_is_told_apart_from_a_failing_step() -> None:
     assert lost_session(["#5 DONE 0.1s"]) == ""
 
 
-@pytest.mark.engine
-def test_a_build_that_lost_its_session_is_built_again_and_shows_its_own_error(tmp_path: Path) -> None:
+def test_a_build_that_lost_its_session_is_built_again_and_shows_its_own_error(docker_engine: str,
+                                                                              tmp_path: Path) -> None:
     marker = uuid.uuid4().hex[:8]
     ctx = tmp_path / "ctx"
     ctx.mkdir()

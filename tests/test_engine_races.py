@@ -22,7 +22,6 @@ from trainimg.conformance.replicas import reap_leftovers
 from trainimg.engine.docker import DockerEngine
 from trainimg.runtime.contract import OWNER_LABEL, RUN_LABEL
 
-pytestmark = pytest.mark.engine
 LOCAL_BASE = "local/debian:bookworm"
 
 

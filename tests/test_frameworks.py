@@ -13,21 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import LOCAL_BASE, trainimg
-
-pytestmark = pytest.mark.engine
-
-WHEELHOUSES = ["--wheelhouse", "/opt/wheels", "--wheelhouse", "/opt/pypi", "--wheelhouse", "/opt/pypi-more"]
-IMAGES = {"tensorflow": "trainimg/tensorflow:2.21.0-cpu-py3.11", "jax": "trainimg/jax:0.10.2-cpu-py3.11"}
-
-
-@pytest.fixture(scope="module")
-def framework_images(state_env: dict[str, str]) -> dict[str, str]:
-    """The TF and JAX CPU variants, built in one run so they share the python and comms parents."""
-    r = trainimg("build", "tensorflow-2.21.0-cpu-py3.11", "jax-0.10.2-cpu-py3.11", "--base-image", LOCAL_BASE,
-                 *WHEELHOUSES, "--progress", "plain", env=state_env, timeout=1800)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return IMAGES
+from conftest import trainimg
 
 
 def _checks(report: Path) -> dict[str, dict]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
@@ -22,8 +23,6 @@ from trainimg.runtime.platforms.ompi import HOSTFILE_PATH, NODE, mpirun_job
 from trainimg.runtime.topology_spec import ReplicaSpec
 from trainimg.runtime.verdict import judge_allreduce
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow]
-
 MPI_IMAGE = "trainimg-test/mpi-pytorch:2.13.0-cpu"
 KEYS = "/run/trainimg-ssh"  # where each container finds the run's key, copied into /root/.ssh at start
 # The Trainer sets "-o ConnectionAttempts=10"; the rest stands in for its runtime images' ssh_config.
@@ -32,15 +31,17 @@ INSTALL_KEY = f"mkdir -p /root/.ssh && cp {KEYS}/* /root/.ssh/ && chmod 700 /roo
 
 
 @pytest.fixture(scope="session")
-def mpi_image(cpu_image: str, docker_cli: str) -> str:
-    """The CPU PyTorch image with Debian's Open MPI and OpenSSH, as an MPI runtime's image carries them."""
+def mpi_image(cpu_image: str, docker_cli: str) -> Iterator[str]:
+    """The CPU PyTorch image with Debian's Open MPI and OpenSSH, as an MPI runtime's image carries them; removed
+    at the end of the session (BuildKit's cache keeps its layers for the next run)."""
     dockerfile = (f"FROM {cpu_image}\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
                   "--no-install-recommends openmpi-bin openssh-server openssh-client "
                   "&& rm -rf /var/lib/apt/lists/* && mkdir -p /run/sshd\n")
     r = subprocess.run([docker_cli, "build", "-t", MPI_IMAGE, "-"], input=dockerfile, capture_output=True,
                        text=True, timeout=900, env={**os.environ, "DOCKER_BUILDKIT": "1"})
     assert r.returncode == 0, r.stderr[-3000:]
-    return MPI_IMAGE
+    yield MPI_IMAGE
+    subprocess.run([docker_cli, "rmi", MPI_IMAGE], capture_output=True, timeout=300, check=False)
 
 
 def run_keys(folder: Path) -> Path:

@@ -16,14 +16,11 @@ from pathlib import Path
 
 import pytest
 from conftest import trainimg
-from test_frameworks import framework_images  # noqa: F401  (the CPU TensorFlow and JAX images)
 
 from trainimg.engine.docker import DockerEngine
 from trainimg.errors import UserInputError
 from trainimg.jobs.run import run_job
 from trainimg.options import JobOptions
-
-pytestmark = [pytest.mark.engine, pytest.mark.slow]
 
 PLATFORMS = ["slurm", "trainjob", "pytorchjob", "tfjob", "jaxjob", "jobset", "azureml", "sagemaker"]
 # (replicas, processes per replica): 4 replicas of one process, and 2 replicas of two processes each; 2 replicas of
@@ -79,7 +76,7 @@ FITS = [("jax", "slurm"), ("jax", "jobset"), ("jax", "jaxjob"), ("jax", "trainjo
 
 
 @pytest.mark.parametrize(("framework", "platform"), FITS)
-def test_framework_on_the_platforms_that_fit_it(framework_images: dict[str, str],  # noqa: F811
+def test_framework_on_the_platforms_that_fit_it(framework_images: dict[str, str],
                                                 framework: str, platform: str, state_env: dict[str, str],
                                                 tmp_path: Path) -> None:
     check, _ = gate(framework_images[framework], platform, 2, 1, state_env, tmp_path)
@@ -88,7 +85,7 @@ def test_framework_on_the_platforms_that_fit_it(framework_images: dict[str, str]
     assert {line["framework"] for line in lines} == {framework} and ranks(check) == [0, 1]
 
 
-def test_tensorflow_is_refused_where_no_tf_config_comes(framework_images: dict[str, str],  # noqa: F811
+def test_tensorflow_is_refused_where_no_tf_config_comes(framework_images: dict[str, str],
                                                         state_env: dict[str, str]) -> None:
     """A TrainJob has no TensorFlow runtime, a PyTorchJob gives no TF_CONFIG: one line, exit 2, nothing started."""
     for platform in ("trainjob", "pytorchjob"):
@@ -99,7 +96,7 @@ def test_tensorflow_is_refused_where_no_tf_config_comes(framework_images: dict[s
 
 
 @pytest.mark.parametrize(("platform", "framework"), [("slurm", "pytorch"), ("trainjob", "jax")])
-def test_run_uses_the_same_replicas(cpu_image: str, framework_images: dict[str, str],  # noqa: F811
+def test_run_uses_the_same_replicas(cpu_image: str, framework_images: dict[str, str],
                                     platform: str, framework: str) -> None:
     """`trainimg run` starts the platform's replicas under the launcher: Slurm's tasks keep their ranks (no second
     layer), a JAX image's TrainJob gets the JAX runtime's env, which the launcher maps to 2 processes a node."""
@@ -132,7 +129,7 @@ def test_run_shapes_each_platform_refuses(kwargs: dict, where: str, words: str) 
     assert exc.value.where == where and words in exc.value.message
 
 
-def test_tensorflow_on_azureml_at_four_workers(framework_images: dict[str, str],  # noqa: F811
+def test_tensorflow_on_azureml_at_four_workers(framework_images: dict[str, str],
                                                state_env: dict[str, str], tmp_path: Path) -> None:
     """Azure ML's tensorflow distribution at 4 workers (2 is in FITS): TF_CONFIG workers only, ``environment: cloud``,
     a real MultiWorkerMirroredStrategy all-reduce across the 4 containers."""

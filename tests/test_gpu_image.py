@@ -27,55 +27,7 @@ from trainimg.runtime.versions import satisfies
 from trainimg.engine.docker import DockerEngine
 from trainimg.conformance.replicas import ReplicaResult
 from conftest import LOCAL_BASE, trainimg
-
-CUDA_VARIANT = "pytorch-2.14.1-cu130-py3.11"
-CUDA_TAG = "trainimg/pytorch:2.14.1-cu130-py3.11"
-# variant -> words its framework, NCCL and cuDNN checks must say (the CUDA build; the recipe's constraint)
-GPU_VARIANTS = {
-    CUDA_VARIANT: ("CUDA 13.0", "the recipe asks for 2.30.7", "the recipe asks for 9.24.0.43"),
-    "tensorflow-2.21.0-cu125-py3.11": ("CUDA 12.5", "the recipe asks for >= 2.27.7, < 3.0",
-                                       "the recipe asks for 9.3.0.75"),
-    "jax-0.10.2-cu126-py3.11": ("CUDA 12", "the recipe asks for >= 2.18.1", "the recipe asks for >= 9.8, < 10.0"),
-}
-WHEELHOUSES = ["--wheelhouse", "/opt/wheels", "--wheelhouse", "/opt/pypi", "--wheelhouse", "/opt/pypi-more"]
-
-pytestmark = pytest.mark.engine
-
-
-def _have_local_indexes() -> bool:
-    return all(Path(p).is_dir() for p in ("/opt/wheels", "/opt/pypi", "/opt/pypi-more"))
-
-
-@pytest.fixture(scope="module")
-def gpu_images(state_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    """The three GPU variants built in one run (the cache is reused across the suite): name -> its build row."""
-    if not _have_local_indexes():
-        pytest.fail("this machine's local wheel indexes (/opt/pypi, /opt/pypi-more) are missing")
-    report = tmp_path_factory.mktemp("gpu") / "build.json"
-    r = trainimg("build", *GPU_VARIANTS, "--base-image", LOCAL_BASE, "--allow-missing", "google-reduction-server",
-                 *WHEELHOUSES, "--progress", "plain", "--json", str(report), env=state_env, timeout=3000)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return {row["name"]: row for row in json.loads(report.read_text())}
-
-
-@pytest.fixture(scope="module")
-def cuda_image(gpu_images: dict[str, dict]) -> str:
-    return gpu_images[CUDA_VARIANT]["tag"]
-
-
-def test_missing_component_fails_the_build_naming_it(state_env: dict[str, str]) -> None:
-    """Google's apt repository is unreachable here: without --allow-missing the build stops, saying which
-    component and what to pass, and no tag points at a half-made image."""
-    client = docker.from_env()
-    before = client.images.get(CUDA_TAG).id if _exists(client, CUDA_TAG) else None
-    r = trainimg("build", CUDA_VARIANT, "--base-image", LOCAL_BASE, *WHEELHOUSES, "--progress", "quiet",
-                 env=state_env, timeout=1800)
-    assert r.returncode == 1
-    lines = r.stderr.strip().splitlines()
-    assert len(lines) == 1, r.stderr
-    assert "google-reduction-server" in lines[0] and "--allow-missing google-reduction-server" in lines[0]
-    after = client.images.get(CUDA_TAG).id if _exists(client, CUDA_TAG) else None
-    assert after == before  # the failed build tagged nothing
+from conftest_images import CUDA_TAG, CUDA_VARIANT, GPU_VARIANTS
 
 
 def _exists(client: docker.DockerClient, ref: str) -> bool:
@@ -86,7 +38,22 @@ def _exists(client: docker.DockerClient, ref: str) -> bool:
         return False
 
 
-@pytest.mark.slow
+def test_missing_component_fails_the_build_naming_it(image_matrix: list[str],
+                                                      state_env: dict[str, str]) -> None:
+    """Google's apt repository is unreachable here: without --allow-missing the build stops, saying which
+    component and what to pass, and no tag points at a half-made image."""
+    client = docker.from_env()
+    before = client.images.get(CUDA_TAG).id if _exists(client, CUDA_TAG) else None
+    r = trainimg("build", CUDA_VARIANT, "--base-image", LOCAL_BASE, *image_matrix, "--progress", "quiet",
+                 env=state_env, timeout=1800)
+    assert r.returncode == 1
+    lines = r.stderr.strip().splitlines()
+    assert len(lines) == 1, r.stderr
+    assert "google-reduction-server" in lines[0] and "--allow-missing google-reduction-server" in lines[0]
+    after = client.images.get(CUDA_TAG).id if _exists(client, CUDA_TAG) else None
+    assert after == before  # the failed build tagged nothing
+
+
 @pytest.mark.parametrize("variant", list(GPU_VARIANTS))
 def test_gpu_image_passes_its_gate(gpu_images: dict[str, dict], state_env: dict[str, str], tmp_path: Path,
                                    variant: str) -> None:
@@ -117,7 +84,6 @@ def test_gpu_image_passes_its_gate(gpu_images: dict[str, dict], state_env: dict[
     assert checks["duplicate_libs"]["details"]["wasted_bytes"] == 0
 
 
-@pytest.mark.slow
 def test_labels_and_list_state_the_versions_read_back(gpu_images: dict[str, dict]) -> None:
     """Labels and `list --json` after the build say what the image holds, inside what the recipe asks for."""
     listed = {row["name"]: row for row in json.loads(trainimg("list", "--json").stdout)}
@@ -171,7 +137,7 @@ def test_gpu_path_command_construction() -> None:
     assert req["DeviceIDs"] == ["3"] and req["Capabilities"] == [["gpu"]] and req["Driver"] == ""
 
 
-def test_gpu_ready_says_why_not_here() -> None:
+def test_gpu_ready_says_why_not_here(docker_engine: str) -> None:
     n, reason = gpu_ready(DockerEngine())
     if os.path.exists("/dev/nvidia0"):
         pytest.skip("this machine has a GPU: the 'no GPU' reason does not apply")

@@ -9,8 +9,6 @@ import json
 import docker
 import pytest
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow]
-
 DEEP = "[" * 50_000 + "]" * 50_000
 SHELL_HOST = json.dumps({"cluster": {"chief": ["$(rm -rf /):1"]}, "task": {"type": "chief", "index": 0}})
 

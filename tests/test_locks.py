@@ -103,7 +103,7 @@ def tampered(tmp_path_factory: pytest.TempPathFactory, state_env: dict[str, str]
 
 @pytest.mark.parametrize("installer", ["uv", "pip"])
 def test_a_substituted_wheel_fails_the_build_in_one_line(tampered: tuple[Path, Path, str, str], installer: str,
-                                                         state_env: dict[str, str]) -> None:
+                                                         docker_engine: str, state_env: dict[str, str]) -> None:
     root, wheels, good, bad = tampered
     r = trainimg("--recipes", str(root / "recipes"), "build", "f-tamper", "--base-image", LOCAL_BASE,
                  "--wheelhouse", str(wheels), "--installer", installer, "--progress", "quiet", env=state_env)

@@ -15,6 +15,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,6 @@ from trainimg.runtime.cluster import parse_cluster
 from trainimg.runtime.launch import launch_env
 from trainimg.runtime.platforms import PLATFORMS, VARIABLES, jobset, pytorchjob, slurm, torchrun, trainjob
 from trainimg.runtime.world import ClusterError
-from venvs import venv
 
 REPO = Path(__file__).resolve().parents[1]
 PRINT_ENV = (
@@ -222,10 +222,11 @@ def test_launcher_env_read_back_under_the_launcher() -> None:
 
 
 # -- real torchrun ------------------------------------------------------------------------------------------------
-def test_pytorchjob_two_nodes_through_real_torchrun(tmp_path: Path) -> None:
+def test_pytorchjob_two_nodes_through_real_torchrun(framework_venv: Callable[[str], str],
+                                                     tmp_path: Path) -> None:
     """Two PyTorchJob replicas on this machine (master at 127.0.0.1), 2 processes a node: the launcher execs real
     torchrun with the operator's node-level view, and its workers get ranks 0..3 of 4."""
-    python, port, runtime = venv("torch"), str(free_port()), image_layout(tmp_path)
+    python, port, runtime = framework_venv("torch"), str(free_port()), image_layout(tmp_path)
     nodes = [subprocess.Popen(
         [python, "-m", "trainimg_runtime", "launch", "--framework", "pytorch", "--", sys.executable, "-c",
          PRINT_ENV], cwd=REPO, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
@@ -242,10 +243,11 @@ def test_pytorchjob_two_nodes_through_real_torchrun(tmp_path: Path) -> None:
     assert all(e["TORCHELASTIC_RUN_ID"] for e in envs)
 
 
-def test_launcher_under_trainjob_torchrun_keeps_torchruns_ranks(tmp_path: Path) -> None:
+def test_launcher_under_trainjob_torchrun_keeps_torchruns_ranks(framework_venv: Callable[[str], str],
+                                                                tmp_path: Path) -> None:
     """A TrainJob runtime whose command is torchrun: torchrun reads PET_* itself and starts the processes; the
     launcher inside each keeps torchrun's ranks and starts nothing more."""
-    python = venv("torch")
+    python = framework_venv("torch")
     env = {**TRAINJOB_NODE, "PET_NNODES": "1", "PET_NODE_RANK": "0", "JOB_COMPLETION_INDEX": "0",
            "PET_MASTER_ADDR": "127.0.0.1", "PET_MASTER_PORT": str(free_port())}
     clean = {k: v for k, v in os.environ.items() if k not in platform_variables()}

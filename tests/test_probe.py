@@ -19,7 +19,6 @@ from pathlib import Path
 
 import pytest
 
-from venvs import venv
 from trainimg.runtime import libs, manifest, probe, probe_platform
 
 REPO = Path(__file__).resolve().parents[1]
@@ -289,8 +288,8 @@ def test_reduction_server(fake_dpkg):
 # ------------------------------------------------------------------------------------------------- hypertune
 
 
-def test_hypertune_real_package_passes(runtime_path):
-    python = venv("torch")
+def test_hypertune_real_package_passes(framework_venv, runtime_path):
+    python = framework_venv("torch")
     rc, results, err = run_probe(python, runtime_path, {"hypertune": "0.1.0.dev6"}, "--checks", "hypertune")
     result = by_name(results)["hypertune"]
     assert result["status"] == "passed", (result, err)
@@ -303,8 +302,8 @@ def test_hypertune_real_package_passes(runtime_path):
     assert rc == 1 and "0.1.0.dev6" in by_name(results)["hypertune"]["reason"]
 
 
-def test_hypertune_silent_fake_fails(runtime_path, tmp_path):
-    python = venv("torch")
+def test_hypertune_silent_fake_fails(framework_venv, runtime_path, tmp_path):
+    python = framework_venv("torch")
     fake = tmp_path / "fake"
     (fake / "hypertune").mkdir(parents=True)
     (fake / "hypertune" / "__init__.py").write_text(
@@ -331,8 +330,8 @@ def test_hypertune_missing_fails(runtime_path, tmp_path):
 # ------------------------------------------------------------------------------------------------- framework
 
 
-def test_framework_cpu_torch_in_gpu_variant_fails(runtime_path):
-    python = venv("torch")
+def test_framework_cpu_torch_in_gpu_variant_fails(framework_venv, runtime_path):
+    python = framework_venv("torch")
     expect = {"framework": "pytorch", "framework_version": "2.13.0", "cuda": "13.0"}
     rc, results, _ = run_probe(python, runtime_path, expect, "--checks", "framework")
     result = by_name(results)["framework"]
@@ -344,14 +343,15 @@ def test_framework_cpu_torch_in_gpu_variant_fails(runtime_path):
     assert rc == 0 and by_name(results)["framework"]["status"] == "passed"
 
 
-def test_framework_tensorflow_and_jax(runtime_path):
-    rc, results, _ = run_probe(venv("tf"), runtime_path, {"framework": "tensorflow", "framework_version": "2.21.0"},
+def test_framework_tensorflow_and_jax(framework_venv, runtime_path):
+    rc, results, _ = run_probe(framework_venv("tf"), runtime_path,
+                               {"framework": "tensorflow", "framework_version": "2.21.0"},
                                "--checks", "framework")
     result = by_name(results)["framework"]
     assert rc == 0 and result["status"] == "passed", result
     assert result["details"]["build_info"]["is_cuda_build"] is False
 
-    rc, results, _ = run_probe(venv("jax"), runtime_path,
+    rc, results, _ = run_probe(framework_venv("jax"), runtime_path,
                                {"framework": "jax", "framework_version": "0.10.2", "cuda": "13.0"},
                                "--checks", "framework")
     result = by_name(results)["framework"]
@@ -399,8 +399,8 @@ def test_probe_cli_shape_and_exit_codes(runtime_path):
         assert proc.returncode == 2 and proc.stdout == "" and "probe:" in proc.stderr
 
 
-def test_manifest(runtime_path, tmp_path):
-    python = venv("torch")
+def test_manifest(framework_venv, runtime_path, tmp_path):
+    python = framework_venv("torch")
     absent = tmp_path / "absent"
     absent.mkdir()
     (absent / "google-reduction-server").write_text("")

@@ -45,8 +45,7 @@ def test_every_logged_line_is_kept_off_a_terminal_and_only_quiet_drops_them() ->
     assert log_printer("quiet", {}) is None
 
 
-@pytest.mark.engine
-def test_run_redirected_to_a_file_keeps_every_replica_line(tmp_path: Path) -> None:
+def test_run_redirected_to_a_file_keeps_every_replica_line(cpu_image: str, tmp_path: Path) -> None:
     if DockerEngine().image(IMAGE) is None:
         pytest.fail(f"{IMAGE} is not on this engine: build it with `trainimg build pytorch-2.13.0-cpu-py3.11`")
     env = {k: v for k, v in os.environ.items() if k not in ("CI", "GITHUB_ACTIONS", "JENKINS_URL")}

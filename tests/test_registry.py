@@ -135,7 +135,6 @@ def test_half_credentials_are_user_errors(tmp_path: Path) -> None:
 # -- pushing to the real registry -----------------------------------------------------------------------------
 
 
-@pytest.mark.engine
 def test_push_then_push_again(registry_client: docker.DockerClient, registry: RegistryLogin,
                               registry_image: Callable[[], str], caplog: pytest.LogCaptureFixture,
                               capsys: pytest.CaptureFixture[str]) -> None:
@@ -158,7 +157,6 @@ def test_push_then_push_again(registry_client: docker.DockerClient, registry: Re
     assert registry.password not in caplog.text + capsys.readouterr().out + "\n".join(lines)
 
 
-@pytest.mark.engine
 def test_gate_stops_the_push_before_anything_is_sent(registry_client: docker.DockerClient, registry: RegistryLogin,
                                                     registry_image: Callable[[], str]) -> None:
     def refuse(image_id: str) -> None:
@@ -170,7 +168,6 @@ def test_gate_stops_the_push_before_anything_is_sent(registry_client: docker.Doc
     assert remote_tags(target, "trainimg/gated", _creds(registry)) == []
 
 
-@pytest.mark.engine
 def test_wrong_password_is_an_auth_error_at_once(registry_client: docker.DockerClient, registry: RegistryLogin,
                                                  registry_image: Callable[[], str], caplog: pytest.LogCaptureFixture
                                                  ) -> None:
@@ -179,15 +176,14 @@ def test_wrong_password_is_an_auth_error_at_once(registry_client: docker.DockerC
     started = time.monotonic()
     with pytest.raises(RegistryError) as info:
         push(DockerEngine(registry_client), registry_image(), RegistryTarget.parse(registry.host), "trainimg/auth:v1",
-             credentials=_creds(registry, wrong), backoff=5.0)
-    assert time.monotonic() - started < 10  # not retried
+             credentials=_creds(registry, wrong), backoff=60.0)
+    assert time.monotonic() - started < 45  # not retried: one retry would have slept 60 s first
     assert str(info.value) == (f"registry {registry.host} rejected the credentials for {registry.username}: check "
                                f"the username and TRAINIMG_REGISTRY_PASSWORD or run docker login {registry.host}")
     assert info.value.exit_code == 1
     assert wrong not in caplog.text and registry.password not in caplog.text
 
 
-@pytest.mark.engine
 def test_no_credentials_asks_for_them(registry_client: docker.DockerClient, registry: RegistryLogin,
                                       registry_image: Callable[[], str]) -> None:
     with pytest.raises(RegistryError, match=rf"registry {registry.host} asks for credentials: run docker login"):
@@ -195,17 +191,15 @@ def test_no_credentials_asks_for_them(registry_client: docker.DockerClient, regi
              credentials=None, backoff=5.0)
 
 
-@pytest.mark.engine
 def test_unreachable_registry(registry_client: docker.DockerClient, registry_image: Callable[[], str]) -> None:
     port = _free_port()  # bound and released: nothing listens there
     started = time.monotonic()
     with pytest.raises(RegistryError, match=rf"registry 127.0.0.1:{port} is unreachable \(connection refused\)"):
         push(DockerEngine(registry_client), registry_image(), RegistryTarget.parse(f"127.0.0.1:{port}"), "trainimg/x:v1",
              credentials=None)  # default retries and backoff: a refused port may be a registry restarting
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 120  # bounded: 4 retries sleep 15 s in all; the margin is for a loaded machine
 
 
-@pytest.mark.engine
 def test_unknown_host(registry_client: docker.DockerClient, registry_image: Callable[[], str]) -> None:
     with pytest.raises(RegistryError, match=r"registry host no-such-host.invalid could not be resolved \(DNS\)"):
         push(DockerEngine(registry_client), registry_image(), RegistryTarget.parse("no-such-host.invalid:5000"), "trainimg/x:v1",
@@ -222,7 +216,6 @@ def _assert_registry_consistent(registry: RegistryLogin, repo: str) -> None:
         assert missing_blobs(target, f"{repo}:{tag}", _creds(registry)) == [], tag
 
 
-@pytest.mark.engine
 def test_push_retries_through_503s(registry_client: docker.DockerClient, registry: RegistryLogin,
                                    registry_image: Callable[[], str], fault_proxy: FaultProxy,
                                    caplog: pytest.LogCaptureFixture) -> None:
@@ -237,7 +230,6 @@ def test_push_retries_through_503s(registry_client: docker.DockerClient, registr
     assert registry.password not in caplog.text
 
 
-@pytest.mark.engine
 def test_connection_dropped_mid_blob(registry_client: docker.DockerClient, registry: RegistryLogin,
                                      registry_image: Callable[[], str], fault_proxy: FaultProxy) -> None:
     fault_proxy.drop(BLOB_UPLOAD, after_bytes=256 * 1024, times=1)
@@ -253,34 +245,31 @@ def test_connection_dropped_mid_blob(registry_client: docker.DockerClient, regis
     _assert_registry_consistent(registry, "trainimg/dropped")
 
 
-@pytest.mark.engine
 def test_stalled_registry_is_bounded(registry_client: docker.DockerClient, registry: RegistryLogin,
                                      registry_image: Callable[[], str], fault_proxy: FaultProxy) -> None:
-    fault_proxy.stall(r"^GET /v2/$", seconds=30, times=1)
+    fault_proxy.stall(r"^GET /v2/$", seconds=90, times=1)
     target = RegistryTarget.parse(fault_proxy.address)
     started = time.monotonic()
     result = push(DockerEngine(registry_client), registry_image(), target, "trainimg/stalled:v1", credentials=_creds(registry),
                   backoff=0.5, timeout=3.0)
-    assert time.monotonic() - started < 30
+    assert time.monotonic() - started < 60  # the 3 s timeout ended the stall; waiting it out takes 90 s
     assert fault_proxy.fired("stall") == 1 and result.attempts == 2
     _assert_registry_consistent(registry, "trainimg/stalled")
 
 
-@pytest.mark.engine
 def test_stall_every_time_gives_a_clear_error(registry_client: docker.DockerClient, registry: RegistryLogin,
                                               registry_image: Callable[[], str], fault_proxy: FaultProxy) -> None:
-    fault_proxy.stall(r"^GET /v2/$", seconds=30, times=10)
+    fault_proxy.stall(r"^GET /v2/$", seconds=90, times=10)
     started = time.monotonic()
     with pytest.raises(RegistryError, match=r"did not answer within 2 s.*gave up after 2 attempts"):
         push(DockerEngine(registry_client), registry_image(), RegistryTarget.parse(fault_proxy.address), "trainimg/stalled:v2",
              credentials=_creds(registry), retries=1, backoff=0.2, timeout=2.0)
-    assert time.monotonic() - started < 15
+    assert time.monotonic() - started < 60  # two 2 s timeouts; waiting one stall out takes 90 s
 
 
 # -- the local registry -------------------------------------------------------------------------------------------
 
 
-@pytest.mark.engine
 def test_local_registry_start_push_stop(tmp_path: Path, registry_client: docker.DockerClient,
                                         registry_image: Callable[[], str]) -> None:
     local = LocalRegistry(tmp_path / "state", port=_free_port())

@@ -42,8 +42,6 @@ from trainimg.publish.registryapi import MANIFEST_TYPES, RegistryAPI
 from trainimg.runtime.sbom import MEDIA_TYPE as SBOM_MEDIA_TYPE
 from registryread import remote_tags
 
-pytestmark = pytest.mark.engine
-
 RUN = uuid.uuid4().hex[:8]
 VERSION = "2.13.0-cpu-py3.11"
 WHEELS = Path("/opt/wheels")
@@ -99,7 +97,8 @@ class Release:
 
 @pytest.fixture(scope="module")
 def rel(tmp_path_factory: pytest.TempPathFactory, registry: RegistryLogin, state_env: dict[str, str],
-        client: docker.DockerClient) -> Iterator[Release]:
+        client: docker.DockerClient, image_matrix: list[str]) -> Iterator[Release]:
+    """A release of several variants (image_matrix: tier 4), and at the end the removal of what it tagged."""
     release = Release(tmp_path_factory.mktemp("release"), registry, state_env)
     yield release
     # Remove exactly what this module tagged: variant tags, moving tags, registry-qualified tags, locked bases.

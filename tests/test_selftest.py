@@ -19,8 +19,7 @@ import docker
 import pytest
 import xmlschema
 from brokenimages import TestImages
-from conftest import LOCAL_BASE, ROOT, trainimg
-from test_gpu_image import cuda_image, gpu_images  # noqa: F401  (the CUDA torch image fixture and what builds it)
+from conftest import ROOT, trainimg
 from trainimg.runtime.cluster import parse_cluster
 from trainimg.runtime.expect import expectations, image_labels
 from trainimg.runtime.probe import CHECK_NAMES
@@ -28,7 +27,6 @@ from trainimg.runtime.selftest import NOT_EMULATED, local_replicas, plan_allredu
 from trainimg.runtime.topology import PLATFORMS
 
 JUNIT_XSD = ROOT / "builder" / "conformance" / "data" / "junit.xsd"
-WHEELHOUSES = ["--wheelhouse", "/opt/wheels", "--wheelhouse", "/opt/pypi", "--wheelhouse", "/opt/pypi-more"]
 # framework -> (variant, tag, platform its selftest emulates)
 CPU_IMAGES = {
     "pytorch": ("pytorch-2.13.0-cpu-py3.11", "trainimg/pytorch:2.13.0-cpu-py3.11", "vertex"),
@@ -123,17 +121,16 @@ def test_bad_usage_is_one_line_and_exit_2(args: list[str], words: str, tmp_path:
 # --- in built images -----------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def cpu_images(state_env: dict[str, str], client: docker.DockerClient) -> dict[str, str]:
-    """The three CPU images, built now from this checkout (the labels file is part of what is tested), by ID:
-    other runs on this engine may retag the same names meanwhile."""
-    r = trainimg("build", *(v for v, _, _ in CPU_IMAGES.values()), "--base-image", LOCAL_BASE, *WHEELHOUSES,
-                 "--progress", "plain", env=state_env, timeout=2400)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return {fw: client.images.get(tag).id for fw, (_, tag, _) in CPU_IMAGES.items()}
+def cpu_images(cpu_image: str, framework_images: dict[str, str], client: docker.DockerClient) -> dict[str, str]:
+    """The three CPU images, as this session built them from this checkout (the labels file is part of what is
+    tested), by ID: other runs on this engine may retag the same names meanwhile."""
+    tags = {"pytorch": cpu_image, **framework_images}
+    assert {fw: tags.get(fw) for fw in CPU_IMAGES} == {fw: tag for fw, (_, tag, _) in CPU_IMAGES.items()}
+    return {fw: client.images.get(tags[fw]).id for fw in CPU_IMAGES}
 
 
 @pytest.fixture(scope="module")
-def cuda_image_id(cuda_image: str, client: docker.DockerClient) -> str:  # noqa: F811
+def cuda_image_id(cuda_image: str, client: docker.DockerClient) -> str:
     return client.images.get(cuda_image).id
 
 
@@ -164,8 +161,6 @@ def checks_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
     return {c["name"]: c for c in report["suites"][0]["checks"]}
 
 
-@pytest.mark.engine
-@pytest.mark.slow
 @pytest.mark.parametrize("framework", list(CPU_IMAGES))
 def test_selftest_in_each_cpu_image(framework: str, cpu_images: dict[str, str], client: docker.DockerClient,
                                     tmp_path: Path) -> None:
@@ -199,8 +194,6 @@ EMULATIONS = [("pytorch", "slurm", "started by slurm"), ("pytorch", "trainjob", 
 TF_WORKERS_ONLY = "'chief' not found in cluster_spec"
 
 
-@pytest.mark.engine
-@pytest.mark.slow
 @pytest.mark.parametrize(("framework", "platform", "started"), EMULATIONS)
 def test_selftest_emulates_each_platform(framework: str, platform: str, started: str, cpu_images: dict[str, str],
                                          client: docker.DockerClient, tmp_path: Path) -> None:
@@ -217,8 +210,6 @@ def test_selftest_emulates_each_platform(framework: str, platform: str, started:
     assert launched and all(started in line for line in launched), launched
 
 
-@pytest.mark.engine
-@pytest.mark.slow
 def test_selftest_in_the_cuda_image_skips_gpu_checks_with_reasons(cuda_image_id: str, client: docker.DockerClient,
                                                                    tmp_path: Path) -> None:
     code, logs = selftest(client, cuda_image_id, tmp_path, "--nproc-per-node", "2", "--json", "/out/r.json")
@@ -236,8 +227,6 @@ def test_selftest_in_the_cuda_image_skips_gpu_checks_with_reasons(cuda_image_id:
 BROKEN = {"gpu_labels": "nccl_missing", "wrong_allreduce": "allreduce_wrong_sum"}
 
 
-@pytest.mark.engine
-@pytest.mark.slow
 @pytest.mark.parametrize("method", list(BROKEN))
 def test_broken_image_fails_selftest_as_it_fails_trainimg_test(method: str, images: TestImages,
                                                                client: docker.DockerClient,
@@ -260,8 +249,6 @@ def test_broken_image_fails_selftest_as_it_fails_trainimg_test(method: str, imag
             assert "expected 3" in check["reason"], check["reason"]
 
 
-@pytest.mark.engine
-@pytest.mark.slow
 def test_cluster_form_prints_each_replicas_report_as_one_line(cpu_images: dict[str, str],
                                                               client: docker.DockerClient, tmp_path: Path) -> None:
     """What `spec --conformance` runs: two Vertex replicas (here in one container, on loopback) under the
@@ -285,8 +272,6 @@ def test_cluster_form_prints_each_replicas_report_as_one_line(cpu_images: dict[s
         assert checks["allreduce_cluster"]["reason"] == f"rank {i} of 2: sum 3 over gloo", checks["allreduce_cluster"]
 
 
-@pytest.mark.engine
-@pytest.mark.slow
 def test_gpu_script_fails_clearly_without_a_gpu(cpu_images: dict[str, str], client: docker.DockerClient,
                                                 tmp_path: Path) -> None:
     """benchmarks/gpu_selftest.sh, run where there is no GPU (the CPU torch image, repository mounted): every GPU

@@ -150,8 +150,6 @@ def test_env_samples_are_what_this_slurm_gives(slurm_cluster: SlurmCluster, tmp_
 # -- the CPU PyTorch image's all-reduce as Slurm tasks -----------------------------------------------------------
 
 
-@pytest.mark.engine
-@pytest.mark.slow
 def test_pytorch_allreduce_as_srun_tasks(slurm_cluster: SlurmCluster, cpu_image: str, tmp_path: Path) -> None:
     """srun -n 4, each task a container on the host network with its task's SLURM_*: the exact sum on every rank."""
     prefix = f"trainimg-slurmtest-{uuid.uuid4().hex[:8]}"
@@ -169,8 +167,6 @@ def test_pytorch_allreduce_as_srun_tasks(slurm_cluster: SlurmCluster, cpu_image:
     assert verdict.status == "passed", (verdict.reason, r.stdout[-3000:], r.stderr[-3000:])
 
 
-@pytest.mark.engine
-@pytest.mark.slow
 def test_sbatch_docker_script_runs_the_allreduce(slurm_cluster: SlurmCluster, cpu_image: str,
                                                  tmp_path: Path) -> None:
     """The docker runtime's batch script, 1 node x 4 tasks, submitted to the real sbatch: exit 0, exact sum."""
@@ -186,8 +182,6 @@ def test_sbatch_docker_script_runs_the_allreduce(slurm_cluster: SlurmCluster, cp
     assert rc == 0 and verdict.status == "passed", (rc, verdict.reason, out[-4000:])
 
 
-@pytest.mark.engine
-@pytest.mark.slow
 def test_sbatch_docker_script_passes_the_command_word_for_word(slurm_cluster: SlurmCluster, cpu_image: str,
                                                                tmp_path: Path) -> None:
     """Quotes, spaces, `$`, an empty word: sbatch -> srun -> bash -> docker run hands the program its argv."""

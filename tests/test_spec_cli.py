@@ -69,8 +69,8 @@ def test_unknown_variant_name_is_an_error_outside_a_checkout(tmp_path: Path) -> 
                    "unknown variant 'pytorch-9.9-cu999'")
 
 
-@pytest.mark.engine
-def test_remote_reference_needs_framework() -> None:
+def test_remote_reference_needs_framework(docker_engine: str) -> None:
+    """A reference no local image answers for (spec asks the engine first) needs --framework."""
     one_line_error(spec("--platform", "vertex", "--image", PULLABLE, *SHAPE), "--image", "add --framework")
     pool = pool0(spec("--platform", "vertex", "--image", PULLABLE, "--framework", "tensorflow", *SHAPE,
                       "--", "python", "t.py"))
@@ -80,7 +80,7 @@ def test_remote_reference_needs_framework() -> None:
 
 
 @pytest.fixture(scope="module")
-def labelled() -> Iterator[TestImages]:
+def labelled(docker_engine: str) -> Iterator[TestImages]:
     client = docker.from_env(timeout=600)
     made = TestImages(client, LOCAL_BASE)
     yield made
@@ -96,7 +96,6 @@ def pushed_name(images: TestImages, tag: str) -> str:
     return f"{repository}:{version}"
 
 
-@pytest.mark.engine
 def test_local_reference_reads_the_image_labels(labelled: TestImages) -> None:
     cpu = pushed_name(labelled, labelled.build(
         "spec-cpu", [], labels={"trainimg.framework": "tensorflow", "trainimg.variant": "tf-cpu",
@@ -115,7 +114,6 @@ def test_local_reference_reads_the_image_labels(labelled: TestImages) -> None:
     one_line_error(spec("--platform", "vertex", "--image", plain, *SHAPE), "--image", "no trainimg labels")
 
 
-@pytest.mark.engine
 @pytest.mark.parametrize("platform", ["vertex", "aiplatform"])
 def test_a_cpu_build_gets_no_accelerator(labelled: TestImages, platform: str) -> None:
     """The labels a CPU build carries (`trainimg.version.cuda=none`, read back; or recipe labels without a CUDA

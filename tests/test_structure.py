@@ -17,8 +17,6 @@ from brokenimages import TestImages
 from conftest import ROOT, trainimg
 from conftest_registry import RegistryLogin
 
-pytestmark = [pytest.mark.engine, pytest.mark.slow]
-
 FAILING = """\
 schemaVersion: 2.0.0
 fileExistenceTests:

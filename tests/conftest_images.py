@@ -1,0 +1,70 @@
+"""The image matrix's fixtures (tier 4): the GPU variant of each framework and the other frameworks' CPU variants.
+
+Session-scoped and defined here, once, so each image is built once per run whichever modules use it (they were
+module-scoped and imported into other modules, which built the same image again per importing module). Each
+requests `image_matrix`, which is how tests/conftest.py knows a test that uses them is tier 4. The images keep
+the shipped variants' tags (the next run's build is a cache hit), so nothing is left behind that a later run does
+not reuse. Import them from tests/conftest.py with `from conftest_images import *  # noqa: F401,F403`.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+__all__ = ["CUDA_TAG", "CUDA_VARIANT", "FRAMEWORK_IMAGES", "GPU_VARIANTS", "WHEELHOUSES", "cuda_image",
+           "framework_images", "gpu_images", "image_matrix"]
+
+CUDA_VARIANT = "pytorch-2.14.1-cu130-py3.11"
+CUDA_TAG = "trainimg/pytorch:2.14.1-cu130-py3.11"
+# variant -> words its framework, NCCL and cuDNN checks must say (the CUDA build; the recipe's constraint)
+GPU_VARIANTS = {
+    CUDA_VARIANT: ("CUDA 13.0", "the recipe asks for 2.30.7", "the recipe asks for 9.24.0.43"),
+    "tensorflow-2.21.0-cu125-py3.11": ("CUDA 12.5", "the recipe asks for >= 2.27.7, < 3.0",
+                                       "the recipe asks for 9.3.0.75"),
+    "jax-0.10.2-cu126-py3.11": ("CUDA 12", "the recipe asks for >= 2.18.1", "the recipe asks for >= 9.8, < 10.0"),
+}
+# this machine's local indexes: torch 2.13.0 CPU and 2.14.1 CUDA, tensorflow-cpu, jax (and what pip would fetch)
+WHEELHOUSES = ["--wheelhouse", "/opt/wheels", "--wheelhouse", "/opt/pypi", "--wheelhouse", "/opt/pypi-more"]
+FRAMEWORK_IMAGES = {"tensorflow": ("tensorflow-2.21.0-cpu-py3.11", "trainimg/tensorflow:2.21.0-cpu-py3.11"),
+                    "jax": ("jax-0.10.2-cpu-py3.11", "trainimg/jax:0.10.2-cpu-py3.11")}
+
+
+@pytest.fixture(scope="session")
+def image_matrix(docker_engine: str) -> list[str]:
+    """What building more than the one CPU image needs: the engine and this machine's local wheel indexes (the
+    `--wheelhouse` arguments). A fixture that builds another framework, a GPU variant, a release or a fleet of
+    variants requests this one: that request is what makes its tests tier 4 (tests/conftest.py)."""
+    missing = [p for p in WHEELHOUSES[1::2] if not Path(p).is_dir()]
+    if missing:
+        pytest.fail(f"this machine's local wheel indexes are missing: {', '.join(missing)} (.ci/setup-host)")
+    return WHEELHOUSES
+
+
+@pytest.fixture(scope="session")
+def gpu_images(image_matrix: list[str], state_env: dict[str, str],
+               tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
+    """The three GPU variants built in one run (the cache is reused across the suite): name -> its build row."""
+    from conftest import LOCAL_BASE, trainimg
+    report = tmp_path_factory.mktemp("gpu") / "build.json"
+    r = trainimg("build", *GPU_VARIANTS, "--base-image", LOCAL_BASE, "--allow-missing", "google-reduction-server",
+                 *image_matrix, "--progress", "plain", "--json", str(report), env=state_env, timeout=3000)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return {row["name"]: row for row in json.loads(report.read_text())}
+
+
+@pytest.fixture(scope="session")
+def cuda_image(gpu_images: dict[str, dict]) -> str:
+    return str(gpu_images[CUDA_VARIANT]["tag"])
+
+
+@pytest.fixture(scope="session")
+def framework_images(image_matrix: list[str], state_env: dict[str, str]) -> dict[str, str]:
+    """The TF and JAX CPU variants, built in one run so they share the python and comms parents: framework -> tag."""
+    from conftest import LOCAL_BASE, trainimg
+    r = trainimg("build", *(v for v, _ in FRAMEWORK_IMAGES.values()), "--base-image", LOCAL_BASE, *image_matrix,
+                 "--progress", "plain", env=state_env, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    return {fw: tag for fw, (_, tag) in FRAMEWORK_IMAGES.items()}
