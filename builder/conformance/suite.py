@@ -27,7 +27,7 @@ from ..recipe.compat import load_compat
 from ..runtime.contract import VARIANT_LABEL
 from ..runtime.expect import expectations as image_expectations
 from ..runtime.report import Check, Suite
-from ..runtime.gpus import gpu_count
+from ..runtime.gpus import gpu_count, too_many_processes
 from ..runtime.topology import process_start, refusal, replica_specs
 from ..runtime.verdict import judge_allreduce
 from . import inimage
@@ -51,6 +51,17 @@ def gpu_ready(engine: Engine) -> tuple[int, str]:
     return n, ""
 
 
+def refuse_too_many_processes(engine: Engine, cuda_variant: bool, nproc_per_node: int) -> None:
+    """`gpus.too_many_processes` on the host, before any container starts: a node here is this engine's machine,
+    its GPUs those the engine can hand out (`gpu_ready`); NCCL is the backend only for a CUDA variant on an
+    engine with GPUs (as `Conformance._gpu_allreduce` picks it), else gloo and any count goes.
+    Raises UserInputError (one line naming both numbers)."""
+    gpus = gpu_ready(engine)[0] if cuda_variant and nproc_per_node > 1 else 0
+    refused = too_many_processes(nproc_per_node, gpus, "nccl" if gpus else "gloo", where="this engine's machine")
+    if refused:
+        raise UserInputError(refused)
+
+
 def gpu_device_requests(index: int) -> GpuRequest:
     """`--gpus device=<index>`: one GPU per replica container."""
     return GpuRequest((index,))
@@ -70,6 +81,7 @@ class Conformance:
         refused = refusal(opts.platform, str(expect.get("framework")))
         if refused:
             raise UserInputError(refused, where="--platform")
+        refuse_too_many_processes(self.engine, bool(expect.get("cuda")), opts.nproc_per_node)
         suite = Suite(name or info.labels.get(VARIANT_LABEL) or image, image, info.id, opts.platform,
                       opts.replicas)
         suite.checks.extend(self._probe(info.id, expect))

@@ -42,7 +42,7 @@ from .world import ClusterError
 from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, JOBSET, LABELS_PATH, OCI_TITLE, SAGEMAKER, SLURM, \
     VARIANT_LABEL, VERTEX
 from .expect import expectations, image_labels
-from .gpus import visible_gpus
+from .gpus import gpu_view, too_many_processes
 from .launch import FRAMEWORKS as LAUNCH_FRAMEWORKS
 from .launch import GROUP_VARIABLES, nproc_argument
 from .report import Check, ReportPathError, Suite, write_json, write_junit
@@ -169,6 +169,7 @@ class Plan:
     backend: str
     replicas: int
     nproc: int
+    gpus: int = 0  # the GPUs CUDA sees here (`gpus.gpu_view`): NCCL when there are any
 
     @property
     def world(self) -> int:
@@ -182,11 +183,11 @@ class Plan:
 def plan_allreduce(framework: str, nproc: int | str, gpus: int, platform: str = VERTEX) -> Plan:
     """N local processes (``auto``: the visible GPUs, 1 without) on one node; TensorFlow as N one-process replicas
     where the launcher would start one process per replica (Slurm starts N tasks on the node whatever runs)."""
-    n = (visible_gpus(os.environ) if gpus else 1) if nproc == "auto" else int(nproc)
+    n = max(gpus, 1) if nproc == "auto" else int(nproc)
     backend = "nccl" if gpus else "gloo"
     if process_start(platform, framework, n).per_node < n:
-        return Plan(framework, backend, replicas=n, nproc=1)
-    return Plan(framework, backend, replicas=1, nproc=n)
+        return Plan(framework, backend, replicas=n, nproc=1, gpus=gpus)
+    return Plan(framework, backend, replicas=1, nproc=n, gpus=gpus)
 
 
 def run_local(plan: Plan, platform: str, timeout: float) -> list[LocalRun]:
@@ -319,6 +320,11 @@ def _cluster_main(suite: Suite, expect: dict[str, object], framework: str, timeo
     return EXIT_OK if suite.passed else EXIT_FAILED
 
 
+def _too_many(plan: Plan) -> str | None:
+    """`gpus.too_many_processes` for the plan: every local process of its all-reduce runs on this machine."""
+    return too_many_processes(plan.world, plan.gpus, plan.backend, where="this machine")
+
+
 def _usage_error(message: str) -> int:
     print(f"trainimg-runtime selftest: {message}", file=sys.stderr)
     return EXIT_USAGE
@@ -346,9 +352,17 @@ def main(argv: list[str]) -> int:
     refused = NOT_EMULATED.get(args.platform) or refusal(args.platform, framework)
     if refused:
         return _usage_error(f"--platform {args.platform}: {refused}")
+    if framework != "none":  # more NCCL processes than GPUs: refused before anything runs
+        too_many = _too_many(plan_allreduce(framework, args.nproc_per_node, gpu_view(os.environ).visible,
+                                            args.platform))
+        if too_many:
+            return _usage_error(too_many)
     suite.checks = probe_checks(expect)
     plan = None if framework == "none" else plan_allreduce(framework, args.nproc_per_node, gpus_seen(suite.checks),
                                                           args.platform)
+    too_many = _too_many(plan) if plan else None
+    if too_many:  # the gpu check found GPUs nvidia-smi did not list (libcuda's count)
+        return _usage_error(too_many)
     suite.replicas = plan.replicas if plan else 1
     suite.checks += allreduce_checks(expect, plan, args.platform, args.timeout)
     for line in probe.summary_lines([{"name": c.name, "status": c.status, "reason": c.reason}
