@@ -24,6 +24,7 @@ from ..engine.base import ContainerSpec, Engine, GpuRequest
 from ..errors import UserInputError
 from ..options import TestOptions
 from ..recipe.compat import load_compat
+from ..runtime.cause import reason as cause_of
 from ..runtime.contract import VARIANT_LABEL
 from ..runtime.expect import expectations as image_expectations
 from ..runtime.report import Check, Suite
@@ -100,8 +101,7 @@ class Conformance:
         try:
             results = json.loads(out.stdout)
         except json.JSONDecodeError:
-            last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-            return [Check("probe", "failed", f"the probe did not run (exit {out.exit_code}): {last[:300]}",
+            return [Check("probe", "failed", f"the probe did not run (exit {out.exit_code}): {cause_of(out.stderr)}",
                           time.monotonic() - start)]
         return [Check(r["name"], r["status"], r.get("reason", ""), round(r.get("duration", 0.0), 3),
                       r.get("details", {})) for r in results]
@@ -167,8 +167,8 @@ class Conformance:
         run = self.engine.run_command(ContainerSpec(image=image_id, command=tuple(cmd), ro_mounts=inimage.volumes(),
                                                     gpus=GpuRequest()))
         if run.exit_code != 0:
-            tail = (run.stderr.strip().splitlines() or [f"exit {run.exit_code}"])[-1]
-            return "failed", f"single-container NCCL all-reduce failed: {tail[:300]}", {}
+            return ("failed", f"single-container NCCL all-reduce failed (exit {run.exit_code}): "
+                              f"{cause_of(run.stderr)}", {})
         result = parse_benchmark_output(run.stdout)
         return ("passed" if result.get("ok") else "failed",
                 f"{n} GPUs: busbw {result.get('busbw_gbps', 0):.1f} GB/s", result)

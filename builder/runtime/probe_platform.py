@@ -18,6 +18,7 @@ import sys
 import tempfile
 
 from . import libs
+from .cause import reason as cause_of
 from .contract import JOBSET, PYTORCHJOB, REDUCTION_SERVER_PACKAGE, SLURM, TRAINJOB
 from .gpus import VISIBLE_VARIABLE, gpu_view, nvidia_smi_gpus
 from .report import FAILED, PASSED, SKIPPED, WARNING
@@ -121,8 +122,7 @@ def check_hypertune(expect: dict) -> tuple[str, str, dict]:
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         report = json.loads(lines[-1]) if lines else {}
         if proc.returncode != 0 or not lines:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            return FAILED, f"hypertune: reporting a metric raised ({tail})", {**details, "rc": proc.returncode}
+            return FAILED, f"hypertune: reporting a metric raised ({cause_of(proc.stderr)})", {**details, "rc": proc.returncode}
         if "import_error" in report:
             return FAILED, f"hypertune is not importable: {report['import_error']}", details
         details.update(version=report.get("version"), module=report.get("module"))

@@ -41,6 +41,7 @@ from .cluster import parse_cluster
 from .world import ClusterError
 from .contract import EXIT_FAILED, EXIT_OK, EXIT_USAGE, JOBSET, LABELS_PATH, OCI_TITLE, SAGEMAKER, SLURM, \
     VARIANT_LABEL, VERTEX
+from .cause import reason as cause_of
 from .expect import expectations, image_labels
 from .gpus import gpu_view, too_many_processes
 from .launch import FRAMEWORKS as LAUNCH_FRAMEWORKS
@@ -273,8 +274,11 @@ def cluster_checks(expect: dict[str, object], framework: str, timeout: float) ->
         return [*checks, Check("allreduce_cluster", "skipped", "no framework in this image")]
     start = time.monotonic()
     proc = subprocess.run(_runtime_argv("allreduce", "--framework", framework, "--timeout", str(timeout)),
-                          env=_child_env(dict(os.environ)), stdout=subprocess.PIPE, check=False)
+                          env=_child_env(dict(os.environ)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          check=False)
     seconds = round(time.monotonic() - start, 3)
+    errors = proc.stderr.decode("utf-8", "replace")
+    sys.stderr.write(errors)  # the rank's log stays in the replica's log
     lines = [json.loads(line) for line in proc.stdout.decode("utf-8", "replace").splitlines()
              if line.startswith("{")]
     line = lines[-1] if lines else {}
@@ -283,7 +287,7 @@ def cluster_checks(expect: dict[str, object], framework: str, timeout: float) ->
         reason = f"rank {line['rank']} of {line['world_size']}: sum {line['got']} over {line['backend']}"
         return [*checks, Check("allreduce_cluster", "passed", reason, seconds, details)]
     got = "timed out waiting for peers" if line.get("error") == "timeout" else (
-        f"got {line.get('got')!r}, expected {line.get('expected')!r}" if line else "no result")
+        f"got {line.get('got')!r}, expected {line.get('expected')!r}" if line else cause_of(errors))
     return [*checks, Check("allreduce_cluster", "failed", f"exit {proc.returncode}: {got}", seconds, details)]
 
 
