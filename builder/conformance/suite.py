@@ -170,5 +170,7 @@ class Conformance:
             return ("failed", f"single-container NCCL all-reduce failed (exit {run.exit_code}): "
                               f"{cause_of(run.stderr)}", {})
         result = parse_benchmark_output(run.stdout)
-        return ("passed" if result.get("ok") else "failed",
-                f"{n} GPUs: busbw {result.get('busbw_gbps', 0):.1f} GB/s", result)
+        figures = (f"busbw {result.get('busbw_gbps', 0):.1f} GB/s (a copy on one GPU: "
+                   f"{result.get('copy_gbps', 0):.1f} GB/s)" if result.get("communicated")
+                   else "one rank, nothing communicated: no bandwidth figure")
+        return "passed" if result.get("ok") else "failed", f"{n} GPU(s): {figures}", result
