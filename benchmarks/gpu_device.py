@@ -140,8 +140,12 @@ def check_bench(*paths: str) -> Verdict:
     for path in paths:
         r = _load(path)
         size = r.get("size_bytes")
-        if not r.get("ok"):
-            bad.append(f"{path}: {r.get('error') or 'sum not right'}")
+        if "error" in r:  # no JSON line: the run's log (beside it) says why
+            log = Path(path).with_suffix(".log")
+            lines = log.read_text(errors="replace").split("\n") if log.is_file() else []
+            bad.append(f"{Path(path).name}: no result: {([ln for ln in lines if ln.strip()] or ['no log'])[-1][:200]}")
+        elif not r.get("ok"):
+            bad.append(f"{Path(path).name}: the sum was not right")
         elif r.get("nranks") == 1 and ("algbw_gbps" in r or r.get("communicated") is not False):
             bad.append(f"{size} bytes: one rank printed a bandwidth ({r.get('algbw_gbps')} GB/s)")
         elif r.get("nranks", 0) > 1 and "busbw_gbps" not in r:
