@@ -7,6 +7,7 @@ run wrote and says, in one line, whether it shows what that step must show (``ok
 
     python3 benchmarks/gpu_device.py versions
     python3 benchmarks/gpu_device.py labels pytorch|jax
+    python3 benchmarks/gpu_device.py gate SELFTEST_REPORT.json
     python3 benchmarks/gpu_device.py check KIND ARGS...      (KIND: see CHECKS)
     python3 benchmarks/gpu_device.py summary OUT_DIR
 """
@@ -76,19 +77,27 @@ def _load(path: str) -> dict[str, Any]:
         return {"error": f"{path}: {err}"}
 
 
-def check_gate(report_path: str) -> Verdict:
-    """Every GPU check and every NCCL all-reduce of a selftest report passed (skipped is not passed)."""
-    report = _load(report_path)
-    if "error" in report:
-        return False, f"no report: {report['error']}"
+def gate_failures(report: dict[str, Any]) -> list[str]:
+    """``name status: reason`` of each GPU check or NCCL all-reduce of a selftest report that did not pass
+    (skipped is not passed)."""
     checks = _checks(report)
     wanted = [checks.get(n, {"name": n, "status": "missing", "reason": ""}) for n in GPU_CHECKS]
     nccl = [c for n, c in checks.items() if n.startswith("allreduce_nccl")]
     wanted += nccl or [{"name": "allreduce_nccl", "status": "missing", "reason": "no NCCL all-reduce ran"}]
-    bad = [f"{c['name']} {c['status']}: {c['reason']}" for c in wanted if c["status"] != "passed"]
+    return [f"{c['name']} {c['status']}: {c['reason']}" for c in wanted if c["status"] != "passed"]
+
+
+def check_gate(report_path: str) -> Verdict:
+    """Every GPU check and every NCCL all-reduce of a selftest report passed."""
+    report = _load(report_path)
+    if "error" in report:
+        return False, f"no report: {report['error']}"
+    bad = gate_failures(report)
     if bad:
         return False, "; ".join(bad)
-    return True, f"{', '.join(GPU_CHECKS)} and {', '.join(c['name'] for c in nccl)} passed ({checks['gpu']['reason']})"
+    checks = _checks(report)
+    nccl = ", ".join(n for n in checks if n.startswith("allreduce_nccl"))
+    return True, f"{', '.join(GPU_CHECKS)} and {nccl} passed ({checks['gpu']['reason']})"
 
 
 def check_cluster(log_path: str) -> Verdict:
@@ -180,6 +189,14 @@ def main(argv: list[str]) -> int:
     if len(argv) == 2 and argv[0] == "labels":
         print(json.dumps(labels(argv[1]), sort_keys=True))
         return 0
+    if len(argv) == 2 and argv[0] == "gate":  # gpu_selftest.sh: the report's checks, then a FAIL line per failure
+        report = _load(argv[1])
+        for c in _checks(report).values():
+            print(f"  {c['status']:<8} {c['name']:<28} {c['reason']}")
+        bad = [f"no report: {report['error']}"] if "error" in report else gate_failures(report)
+        for line in bad:
+            print(f"FAIL: {line}")
+        return 1 if bad else 0
     if len(argv) >= 2 and argv[0] == "check" and argv[1] in CHECKS:
         ok, detail = CHECKS[argv[1]](*argv[2:])
         print(f"{'ok' if ok else 'FAIL'}\t{detail}")

@@ -32,6 +32,7 @@ DRY="${DRY_RUN:-}"
 START=$SECONDS
 STEP_RC=0
 STEP_S=0
+STEP_SKIPPED=
 
 CARRY="$(mktemp -d)"
 trap 'rm -rf "$CARRY"' EXIT
@@ -51,9 +52,10 @@ run() {  # LOG LIMIT CMD...: run CMD (output to LOG) within LIMIT seconds and wh
   left=$(( BUDGET - (SECONDS - START) ))
   if [ "$left" -lt 5 ]; then
     echo "not started: the run's budget of ${BUDGET}s is spent" > "$log"
-    STEP_RC=124 STEP_S=0
+    STEP_RC=124 STEP_S=0 STEP_SKIPPED=1
     return
   fi
+  STEP_SKIPPED=
   [ "$limit" -gt "$left" ] && limit="$left"
   began=$SECONDS
   timeout "$limit" "$@" > "$log" 2>&1
@@ -68,9 +70,14 @@ judge() {  # NAME CHECK ARGS...: record what `gpu_device.py check CHECK ARGS...`
     printf '  check %s: %s\n' "$name" "$*"
     return
   fi
-  line="$("$PY" "$HELPER" check "$@" 2>&1 | head -n 1)"
+  if [ -n "$STEP_SKIPPED" ]; then
+    line="FAIL"$'\t'"not started: the run's budget of ${BUDGET}s was spent"
+  else
+    line="$("$PY" "$HELPER" check "$@" 2>&1 | head -n 1)"
+  fi
   printf '%s\t%s\t%s\t%s\n' "$name" "${line%%$'\t'*}" "$STEP_S" "${line#*$'\t'}" >> "$DEST/steps.tsv"
   printf '%-28s %s\n' "$name" "${line/$'\t'/ }"
+  STEP_S=0  # a step judged twice counts its time once
 }
 
 echo "== machine"
