@@ -169,3 +169,14 @@ def test_host_refusal_takes_the_engines_gpus(tmp_path: Path, monkeypatch: pytest
     assert str(err.value).startswith("--nproc-per-node 3: this engine's machine has 2 GPU(s)")
     # This machine's real engine has no NVIDIA runtime: its containers get no GPU, so gloo, whatever nvidia-smi says.
     refuse_too_many_processes(DockerEngine(), True, 3)
+
+
+def test_a_platforms_own_count_is_held_to_the_same_rule(tmp_path: Path) -> None:
+    """A TrainJob asking for 4 processes per node (PET_NPROC_PER_NODE) on a node whose CUDA sees 2 GPUs."""
+    env = runtime_env(fake_smi(tmp_path / "bin", H100, SECOND), PET_NPROC_PER_NODE="4", PET_NNODES="1",
+                      PET_NODE_RANK="0", PET_MASTER_ADDR="127.0.0.1", PET_MASTER_PORT="29500")
+    proc = subprocess.run([sys.executable, "-m", "trainimg.runtime", "launch", "--framework", "jax", "--", "true"],
+                          env=env, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2
+    assert proc.stderr.startswith("trainimg-launch: trainjob's processes per node 4: this node has 2 GPU(s) and "
+                                  "NCCL needs one GPU per process; run at most 2 per node"), proc.stderr

@@ -157,6 +157,6 @@ def too_many_processes(nproc: int, gpus: int, backend: str, *, flag: str = "--np
     """
     if backend != "nccl" or nproc <= gpus:
         return None
-    return (f"{flag} {nproc}: {where} has {gpus} GPU(s) and NCCL needs one GPU per process; use {flag} auto "
-            f"(or at most {gpus})" + (", or hide the GPUs (CUDA_VISIBLE_DEVICES=) to run on CPU over gloo"
-                                      if gpus else ""))
+    advice = f"use {flag} auto (or at most {gpus})" if flag.startswith("--") else f"run at most {gpus} per node"
+    return (f"{flag} {nproc}: {where} has {gpus} GPU(s) and NCCL needs one GPU per process; {advice}"
+            + (", or hide the GPUs (CUDA_VISIBLE_DEVICES=) to run on CPU over gloo" if gpus else ""))

@@ -349,7 +349,7 @@ def _too_many(info: ClusterInfo, framework: str, flag_given: bool) -> str | None
     mode = choose_mode(info, framework, _has_torch())
     processes = (info.nproc_per_node or 1) if mode in ("torchrun", "spawn") else 1
     gpus = gpu_view(os.environ).visible
-    flag = "--nproc-per-node" if flag_given else f"{info.platform}'s processes per node,"
+    flag = "--nproc-per-node" if flag_given else f"{info.platform}'s processes per node"
     return too_many_processes(processes, gpus, "nccl" if gpus else "gloo", flag=flag)
 
 
