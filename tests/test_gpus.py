@@ -82,8 +82,8 @@ def test_without_nvidia_smi_the_entries_count() -> None:
     (None, "passed", "1 GPU(s): GPU 0: NVIDIA H100 80GB HBM3"),
     ("0", "passed", "1 GPU(s): GPU 0: NVIDIA H100 80GB HBM3"),
     # The device run's case: nvidia-smi lists the H100, CUDA sees none; `gpu` must not say "passed, 1 GPU(s)".
-    ("-1", "warning", "no GPU visible: nvidia-smi lists 1 but CUDA_VISIBLE_DEVICES='-1' hides them"),
-    ("", "warning", "no GPU visible: nvidia-smi lists 1 but CUDA_VISIBLE_DEVICES='' hides them"),
+    ("-1", "warning", "0 GPU(s) visible of 1 listed by nvidia-smi: CUDA_VISIBLE_DEVICES='-1' hides them"),
+    ("", "warning", "0 GPU(s) visible of 1 listed by nvidia-smi: CUDA_VISIBLE_DEVICES='' hides them"),
 ])
 def test_probe_gpu_check_counts_what_cuda_sees(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
                                                setting: str | None, status: str, reason: str) -> None:

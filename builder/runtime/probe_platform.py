@@ -291,7 +291,7 @@ def check_gpu(expect: dict) -> tuple[str, str, dict]:
     details["count"] = total
     if not total:
         if view.hidden:
-            return (WARNING, f"no GPU visible: nvidia-smi lists {view.hidden} but {VISIBLE_VARIABLE}="
+            return (WARNING, f"0 GPU(s) visible of {view.hidden} listed by nvidia-smi: {VISIBLE_VARIABLE}="
                     f"{view.setting!r} hides them; the NCCL all-reduce cannot run", details)
         return SKIPPED, "no GPU", details
     seen = f"{total} GPU(s)" + (f" visible of {len(names or [])} listed ({VISIBLE_VARIABLE}={view.setting!r})"
