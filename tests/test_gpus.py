@@ -180,3 +180,21 @@ def test_a_platforms_own_count_is_held_to_the_same_rule(tmp_path: Path) -> None:
     assert proc.returncode == 2
     assert proc.stderr.startswith("trainimg-launch: trainjob's processes per node 4: this node has 2 GPU(s) and "
                                   "NCCL needs one GPU per process; run at most 2 per node"), proc.stderr
+
+
+def test_trainimg_test_and_run_refuse_before_any_container(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A CUDA image on an engine with 2 GPUs: `--nproc-per-node 3` is refused before a container starts."""
+    from trainimg.conformance.suite import Conformance
+    from trainimg.engine.base import ImageInfo
+    from trainimg.jobs.run import run_job
+    from trainimg.options import JobOptions, TestOptions
+
+    monkeypatch.setenv("PATH", f"{fake_smi(tmp_path, H100, SECOND)}{os.pathsep}{os.environ['PATH']}")
+    labels = json.loads((RUN / "selftest" / "labels-pytorch.json").read_text())
+    engine = GpuEngine(images={"img": ImageInfo("sha256:1", labels)})
+    with pytest.raises(UserInputError, match=r"^--nproc-per-node 3: this engine's machine has 2 GPU\(s\)"):
+        Conformance(engine).run("img", TestOptions(platform="vertex", replicas=1, nproc_per_node=3))
+    with pytest.raises(UserInputError, match=r"^--nproc-per-node 3: this engine's machine has 2 GPU\(s\)"):
+        run_job(engine, "img", JobOptions(command=("true",), platform="vertex", nproc_per_node=3),
+                state=tmp_path / "state")
+    assert engine.started == []
