@@ -9,7 +9,9 @@ the chosen platform's cluster variables emulated on 127.0.0.1 (`topology.replica
 a TrainJob's torchrun; Slurm's N tasks), TensorFlow as N one-process replicas, as ``MultiWorkerMirroredStrategy``
 expects (on Slurm N tasks of one node, whose TensorFlow ports differ by local id). A JobSet and SageMaker cannot
 be emulated (`NOT_EMULATED`), nor TensorFlow where the platform gives it no TF_CONFIG: both exit 2. NCCL when GPUs
-are visible, gloo otherwise; the NCCL all-reduce is reported skipped, with the reason, where it could not run.
+are visible (counted as CUDA counts them, `gpus.gpu_view`), gloo otherwise; more NCCL processes than GPUs exit 2
+before any check runs (`gpus.too_many_processes`); the NCCL all-reduce is reported skipped, with the reason, where
+it could not run.
 Skipped is never passed. The report is `trainimg test`'s (`report`, JSON and JUnit) and so are the exit codes:
 0 every check passed or warned, 1 one failed, 2 bad usage.
 
