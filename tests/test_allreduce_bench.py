@@ -66,9 +66,10 @@ def test_n_ranks_give_nccl_tests_figures_beside_a_copy(runtime_path: Path) -> No
     assert (result["nranks"], result["ok"], result["communicated"], result["backend"]) == (3, True, True, "gloo")
     assert result["definitions"] == DEFINITIONS
     # algbw = bytes / time; busbw = algbw * 2(n-1)/n (nccl-tests doc/PERFORMANCE.md), as the JSON states them.
-    assert result["algbw_gbps"] == pytest.approx(size / (result["time_us"] / 1e6) / 1e9, rel=1e-2)
-    assert result["busbw_gbps"] == pytest.approx(result["algbw_gbps"] * 2 * 2 / 3, rel=1e-3)
-    assert result["copy_gbps"] == pytest.approx(size / (result["copy_time_us"] / 1e6) / 1e9, rel=1e-2)
+    # (the JSON rounds GB/s to 3 decimals: on a loaded CPU a figure can be small enough for that to show)
+    assert result["algbw_gbps"] == pytest.approx(size / (result["time_us"] / 1e6) / 1e9, rel=1e-2, abs=2e-3)
+    assert result["busbw_gbps"] == pytest.approx(result["algbw_gbps"] * 2 * 2 / 3, rel=1e-3, abs=2e-3)
+    assert result["copy_gbps"] == pytest.approx(size / (result["copy_time_us"] / 1e6) / 1e9, rel=1e-2, abs=2e-3)
     assert "busbw_gbps = algbw * 2 * (nranks - 1) / nranks" in stderr and "device copy of the same bytes" in stderr
 
 
