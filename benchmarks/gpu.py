@@ -13,8 +13,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from trainimg.runtime.contract import REDUCTION_SERVER_PACKAGE
+
 GPU_VARIANTS = ("pytorch-2.14.1-cu130-py3.11", "tensorflow-2.21.0-cu125-py3.11", "jax-0.10.2-cu126-py3.11")
-ALLOW_MISSING = "google-reduction-server"  # Google's apt repository is out of reach here
+# What `--allow-missing` names: the Reduction Server's Debian package (Google's apt repository is out of reach here).
+ALLOW_MISSING = REDUCTION_SERVER_PACKAGE
 GPU_UNITS = {"size_bytes": "bytes", "pushed_bytes": "bytes", "size_overhead": "ratio"}
 
 

@@ -10,9 +10,12 @@
 #    (NCCL refuses two ranks on one GPU), writing OUT_DIR/selftest-<framework>.{json,xml};
 # 3. requires every GPU check PASSED, never skipped: gpu (GPUs visible), framework (a CUDA build), nccl
 #    (ncclGetVersion >= 2.7), cudnn (cuDNN loads and answers its version) and the NCCL all-reduce (exact sum);
-# 4. times the NCCL all-reduce (PyTorch) of 1 MiB, 64 MiB and 1 GiB tensors -> OUT_DIR/allreduce-<bytes>.json;
+# 4. times the NCCL all-reduce (PyTorch) of 1 MiB, 64 MiB and 1 GiB tensors -> OUT_DIR/allreduce-<bytes>.json
+#    (one rank per visible GPU: with one GPU nothing is communicated and no bandwidth is printed, but the device
+#    copy of the same bytes is);
 # 5. prints the reports. Exit 0 only if all of the above held; without a GPU it fails, saying which check.
 # Other checks (hypertune, reduction_server, ...) are reported but do not gate: such a machine is not an image.
+# benchmarks/gpu_device.sh runs this first, then the rest of a device run.
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,43 +32,9 @@ echo "== machine"
 command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "nvidia-smi: not found"
 "$PY" -c 'import sys; print("python", sys.version.split()[0], sys.executable)' || { echo "FAIL: no $PY"; exit 1; }
 
-labels() {  # $1 framework -> the labels JSON an image of it would carry, from what is installed here
-  "$PY" - "$1" <<'EOF'
-import importlib.metadata as md, json, sys
-framework = sys.argv[1]
-def version(*names):
-    for name in names:
-        try:
-            return md.version(name)
-        except md.PackageNotFoundError:
-            pass
-    return None
-labels = {"trainimg.framework": framework, "trainimg.variant": f"{framework}-native-gpu",
-          "trainimg.recipe.python": "%d.%d" % sys.version_info[:2], "trainimg.recipe.cuda": "13.0",
-          "trainimg.reduction-server": "none"}
-found = {"framework": version("torch") if framework == "pytorch" else version("jax"),
-         "nccl": version("nvidia-nccl-cu13"), "cudnn": version("nvidia-cudnn-cu13")}
-labels.update({f"trainimg.recipe.{k}": v for k, v in found.items() if v})
-print(json.dumps(labels, sort_keys=True))
-EOF
-}
-
-gate() {  # $1 framework: every GPU check passed (prints why not)
-  "$PY" - "$OUT/selftest-$1.json" <<'EOF'
-import json, sys
-report = json.load(open(sys.argv[1]))
-checks = {c["name"]: c for c in report["suites"][0]["checks"]}
-nccl_runs = [c for n, c in checks.items() if n.startswith("allreduce_nccl")]
-wanted = [checks.get(n, {"name": n, "status": "missing", "reason": ""}) for n in ("gpu", "framework", "nccl", "cudnn")]
-wanted += nccl_runs or [{"name": "allreduce_nccl", "status": "missing", "reason": "no NCCL all-reduce ran"}]
-bad = [c for c in wanted if c["status"] != "passed"]
-for c in checks.values():
-    print(f"  {c['status']:<8} {c['name']:<28} {c['reason']}")
-for c in bad:
-    print(f"FAIL: {c['name']} {c['status']}: {c['reason']}")
-sys.exit(1 if bad else 0)
-EOF
-}
+HELPER="$ROOT/benchmarks/gpu_device.py"  # the labels an image would carry, and the gate (standard library)
+labels() { "$PY" "$HELPER" labels "$1"; }
+gate() { "$PY" "$HELPER" gate "$OUT/selftest-$1.json"; }  # the report, then FAIL: per GPU check not passed
 
 for framework in pytorch jax; do
   echo "== selftest $framework (nproc-per-node 1)"

@@ -24,10 +24,11 @@ from ..engine.base import ContainerSpec, Engine, GpuRequest
 from ..errors import UserInputError
 from ..options import TestOptions
 from ..recipe.compat import load_compat
+from ..runtime.cause import reason as cause_of
 from ..runtime.contract import VARIANT_LABEL
 from ..runtime.expect import expectations as image_expectations
 from ..runtime.report import Check, Suite
-from ..runtime.gpus import gpu_count
+from ..runtime.gpus import gpu_count, too_many_processes
 from ..runtime.topology import process_start, refusal, replica_specs
 from ..runtime.verdict import judge_allreduce
 from . import inimage
@@ -51,6 +52,17 @@ def gpu_ready(engine: Engine) -> tuple[int, str]:
     return n, ""
 
 
+def refuse_too_many_processes(engine: Engine, cuda_variant: bool, nproc_per_node: int) -> None:
+    """`gpus.too_many_processes` on the host, before any container starts: a node here is this engine's machine,
+    its GPUs those the engine can hand out (`gpu_ready`); NCCL is the backend only for a CUDA variant on an
+    engine with GPUs (as `Conformance._gpu_allreduce` picks it), else gloo and any count goes.
+    Raises UserInputError (one line naming both numbers)."""
+    gpus = gpu_ready(engine)[0] if cuda_variant and nproc_per_node > 1 else 0
+    refused = too_many_processes(nproc_per_node, gpus, "nccl" if gpus else "gloo", where="this engine's machine")
+    if refused:
+        raise UserInputError(refused)
+
+
 def gpu_device_requests(index: int) -> GpuRequest:
     """`--gpus device=<index>`: one GPU per replica container."""
     return GpuRequest((index,))
@@ -70,6 +82,7 @@ class Conformance:
         refused = refusal(opts.platform, str(expect.get("framework")))
         if refused:
             raise UserInputError(refused, where="--platform")
+        refuse_too_many_processes(self.engine, bool(expect.get("cuda")), opts.nproc_per_node)
         suite = Suite(name or info.labels.get(VARIANT_LABEL) or image, image, info.id, opts.platform,
                       opts.replicas)
         suite.checks.extend(self._probe(info.id, expect))
@@ -88,8 +101,7 @@ class Conformance:
         try:
             results = json.loads(out.stdout)
         except json.JSONDecodeError:
-            last = (out.stderr.strip().splitlines() or ["no output"])[-1]
-            return [Check("probe", "failed", f"the probe did not run (exit {out.exit_code}): {last[:300]}",
+            return [Check("probe", "failed", f"the probe did not run (exit {out.exit_code}): {cause_of(out.stderr)}",
                           time.monotonic() - start)]
         return [Check(r["name"], r["status"], r.get("reason", ""), round(r.get("duration", 0.0), 3),
                       r.get("details", {})) for r in results]
@@ -155,8 +167,10 @@ class Conformance:
         run = self.engine.run_command(ContainerSpec(image=image_id, command=tuple(cmd), ro_mounts=inimage.volumes(),
                                                     gpus=GpuRequest()))
         if run.exit_code != 0:
-            tail = (run.stderr.strip().splitlines() or [f"exit {run.exit_code}"])[-1]
-            return "failed", f"single-container NCCL all-reduce failed: {tail[:300]}", {}
+            return ("failed", f"single-container NCCL all-reduce failed (exit {run.exit_code}): "
+                              f"{cause_of(run.stderr)}", {})
         result = parse_benchmark_output(run.stdout)
-        return ("passed" if result.get("ok") else "failed",
-                f"{n} GPUs: busbw {result.get('busbw_gbps', 0):.1f} GB/s", result)
+        figures = (f"busbw {result.get('busbw_gbps', 0):.1f} GB/s (a copy on one GPU: "
+                   f"{result.get('copy_gbps', 0):.1f} GB/s)" if result.get("communicated")
+                   else "one rank, nothing communicated: no bandwidth figure")
+        return "passed" if result.get("ok") else "failed", f"{n} GPU(s): {figures}", result

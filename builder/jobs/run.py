@@ -43,7 +43,9 @@ from ..engine.base import Engine
 from ..errors import UserInputError
 from ..options import ENV_NAME, LOCAL, NO_TIMEOUT, JobOptions
 from ..conformance.replicas import ReplicaJob, ReplicaResult, ReplicaRunner
+from ..conformance.suite import refuse_too_many_processes
 from ..runtime.contract import EXIT_OK, EXIT_TIMED_OUT, FRAMEWORK_LABEL, UAI
+from ..runtime.expect import expectations
 from ..runtime.topology import SIDE_ROLES, ReplicaSpec, process_start, refusal, replica_specs
 from ..state import state_dir
 
@@ -247,6 +249,8 @@ def run_replicas(engine: Engine, image_id: str, image: str, opts: JobOptions, *,
     if started:
         started(runner)
     framework = framework_of(engine, image_id, platform)
+    info = engine.image(image_id)
+    refuse_too_many_processes(engine, bool(info and expectations(info.labels).get("cuda")), opts.nproc_per_node)
     specs = _specs(platform, opts, framework, runner)
     extra = {"CLOUD_ML_TRIAL_ID": opts.trial} if opts.trial is not None else {}
     specs = [replace(s, env={**extra, **(chief_env if chief_env and s.role == "chief" else {}), **s.env})

@@ -5,8 +5,9 @@ Run once per rank under the launcher (``trainimg-launch``), which sets ``MASTER_
 /``JAX_NUM_PROCESSES``/``JAX_PROCESS_ID`` (JAX), plus ``TRAINIMG_ROLE``. Every rank contributes a 1024-element float32
 vector filled with ``rank + 1``; after the all-reduce every element must equal ``world * (world + 1) / 2`` exactly.
 Each rank prints ONE JSON line on stdout and exits 0 (right), 1 (wrong), 2 (setup error) or 3 (a peer never came):
-see `allreduce_result`. The frameworks' runs are in `allreduce_frameworks`; ``--benchmark-bytes`` takes the NCCL
-bandwidth path of `allreduce_bench`.
+see `allreduce_result`. The frameworks' runs are in `allreduce_frameworks`; ``--benchmark-bytes`` takes the timed
+path of `allreduce_bench` (NCCL over the visible GPUs, or ``--backend gloo`` on CPU; ``--nranks``): one rank gets no
+bandwidth figure but the reason, N ranks nccl-tests' algbw/busbw beside a device copy of the same bytes.
 
 This module is the verb and its supervisor: the framework runs in a child process that this one supervises
 (`supervise`): a rank stuck in a framework's C++ wait that holds the GIL cannot time itself out, so the parent
@@ -28,7 +29,7 @@ import time
 from collections.abc import Sequence
 from types import FrameType
 
-from .allreduce_bench import gpu_allreduce_benchmark
+from .allreduce_bench import allreduce_benchmark, summary_lines
 from .allreduce_frameworks import run_jax, run_pytorch, run_tensorflow
 from .contract import EXIT_OK
 from .frameworks import NAMES
@@ -168,6 +169,25 @@ def _needs_supervisor(framework: str) -> bool:
     return role in ("chief", "worker")
 
 
+def _benchmark(args: argparse.Namespace) -> int:
+    """``--benchmark-bytes``: one JSON line on stdout, the figures and their definitions on stderr."""
+    if args.benchmark_bytes < 1 or (args.nranks is not None and args.nranks < 1) or args.iters < 1:
+        return setup_error("pytorch", SetupError("--benchmark-bytes, --nranks and --iters must be >= 1"))
+    try:
+        backend = args.backend
+        if backend == "auto":
+            import torch  # noqa: PLC0415
+
+            backend = "nccl" if torch.cuda.is_available() else "gloo"
+        result = allreduce_benchmark(args.benchmark_bytes, args.iters, nranks=args.nranks, backend=backend)
+    except Exception as err:  # noqa: BLE001
+        return setup_error("pytorch", err)
+    emit(result)
+    for line in summary_lines(result):
+        print(line, file=sys.stderr, flush=True)
+    return EXIT_OK if result.get("ok") else EXIT_WRONG
+
+
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m trainimg_runtime allreduce",
                                      description="One cross-process all-reduce of rank+1; prints one JSON line.")
@@ -175,7 +195,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--backend", default="auto", choices=("auto", "gloo", "nccl"))
     parser.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT, help="seconds to wait for peers")
     parser.add_argument("--benchmark-bytes", type=int, default=None,
-                        help="instead: time NCCL all-reduce of this many bytes over all visible GPUs (pytorch)")
+                        help="instead: time the all-reduce of this many bytes (pytorch; nccl: one rank per visible "
+                             "GPU, gloo: on CPU)")
+    parser.add_argument("--nranks", type=int, default=None,
+                        help="--benchmark-bytes: processes (default: the visible GPUs for nccl, 1 for gloo)")
     parser.add_argument("--iters", type=int, default=20, help="--benchmark-bytes: timed iterations")
     parser.add_argument("--supervised-child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
@@ -186,12 +209,7 @@ def main(argv: list[str]) -> int:
     if args.benchmark_bytes is not None:
         if args.framework != "pytorch":
             return setup_error(args.framework, SetupError("--benchmark-bytes needs --framework pytorch"))
-        try:
-            result = gpu_allreduce_benchmark(args.benchmark_bytes, args.iters)
-        except Exception as err:  # noqa: BLE001
-            return setup_error("pytorch", err)
-        emit(result)
-        return EXIT_OK if result.get("ok") else EXIT_WRONG
+        return _benchmark(args)
     runner = {"pytorch": run_pytorch, "tensorflow": run_tensorflow, "jax": run_jax}[args.framework]
     try:
         return runner(args.backend, args.timeout)

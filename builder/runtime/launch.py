@@ -39,6 +39,10 @@ mislead a script into joining it.
   terminated and the launcher exits with the failing process's code. SIGINT/SIGTERM are forwarded to the children.
 * tensorflow: one process per replica, since ``MultiWorkerMirroredStrategy`` drives every local GPU itself.
 
+More processes than the GPUs CUDA sees here (`gpus.gpu_view`) are refused before any starts (exit 2, one line
+naming both numbers): NCCL, the backend wherever a GPU is visible, needs one GPU per process. With no GPU visible
+(none, or hidden by ``CUDA_VISIBLE_DEVICES=``) the processes run on CPU over gloo and any count goes.
+
 ``--framework`` defaults to ``auto``: the framework the image's manifest (``/etc/trainimg/manifest.json``, written at
 build time) lists, or, without a manifest, the one whose package is importable. So a TensorFlow image keeps one
 process per replica even when a spec or a user asks for ``--nproc-per-node 8`` and says nothing else. With several
@@ -71,7 +75,7 @@ from .platforms import FORCEABLE
 from .world import ClusterInfo, format_address
 from .contract import EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_USAGE, MANIFEST_PATH
 from .frameworks import FRAMEWORKS as FRAMEWORK_TABLE, NAMES
-from .gpus import visible_gpus
+from .gpus import gpu_view, too_many_processes, visible_gpus
 
 FRAMEWORKS = ("auto", *NAMES)
 # The import name each framework's package installs, for images without a manifest.
@@ -334,7 +338,20 @@ def _plan(args: argparse.Namespace) -> tuple[ClusterInfo, str]:
         raise ValueError(f"TensorFlow reads TF_CONFIG, which {info.platform} does not describe: a TensorFlow job "
                          "there would train alone on every node; run it as a TFJob (TF_CONFIG) or on a platform "
                          "whose hosts trainimg can list (slurm, jobset)")
+    refused = _too_many(info, framework, args.nproc_per_node is not None)
+    if refused:
+        raise ValueError(refused)
     return info, framework
+
+
+def _too_many(info: ClusterInfo, framework: str, flag_given: bool) -> str | None:
+    """`gpus.too_many_processes` for the processes this launcher would start on this node (torchrun's or its
+    own; one where it execs), over NCCL when CUDA sees a GPU here, else gloo."""
+    mode = choose_mode(info, framework, _has_torch())
+    processes = (info.nproc_per_node or 1) if mode in ("torchrun", "spawn") else 1
+    gpus = gpu_view(os.environ).visible
+    flag = "--nproc-per-node" if flag_given else f"{info.platform}'s processes per node"
+    return too_many_processes(processes, gpus, "nccl" if gpus else "gloo", flag=flag)
 
 
 def _has_torch() -> bool:

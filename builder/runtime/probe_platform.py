@@ -18,8 +18,9 @@ import sys
 import tempfile
 
 from . import libs
+from .cause import reason as cause_of
 from .contract import JOBSET, PYTORCHJOB, REDUCTION_SERVER_PACKAGE, SLURM, TRAINJOB
-from .gpus import nvidia_smi_gpus
+from .gpus import VISIBLE_VARIABLE, gpu_view, nvidia_smi_gpus
 from .report import FAILED, PASSED, SKIPPED, WARNING
 from .versions import parse_version, versions_equal
 
@@ -121,8 +122,7 @@ def check_hypertune(expect: dict) -> tuple[str, str, dict]:
         lines = [ln for ln in proc.stdout.splitlines() if ln.startswith("{")]
         report = json.loads(lines[-1]) if lines else {}
         if proc.returncode != 0 or not lines:
-            tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            return FAILED, f"hypertune: reporting a metric raised ({tail})", {**details, "rc": proc.returncode}
+            return FAILED, f"hypertune: reporting a metric raised ({cause_of(proc.stderr)})", {**details, "rc": proc.returncode}
         if "import_error" in report:
             return FAILED, f"hypertune is not importable: {report['import_error']}", details
         details.update(version=report.get("version"), module=report.get("module"))
@@ -277,24 +277,35 @@ def _gpus_from_libcuda() -> tuple[int | None, int | None, str | None]:
 
 
 def check_gpu(expect: dict) -> tuple[str, str, dict]:
+    """The GPUs CUDA will enumerate here (`gpus.gpu_view`: ``CUDA_VISIBLE_DEVICES`` applied to nvidia-smi's list;
+    libcuda's own count where nvidia-smi is missing), saying when nvidia-smi lists more than are visible."""
     names, smi_error = nvidia_smi_gpus()
     count, driver, cuda_error = _gpus_from_libcuda()
+    view = gpu_view(os.environ, names, smi_error, look=False)
     details: dict = {"nvidia_smi": names, "nvidia_smi_error": smi_error, "libcuda_count": count,
-                     "libcuda_error": cuda_error}
+                     "libcuda_error": cuda_error, "cuda_visible_devices": view.setting,
+                     "listed": len(names) if names is not None else None}
     if driver:
         details["driver_cuda"] = f"{driver // 1000}.{(driver % 1000) // 10}"
-    total = len(names) if names else (count or 0)
+    total = view.visible if names is not None else (count or 0)
     details["count"] = total
     if not total:
+        if view.hidden:
+            return (WARNING, f"0 GPU(s) visible of {view.hidden} listed by nvidia-smi: {VISIBLE_VARIABLE}="
+                    f"{view.setting!r} hides them; the NCCL all-reduce cannot run", details)
         return SKIPPED, "no GPU", details
+    seen = f"{total} GPU(s)" + (f" visible of {len(names or [])} listed ({VISIBLE_VARIABLE}={view.setting!r})"
+                                if view.hidden else "")
+    if names is not None and count is not None and cuda_error is None and count != total:
+        return WARNING, f"{seen}, but libcuda's cuDeviceGetCount says {count}", details
     want = expect.get("cuda")
     if want and driver:
         need = parse_version(str(want))[0]
         have = (driver // 1000, (driver % 1000) // 10)
         if have < need[:2] + (0,) * (2 - len(need[:2])):
-            return (WARNING, f"{total} GPU(s), but the driver supports CUDA {details['driver_cuda']} and the image "
+            return (WARNING, f"{seen}, but the driver supports CUDA {details['driver_cuda']} and the image "
                     f"is built for CUDA {want} (needs cuda-compat or a newer driver)", details)
-    return PASSED, f"{total} GPU(s)" + (f": {names[0].split(' (UUID')[0]}" if names else ""), details
+    return PASSED, seen + (f": {names[0].split(' (UUID')[0]}" if names and not view.hidden else ""), details
 
 
 def check_duplicate_libs(expect: dict, roots: list[str] | None = None) -> tuple[str, str, dict]:

@@ -9,7 +9,9 @@ the chosen platform's cluster variables emulated on 127.0.0.1 (`topology.replica
 a TrainJob's torchrun; Slurm's N tasks), TensorFlow as N one-process replicas, as ``MultiWorkerMirroredStrategy``
 expects (on Slurm N tasks of one node, whose TensorFlow ports differ by local id). A JobSet and SageMaker cannot
 be emulated (`NOT_EMULATED`), nor TensorFlow where the platform gives it no TF_CONFIG: both exit 2. NCCL when GPUs
-are visible, gloo otherwise; the NCCL all-reduce is reported skipped, with the reason, where it could not run.
+are visible (counted as CUDA counts them, `gpus.gpu_view`), gloo otherwise; more NCCL processes than GPUs exit 2
+before any check runs (`gpus.too_many_processes`); the NCCL all-reduce is reported skipped, with the reason, where
+it could not run.
 Skipped is never passed. The report is `trainimg test`'s (`report`, JSON and JUnit) and so are the exit codes:
 0 every check passed or warned, 1 one failed, 2 bad usage.
 
@@ -41,8 +43,9 @@ from .cluster import parse_cluster
 from .world import ClusterError
 from .contract import DEFAULT_TEST_TIMEOUT, EXIT_FAILED, EXIT_OK, EXIT_USAGE, LABELS_PATH, OCI_TITLE, \
     SLURM, TEST_TIMEOUT_RANGE, VARIANT_LABEL, VERTEX
+from .cause import reason as cause_of
 from .expect import expectations, image_labels
-from .gpus import visible_gpus
+from .gpus import gpu_view, too_many_processes
 from .launch import FRAMEWORKS as LAUNCH_FRAMEWORKS
 from .launch import GROUP_VARIABLES, nproc_argument
 from .report import Check, ReportPathError, Suite, write_json, write_junit
@@ -160,6 +163,7 @@ class Plan:
     backend: str
     replicas: int
     nproc: int
+    gpus: int = 0  # the GPUs CUDA sees here (`gpus.gpu_view`): NCCL when there are any
 
     @property
     def world(self) -> int:
@@ -173,11 +177,11 @@ class Plan:
 def plan_allreduce(framework: str, nproc: int | str, gpus: int, platform: str = VERTEX) -> Plan:
     """N local processes (``auto``: the visible GPUs, 1 without) on one node; TensorFlow as N one-process replicas
     where the launcher would start one process per replica (Slurm starts N tasks on the node whatever runs)."""
-    n = (visible_gpus(os.environ) if gpus else 1) if nproc == "auto" else int(nproc)
+    n = max(gpus, 1) if nproc == "auto" else int(nproc)
     backend = "nccl" if gpus else "gloo"
     if process_start(platform, framework, n).per_node < n:
-        return Plan(framework, backend, replicas=n, nproc=1)
-    return Plan(framework, backend, replicas=1, nproc=n)
+        return Plan(framework, backend, replicas=n, nproc=1, gpus=gpus)
+    return Plan(framework, backend, replicas=1, nproc=n, gpus=gpus)
 
 
 def run_local(plan: Plan, platform: str, timeout: float) -> list[LocalRun]:
@@ -263,8 +267,11 @@ def cluster_checks(expect: dict[str, object], framework: str, timeout: float) ->
         return [*checks, Check("allreduce_cluster", "skipped", "no framework in this image")]
     start = time.monotonic()
     proc = subprocess.run(_runtime_argv("allreduce", "--framework", framework, "--timeout", str(timeout)),
-                          env=_child_env(dict(os.environ)), stdout=subprocess.PIPE, check=False)
+                          env=_child_env(dict(os.environ)), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          check=False)
     seconds = round(time.monotonic() - start, 3)
+    errors = proc.stderr.decode("utf-8", "replace")
+    sys.stderr.write(errors)  # the rank's log stays in the replica's log
     lines = [json.loads(line) for line in proc.stdout.decode("utf-8", "replace").splitlines()
              if line.startswith("{")]
     line = lines[-1] if lines else {}
@@ -273,7 +280,7 @@ def cluster_checks(expect: dict[str, object], framework: str, timeout: float) ->
         reason = f"rank {line['rank']} of {line['world_size']}: sum {line['got']} over {line['backend']}"
         return [*checks, Check("allreduce_cluster", "passed", reason, seconds, details)]
     got = "timed out waiting for peers" if line.get("error") == "timeout" else (
-        f"got {line.get('got')!r}, expected {line.get('expected')!r}" if line else "no result")
+        f"got {line.get('got')!r}, expected {line.get('expected')!r}" if line else cause_of(errors))
     return [*checks, Check("allreduce_cluster", "failed", f"exit {proc.returncode}: {got}", seconds, details)]
 
 
@@ -310,6 +317,11 @@ def _cluster_main(suite: Suite, expect: dict[str, object], framework: str, timeo
     return EXIT_OK if suite.passed else EXIT_FAILED
 
 
+def _too_many(plan: Plan) -> str | None:
+    """`gpus.too_many_processes` for the plan: every local process of its all-reduce runs on this machine."""
+    return too_many_processes(plan.world, plan.gpus, plan.backend, where="this machine")
+
+
 def _usage_error(message: str) -> int:
     print(f"trainimg-runtime selftest: {message}", file=sys.stderr)
     return EXIT_USAGE
@@ -338,9 +350,17 @@ def main(argv: list[str]) -> int:
     refused = NOT_EMULATED.get(args.platform) or refusal(args.platform, framework)
     if refused:
         return _usage_error(f"--platform {args.platform}: {refused}")
+    if framework != "none":  # more NCCL processes than GPUs: refused before anything runs
+        too_many = _too_many(plan_allreduce(framework, args.nproc_per_node, gpu_view(os.environ).visible,
+                                            args.platform))
+        if too_many:
+            return _usage_error(too_many)
     suite.checks = probe_checks(expect)
     plan = None if framework == "none" else plan_allreduce(framework, args.nproc_per_node, gpus_seen(suite.checks),
                                                           args.platform)
+    too_many = _too_many(plan) if plan else None
+    if too_many:  # the gpu check found GPUs nvidia-smi did not list (libcuda's count)
+        return _usage_error(too_many)
     suite.replicas = plan.replicas if plan else 1
     suite.checks += allreduce_checks(expect, plan, args.platform, args.timeout)
     for line in probe.summary_lines([{"name": c.name, "status": c.status, "reason": c.reason}

@@ -13,6 +13,7 @@ import json
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from .cause import reason as cause_of
 from .report import Check
 
 
@@ -55,6 +56,8 @@ def judge_allreduce(name: str, results: Sequence[RankRun], world: int, seconds: 
         lines = records.get(r.name, {}).get("lines", [])
         details["replicas"][r.name] = {"exit_code": r.exit_code, "timed_out": r.timed_out,
                                        "results": lines, "log_tail": r.logs.strip().splitlines()[-5:]}
+        if r.exit_code not in (0, None):
+            details["replicas"][r.name]["cause"] = cause_of(r.logs)
         if r.role not in ("chief", "worker"):
             continue
         # A rank that timed out reports got=None: that is a timeout (exit code below), not a wrong sum.
@@ -66,8 +69,8 @@ def judge_allreduce(name: str, results: Sequence[RankRun], world: int, seconds: 
         elif r.exit_code is None:
             problems.append(f"{r.name} did not finish")
         elif r.exit_code != 0:
-            tail = (r.logs.strip().splitlines() or ["no output"])[-1][:200]
-            problems.append(f"{r.name} exited {r.exit_code}: {tail}")
+            # The first line naming the error, read through torchrun's and XLA's wrappers (`cause`).
+            problems.append(f"{r.name} exited {r.exit_code}: {cause_of(r.logs)}")
         elif not lines or not all(line.get("ok") for line in lines):
             problems.append(f"{r.name} reported no result, expected {expected}")
     ranks = sorted(line.get("rank") for r in results if r.role in ("chief", "worker")
