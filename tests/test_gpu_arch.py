@@ -11,6 +11,7 @@ Fast: no Docker, no network.
 
 from __future__ import annotations
 
+import zipfile
 from functools import cache
 from pathlib import Path
 
@@ -24,12 +25,14 @@ from trainimg.jobs import sagemaker
 from trainimg.jobs.clusterspec import cluster_spec
 from trainimg.jobs.fields import accelerator_types
 from trainimg.jobs.images import facts_from_variant
-from trainimg.jobs.gpucheck import with_alternatives
+from trainimg.jobs.gpucheck import archs_from_labels, with_alternatives
 from trainimg.jobs.machines import machines
 from trainimg.jobs.shape import ImageFacts, SpecOptions
 from trainimg.jobs.spec import job_spec
 from trainimg.recipe.gpuarch import archs_of, describe, runs_on
 from trainimg.recipe.loading import load_recipes
+from trainimg.runtime.contract import CUDA_ARCHS_LABEL
+from trainimg.runtime.manifest import torch_archs
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "builder" / "jobs" / "data"
@@ -236,3 +239,24 @@ def test_unknown_machine_names_exit_2(capsys: pytest.CaptureFixture[str], args: 
     out, err = capsys.readouterr()
     assert (code, out) == (2, "") and err.count("\n") == 1, err
     assert args[3] in err, err
+
+
+def test_the_torch_wheels_own_arch_list_is_the_compat_data(tmp_path: Path) -> None:
+    """The manifest reads what the build holds (the image's `trainimg.cuda.archs` label) from libtorch_cuda.so,
+    without importing torch; on the real torch 2.14.1 CUDA 13 wheel it must say what compat data says."""
+    wheel = next(iter(sorted(Path("/opt/pypi-more/files").glob("torch-2.14.1-*.whl"))), None)
+    if wheel is None:
+        pytest.skip("torch 2.14.1 wheel not on this machine")
+    with zipfile.ZipFile(wheel) as zf:
+        zf.extract("torch/lib/libtorch_cuda.so", tmp_path)
+    read = torch_archs(str(tmp_path / "torch"))
+    assert read is not None and tuple(read) == archs_of("pytorch", "2.14.1", "13.0"), read
+    assert torch_archs(str(tmp_path / "nothing")) is None  # a CPU build has no libtorch_cuda.so
+
+
+def test_an_images_arch_label_comes_before_compat_data() -> None:
+    labels = {"trainimg.framework": "pytorch", "trainimg.version.framework": "2.14.1",
+              "trainimg.version.cuda": "13.0.96"}
+    assert archs_from_labels(labels) == archs_of("pytorch", "2.14.1", "13.0")
+    assert archs_from_labels({**labels, CUDA_ARCHS_LABEL: "sm_80,compute_90"}) == ("sm_80", "compute_90")
+    assert archs_from_labels({"trainimg.framework": "pytorch", "trainimg.version.cuda": "none"}) is None

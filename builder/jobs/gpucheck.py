@@ -26,7 +26,7 @@ from pydantic import BaseModel, ConfigDict
 from ..errors import UserInputError
 from ..recipe.gpuarch import Capability, archs_of, describe, parse_capability, runs_on, show, why_missing
 from ..recipe.loading import Variant
-from ..runtime.contract import AZUREML, FRAMEWORK_LABEL, RECIPE_VERSION_PREFIX, SAGEMAKER, VERSION_PREFIX
+from ..runtime.contract import AZUREML, CUDA_ARCHS_LABEL, FRAMEWORK_LABEL, RECIPE_VERSION_PREFIX, SAGEMAKER, VERSION_PREFIX
 from . import azureml, sagemaker
 from .machines import machines
 from .nearest import did_you_mean
@@ -151,7 +151,11 @@ def with_alternatives(resolved: tuple[str, ImageFacts | None], variants: Mapping
 
 
 def archs_from_labels(labels: Mapping[str, str]) -> tuple[str, ...] | None:
-    """A built image's architectures, from the framework and versions its labels record (held, else asked)."""
+    """A built image's architectures: its `CUDA_ARCHS_LABEL` (read from the framework by the build), else from the
+    framework and versions its labels record (held, else asked) and compat data."""
+    if labels.get(CUDA_ARCHS_LABEL):
+        return tuple(labels[CUDA_ARCHS_LABEL].split(","))
+
     def version(key: str) -> str | None:
         value = labels.get(VERSION_PREFIX + key) or labels.get(RECIPE_VERSION_PREFIX + key)
         return None if value in (None, "none") else value
