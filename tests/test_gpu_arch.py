@@ -24,7 +24,8 @@ from trainimg.errors import UserInputError
 from trainimg.jobs import sagemaker
 from trainimg.jobs.clusterspec import cluster_spec
 from trainimg.jobs.fields import accelerator_types
-from trainimg.jobs.images import facts_from_variant
+from trainimg.engine.base import ImageInfo
+from trainimg.jobs.images import facts_from_variant, resolve_image
 from trainimg.jobs.gpucheck import archs_from_labels, check_gpus, with_alternatives
 from trainimg.jobs.machines import machines
 from trainimg.jobs.shape import ImageFacts, SpecOptions
@@ -268,3 +269,18 @@ def test_an_images_arch_label_comes_before_compat_data() -> None:
     assert archs_from_labels(labels) == archs_of("pytorch", "2.14.1", "13.0")
     assert archs_from_labels({**labels, CUDA_ARCHS_LABEL: "sm_80,compute_90"}) == ("sm_80", "compute_90")
     assert archs_from_labels({"trainimg.framework": "pytorch", "trainimg.version.cuda": "none"}) is None
+
+
+def test_a_local_image_is_checked_by_its_label_and_told_a_variant_that_runs() -> None:
+    """A reference to a local image: its labels give the architectures (the build's own list wins), and the refusal
+    still names a variant that runs on the GPU."""
+    labels = {"trainimg.framework": "pytorch", "trainimg.variant": "pytorch-2.14.1-cu130-py3.11",
+              "trainimg.version.framework": "2.14.1", "trainimg.version.cuda": "13.0.96",
+              CUDA_ARCHS_LABEL: "sm_75,sm_80,sm_86,sm_90,sm_100,sm_120"}
+    ref = "europe-docker.pkg.dev/acme/ml/trainimg/pytorch:2.14.1-cu130-py3.11"
+    image, found = resolve_image(ref, variants=variants(), lock={}, registry=None, framework=None,
+                                 inspect=lambda _: ImageInfo(id="sha256:" + "0" * 64, labels=labels))
+    assert found is not None and found.archs == tuple(labels[CUDA_ARCHS_LABEL].split(","))
+    said = outcome(SpecOptions(platform="vertex", image=image, replicas=1, machine_type="n1-standard-8",
+                               accelerator="NVIDIA_TESLA_V100:1", facts=found))
+    assert said is not None and "pytorch-2.14.1-cu126-py3.12 runs on it" in said, said

@@ -103,7 +103,7 @@ def resolve_image(image: str, *, variants: Mapping[str, Variant], lock: Mapping[
     if facts is None:
         raise UserInputError(f"{image} has no trainimg labels; add --framework {{{','.join(FRAMEWORK_CHOICES)}}}",
                              where="--image")
-    return image, facts
+    return with_alternatives((image, facts), variants)
 
 
 def _from_variant(name: str, v: Variant | None, entry: LockEntry | None, registry: str | None,
