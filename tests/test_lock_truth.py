@@ -112,8 +112,11 @@ def test_lock_fails_when_the_index_the_recipe_needs_is_unreachable(tmp_path: Pat
     root = copy_repo(tmp_path)
     lock = root / "images" / UNLOCKABLE / "requirements.lock"
     lock.unlink()
-    r = trainimg("--recipes", str(root / "recipes"), "lock", UNLOCKABLE, timeout=600)
+    r = trainimg("--recipes", str(root / "recipes"), "lock", UNLOCKABLE, "pytorch-2.13.0-cpu-py3.11", timeout=600)
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    # the other variant is still locked (its +cpu build is in this machine's wheel folder)
+    assert re.search(r"^images/pytorch-2\.13\.0-cpu-py3\.11/requirements\.lock: [0-9]+ packages locked \(unchanged\)$",
+                     r.stdout, re.MULTILINE), r.stdout
     assert re.search(r"download\.pytorch\.org/whl/cu126, the only index that serves this build", r.stderr), r.stderr
     assert lock.read_text(encoding="utf-8") == (ROOT / "images" / UNLOCKABLE / "requirements.lock").read_text(
         encoding="utf-8")  # the not-lockable file, as committed

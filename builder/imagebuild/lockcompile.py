@@ -115,7 +115,7 @@ def lock_variants(recipes: RecipeSet, names: list[str], root: Path, opts: LockOp
     compat = compat or load_compat()
     wanted = {v.name for v in recipes.select(names)}
     inputs: dict[str, Requirements] = {}
-    written = []
+    written, unreachable = [], []
     for v in recipes.with_parents(recipes.select(names)):
         parent_text = lock_path(root, v.extends).read_text(encoding="utf-8") if v.extends else None
         inputs[v.name] = variant_requirements(v, compat, inputs.get(v.extends or ""),
@@ -127,9 +127,10 @@ def lock_variants(recipes: RecipeSet, names: list[str], root: Path, opts: LockOp
         held = "".join(f"{n}=={ver}\n" for n, ver in pins(parent_text).items()) if parent_text else None
         try:
             text = compile_lock(inputs[v.name], opts, env, previous, held)
-        except IndexUnreachable as err:
+        except IndexUnreachable as err:  # the others are still locked; the command fails at the end
             mark_not_lockable(path, previous, v, compat, inputs[v.name], err.index)
-            raise
+            unreachable.append(err)
+            continue
         problems = lock_problems(v, compat, pins(text))
         if problems:
             raise CheckFailed(f"the resolved lock contradicts {v.source}: {problems[0]}; not written",
@@ -139,6 +140,8 @@ def lock_variants(recipes: RecipeSet, names: list[str], root: Path, opts: LockOp
         say(f"{path.relative_to(root)}: {len(pins(text))} packages locked"
             + (" (unchanged)" if text == previous else ""))
         written.append(path)
+    if unreachable:
+        raise unreachable[0]
     return written
 
 
