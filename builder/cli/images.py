@@ -81,6 +81,7 @@ def validate(c: Ctx, paths: tuple[Path, ...]) -> None:
 @pass_ctx
 def render(c: Ctx, out: Path | None, check: bool) -> None:
     """Render every variant's Dockerfile into images/<variant>/Dockerfile."""
+    from ..plan.locktruth import state_line
     from ..plan.requirements import lock_states
     from ..recipe.compat import load_compat
     from ..render.dockerfile import HAND_WRITTEN, check as drift_of, render_all, write
@@ -92,11 +93,10 @@ def render(c: Ctx, out: Path | None, check: bool) -> None:
     kept = [d for d in found if d.kind == HAND_WRITTEN and d.path not in files]
     for d in kept:
         click.echo(f"{d.path}: kept (hand-written: no trainimg header, no recipe renders it)")
-    locks = [s for s in lock_states(recipes.variants, load_compat(), root) if s.state != "fresh"]
+    # A not-lockable variant is no drift: its lock file says why, and build and release refuse it.
+    locks = [s for s in lock_states(recipes.variants, load_compat(), root) if s.state not in ("fresh", "unlockable")]
     for s in locks:  # one line naming the recipe and its lock
-        click.echo(f"{s.path}: stale lock: {s.source} changed for {s.variant} since it was locked; run "
-                   f"`trainimg lock {s.variant}`" if s.state == "stale" else
-                   f"{s.path}: missing lock for {s.variant} ({s.source}); run `trainimg lock {s.variant}`")
+        click.echo(state_line(s.path, s.state, s.variant, s.source, s.why))
     if check:
         drift = [d for d in found if d not in kept]
         for d in drift:

@@ -45,6 +45,7 @@ from ..runtime.frameworks import DISTRIBUTIONS
 from ..runtime.manifest import distribution_key
 from ..runtime.contract import (
     ABSENT_LABEL,
+    CUDA_ARCHS_LABEL,
     LOCK_DIGEST_LABEL,
     INPUTS_LABEL,
     MANAGED_LABEL,
@@ -125,6 +126,9 @@ def labels_from_manifest(v: Variant, manifest: Mapping[str, Any], prov: Mapping[
     labels[ABSENT_LABEL] = ",".join(sorted(manifest.get("absent", [])))
     for key, value in sorted(installed_versions(manifest).items()):
         labels[f"{VERSION_PREFIX}{key}"] = value or "none"
+    archs = manifest.get("frameworks", {}).get("pytorch", {}).get("archs")
+    if archs:  # what the built framework says it runs on: `spec` reads it before compat data (jobs.gpucheck)
+        labels[CUDA_ARCHS_LABEL] = ",".join(archs)
     return labels
 
 

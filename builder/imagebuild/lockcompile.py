@@ -4,8 +4,11 @@ uv resolves for a Python and platform other than the host's (`--python-version`,
 cannot, and writes every wheel's hashes. It reads the same sources the build does: the recipe's extra index, the
 host's index settings (PIP_INDEX_URL, PIP_EXTRA_INDEX_URL) and the wheel folders (`--wheelhouse`, default
 PIP_FIND_LINKS), so the hashes it records are the hashes of the wheels the build will fetch. A recipe index that
-does not answer (download.pytorch.org behind a closed network) is left out and said so in the lock's header, as
-pip in the build skips it. An existing lock is the preference: versions move only with --upgrade.
+does not answer (download.pytorch.org behind a closed network) is left out, and the build it serves is then taken
+from a wheel folder or not at all: the framework requirement names that build (``torch==2.14.1+cu126``), so it is
+never resolved from another index; when no folder holds it, `lock` fails (exit 1) and the lock file says the
+variant is not lockable here (`plan.locktruth`). Every resolved lock is read against its recipe before it is
+written. An existing lock is the preference: versions move only with --upgrade.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from ..plan.requirements import (
     text_digest,
     variant_requirements,
 )
+from ..plan.locktruth import lock_problems, not_lockable, not_lockable_reason, not_lockable_text, state_line
 from ..recipe.compat import Compat, load_compat
 from ..recipe.loading import RecipeSet, Variant
 from .wheelhouse import Wheelhouse, check_dirs, reachable
@@ -55,6 +59,24 @@ def source_args(wheelhouses: Sequence[Wheelhouse], env: Mapping[str, str]) -> li
     return args
 
 
+class IndexUnreachable(CheckFailed):
+    """A recipe's index did not answer and no wheel folder holds the build it serves (exit 1, as a failed check)."""
+
+    def __init__(self, index: str, message: str, *, where: str) -> None:
+        super().__init__(message, where=where)
+        self.index = index
+
+
+def mark_not_lockable(path: Path, previous: str | None, v: Variant, compat: Compat, req: Requirements,
+                      index: str) -> None:
+    """Replace a missing, wrong or not-lockable lock with a file saying why it cannot be locked here; a lock that
+    holds the right build (locked where the index answered) is kept."""
+    if previous is not None and not_lockable(previous) is None and not lock_problems(v, compat, pins(previous)):
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(not_lockable_text(lock_header(req, (), UV), v.name, index), encoding="utf-8")
+
+
 def compile_lock(req: Requirements, opts: LockOptions, env: Mapping[str, str], previous: str | None,
                  constraints: str | None = None) -> str:
     """The lock text for `req`: trainimg's header, then uv's pins with hashes and `# via` annotations."""
@@ -76,6 +98,10 @@ def compile_lock(req: Requirements, opts: LockOptions, env: Mapping[str, str], p
         cmd += ["--upgrade"] if opts.upgrade else [a for p in opts.upgrade_packages for a in ("--upgrade-package", p)]
         proc = subprocess.run(cmd, cwd=folder, env={**os.environ, **env}, capture_output=True, text=True)
         if proc.returncode != 0:
+            unreachable = [i for i in req.indexes if i not in used]
+            if unreachable:  # never resolved from another index: the build only that index serves, or nothing
+                raise IndexUnreachable(unreachable[0], f"{not_lockable_reason(req.variant, unreachable[0])} (no "
+                                       "wheel folder holds it either)", where=f"lock {req.variant}")
             said = [ln for ln in proc.stderr.splitlines() if ln.strip()]
             raise CheckFailed(f"uv could not resolve {', '.join(req.requirements)}: "
                               f"{' '.join(said[-6:])[:600]}", where=f"lock {req.variant}")
@@ -89,7 +115,7 @@ def lock_variants(recipes: RecipeSet, names: list[str], root: Path, opts: LockOp
     compat = compat or load_compat()
     wanted = {v.name for v in recipes.select(names)}
     inputs: dict[str, Requirements] = {}
-    written = []
+    written, unreachable = [], []
     for v in recipes.with_parents(recipes.select(names)):
         parent_text = lock_path(root, v.extends).read_text(encoding="utf-8") if v.extends else None
         inputs[v.name] = variant_requirements(v, compat, inputs.get(v.extends or ""),
@@ -99,12 +125,23 @@ def lock_variants(recipes: RecipeSet, names: list[str], root: Path, opts: LockOp
         if v.name not in wanted and previous is not None:
             continue
         held = "".join(f"{n}=={ver}\n" for n, ver in pins(parent_text).items()) if parent_text else None
-        text = compile_lock(inputs[v.name], opts, env, previous, held)
+        try:
+            text = compile_lock(inputs[v.name], opts, env, previous, held)
+        except IndexUnreachable as err:  # the others are still locked; the command fails at the end
+            mark_not_lockable(path, previous, v, compat, inputs[v.name], err.index)
+            unreachable.append(err)
+            continue
+        problems = lock_problems(v, compat, pins(text))
+        if problems:
+            raise CheckFailed(f"the resolved lock contradicts {v.source}: {problems[0]}; not written",
+                              where=f"lock {v.name}")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text, encoding="utf-8")
         say(f"{path.relative_to(root)}: {len(pins(text))} packages locked"
             + (" (unchanged)" if text == previous else ""))
         written.append(path)
+    if unreachable:
+        raise unreachable[0]
     return written
 
 
@@ -116,10 +153,10 @@ def locks_into(ctx: Path, recipes: RecipeSet, chosen: list[Variant], root: Path,
     A committed lock must be current (a stale one is refused: `trainimg lock` it); a variant with none (a
     recipes folder of your own) gets one compiled for this build, in the context only."""
     states = lock_states(chosen, compat, root)
-    stale = [s for s in states if s.state == "stale"]
-    if stale:
-        raise UserInputError(f"{stale[0].path} was locked from an older {stale[0].source}: run `trainimg lock "
-                             f"{stale[0].variant}`", where="lock")
+    refused = [s for s in states if s.state in ("stale", "unlockable", "wrong")]
+    if refused:
+        s = refused[0]
+        raise UserInputError(state_line(s.path, s.state, s.variant, s.source, s.why), where="lock")
     for s in states:
         if s.state == "fresh":
             target = ctx / s.path

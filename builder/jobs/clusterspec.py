@@ -23,6 +23,7 @@ from ..runtime.platforms import STARTS
 from . import azureml, jobset, pytorchjob, sagemaker, slurm, tfjob, trainjob
 from .clusterimage import check_gpu_image, check_pullable
 from .fields import count
+from .gpucheck import check_gpus
 from .k8s_shape import K8sJob
 from .kubernetes import MAX_LABEL, dump_yaml
 from .shape import LAUNCHER, SpecOptions
@@ -57,6 +58,7 @@ def cluster_spec(opts: SpecOptions) -> str:
     `UserInputError` line."""
     _refuse_foreign_flags(opts)
     check_pullable(opts.image)
+    check_gpus(opts)
     nodes = count(opts.replicas, "--replicas", minimum=1)
     gpus = count(opts.gpus, "--gpus", minimum=0)
     if opts.platform == AZUREML:

@@ -36,7 +36,9 @@ from ..publish.lockfile import LockEntry
 from ..publish.movingtags import moving_tags
 from ..publish.references import RegistryTarget
 from ..recipe.loading import Variant
+from ..recipe.gpuarch import archs_of
 from .clusterimage import PUSHED_AS, check_pullable, why_unpullable
+from .gpucheck import archs_from_labels, with_alternatives
 from .shape import NONE, ImageFacts
 
 FRAMEWORK_CHOICES = RECIPE_NAMES
@@ -46,7 +48,8 @@ Inspect = Callable[[str], ImageInfo | None]
 
 def facts_from_variant(v: Variant) -> ImageFacts:
     return ImageFacts(source="recipe", name=v.name, framework=v.framework, cuda=v.cuda or NONE,
-                      nccl=v.nccl or NONE, reduction_server=v.reduction_server)
+                      nccl=v.nccl or NONE, reduction_server=v.reduction_server,
+                      archs=archs_of(v.framework, v.version, v.cuda))
 
 
 def facts_from_labels(labels: Mapping[str, str]) -> ImageFacts | None:
@@ -57,7 +60,7 @@ def facts_from_labels(labels: Mapping[str, str]) -> ImageFacts | None:
     return ImageFacts(source="labels", name=labels.get(VARIANT_LABEL), framework=labels[FRAMEWORK_LABEL],
                       cuda=_cuda_from_labels(labels), nccl=labels.get(f"{VERSION_PREFIX}nccl", NONE),
                       reduction_server=labels.get(REDUCTION_SERVER_LABEL) == "wanted"
-                      and REDUCTION_SERVER_PACKAGE not in absent)
+                      and REDUCTION_SERVER_PACKAGE not in absent, archs=archs_from_labels(labels))
 
 
 def _cuda_from_labels(labels: Mapping[str, str]) -> str | None:
@@ -83,7 +86,8 @@ def resolve_image(image: str, *, variants: Mapping[str, Variant], lock: Mapping[
         raise UserInputError(f"expected one of {', '.join(FRAMEWORK_CHOICES)}, got {framework!r}",
                              where="--framework")
     if image in variants or image in lock:
-        return _from_variant(image, variants.get(image), lock.get(image), registry, framework)
+        return with_alternatives(_from_variant(image, variants.get(image), lock.get(image), registry, framework),
+                                 variants)
     if registry is not None:
         raise UserInputError(f"--registry goes with a variant name; {image!r} is not one", where="--registry")
     if "/" not in image and ":" not in image:
@@ -101,7 +105,7 @@ def resolve_image(image: str, *, variants: Mapping[str, Variant], lock: Mapping[
     if facts is None:
         raise UserInputError(f"{image} has no trainimg labels; add --framework {{{','.join(FRAMEWORK_CHOICES)}}}",
                              where="--image")
-    return image, facts
+    return with_alternatives((image, facts), variants)
 
 
 def _from_variant(name: str, v: Variant | None, entry: LockEntry | None, registry: str | None,

@@ -25,6 +25,7 @@ import yaml
 from ..errors import UserInputError
 from ..runtime.contract import SAGEMAKER
 from .fields import count
+from .nearest import did_you_mean
 
 PLATFORM = SAGEMAKER
 DEFAULT_VOLUME_GB = 50  # the instance's ML storage volume, where /opt/ml/input and checkpoints live
@@ -78,10 +79,9 @@ def check_instance_type(instance_type: str | None) -> str:
                              where="--instance-type")
     known = instance_types()
     if instance_type not in known:
-        family = instance_type.rpartition(".")[0] + "."
-        near = [t for t in known if t.startswith(family)] or [t for t in known if t.startswith("ml.p5")]
         raise UserInputError(f"{instance_type!r} is not a SageMaker training instance type (botocore's "
-                             f"ResourceConfig.InstanceType); e.g. {', '.join(near[:6])}", where="--instance-type")
+                             f"ResourceConfig.InstanceType); {did_you_mean(instance_type, known, fallback=known)}",
+                             where="--instance-type")
     return instance_type
 
 

@@ -31,6 +31,8 @@ class ImageFacts:
     cuda: str | None = None
     nccl: str | None = None
     reduction_server: bool | None = None
+    archs: tuple[str, ...] | None = None  # the CUDA architectures its framework build holds (recipe.gpuarch)
+    alternatives: tuple[tuple[str, tuple[str, ...]], ...] = ()  # other variants of its framework: (name, archs)
 
     @property
     def knows_libraries(self) -> bool:

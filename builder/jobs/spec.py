@@ -33,6 +33,7 @@ from ..recipe.compat import floor_of, load_compat
 from . import aiplatform, vertex
 from .clusterimage import check_gpu_image, check_pullable
 from .fields import check_machine_type, check_platform, check_region, count, parse_accelerator, strings
+from .gpucheck import check_gpus
 from .machines import check_machine_accelerator, comes_with_accelerators
 from .reducers import reducers_for
 from .shape import ImageFacts, JobShape, SpecOptions
@@ -63,6 +64,7 @@ def validate(opts: SpecOptions) -> JobShape:
         check_region(opts.region)
     opts = program(opts)
     machine_type = check_machine_type(opts.machine_type)
+    check_gpus(opts)
     accelerator = parse_accelerator(opts.accelerator, platform)
     check_machine_accelerator(machine_type, accelerator, platform)
     check_gpu_image(opts.image, opts.facts, accelerator[1] if accelerator else 0)

@@ -19,6 +19,7 @@ from pathlib import Path
 from ..recipe.compat import Compat, as_constraint, is_pin
 from ..recipe.loading import Variant
 from ..runtime.lockpins import pins
+from .locktruth import judge
 
 __all__ = ["pins"]  # the lock's pin grammar is the runtime's (`runtime.lockpins`), read the same in the image
 
@@ -68,9 +69,10 @@ def framework_requirements(v: Variant, compat: Compat) -> tuple[list[str], tuple
         reqs = [f"{release.cpu_pip_name or fw.pip_name}=={v.version}{local}"]
         indexes: tuple[str, ...] = (release.cpu_pip_index,) if release.cpu_pip_index else ()
     else:
-        _, wheels = compat.build(v.framework, v.version, v.cuda)  # type: ignore[arg-type]
+        line, wheels = compat.build(v.framework, v.version, v.cuda)  # type: ignore[arg-type]
         extra = f"[{wheels.pip_extra}]" if wheels.pip_extra else ""
-        reqs = [f"{fw.pip_name}{extra}=={v.version}"]
+        local = "+cu" + line.replace(".", "") if wheels.pip_index else ""  # only that index's build (locktruth)
+        reqs = [f"{fw.pip_name}{extra}=={v.version}{local}"]
         if v.cudnn and v.cudnn != as_constraint(wheels.cudnn):  # the tested cuDNN, narrower than the wheels' range
             reqs.append(requirement(wheels.cudnn_wheel, v.cudnn))
         indexes = (wheels.pip_index,) if wheels.pip_index else ()
@@ -144,7 +146,8 @@ class LockState:
     variant: str
     source: str
     path: str  # relative to the repository root
-    state: str
+    state: str  # also "unlockable" and "wrong" (plan.locktruth.judge)
+    why: str = ""
 
 
 def lock_states(variants: Sequence[Variant], compat: Compat, root: Path) -> list[LockState]:
@@ -158,7 +161,9 @@ def lock_states(variants: Sequence[Variant], compat: Compat, root: Path) -> list
             continue  # its parent is not among `variants`: nothing to compare it with
         inputs[v.name] = req = variant_requirements(v, compat, inputs.get(v.extends or ""), parent_digest)
         path = lock_path(root, v.name)
-        recorded = locked_input(path.read_text(encoding="utf-8")) if path.is_file() else None
-        state = "missing" if not path.is_file() else "fresh" if recorded == req.digest else "stale"
-        out.append(LockState(v.name, v.source, str(path.relative_to(root)), state))
+        text = path.read_text(encoding="utf-8") if path.is_file() else None
+        recorded = locked_input(text) if text is not None else None
+        state = "missing" if text is None else "fresh" if recorded == req.digest else "stale"
+        state, why = judge(v, compat, state, text, pins(text or ""))
+        out.append(LockState(v.name, v.source, str(path.relative_to(root)), state, why))
     return out

@@ -194,12 +194,24 @@ class Nccl(_Frozen):
     source: str
 
 
+class ArchBuild(_Frozen):
+    """The GPU architectures (``sm_XY`` SASS, ``compute_XY`` PTX) the CUDA builds `cuda` of the `versions` releases
+    of `framework` hold kernels for, with the build file or wheel that says so (`gpuarch` applies the rule)."""
+
+    framework: FrameworkName
+    versions: str  # PEP 440 specifier set of release versions
+    cuda: str  # PEP 440 specifier set of CUDA build lines
+    archs: tuple[str, ...]
+    source: str
+
+
 class Compat(_Frozen):
     operating_systems: dict[str, OperatingSystem]
     cuda: dict[str, CudaImage]
     frameworks: dict[FrameworkName, Framework]
     nccl: Nccl
     hypertune: tuple[str, ...]
+    gpu_archs: tuple[ArchBuild, ...] = ()
 
     def release(self, framework: FrameworkName, version: str) -> FrameworkRelease | None:
         """The release line that `version` belongs to (same major.minor), or None when trainimg has no data."""

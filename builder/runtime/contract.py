@@ -20,6 +20,7 @@ RECIPE_VERSION_PREFIX = "trainimg.recipe."  # + python, framework, cuda, cudnn, 
 VERSION_PREFIX = "trainimg.version."  # + the same keys: what the image holds, read back after the build
 NCCL_MINIMUM_LABEL = "trainimg.nccl.minimum"  # the NCCL floor from the compatibility data, at render time
 LOCK_DIGEST_LABEL = "trainimg.lock.digest"  # sha256 of images/<variant>/requirements.lock, the wheels installed
+CUDA_ARCHS_LABEL = "trainimg.cuda.archs"  # sm_XY/compute_XY the framework build holds kernels for (manifest)
 INPUTS_LABEL = "trainimg.inputs"  # the variant's inputs key (publish/inputs.py): CI skips an unchanged image
 
 OCI_TITLE = "org.opencontainers.image.title"

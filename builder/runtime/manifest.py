@@ -17,6 +17,7 @@ import ast
 import importlib.metadata
 import importlib.util
 import json
+import mmap
 import os
 import platform
 import re
@@ -130,6 +131,26 @@ def tensorflow_build(text: str | None) -> dict:
     return {}
 
 
+def torch_archs(torch_dir: str) -> list[str] | None:
+    """The architectures torch's CUDA build holds kernels for, as ``torch.cuda.get_arch_list()`` names them, read
+    without importing torch (no GPU, no CUDA libraries needed): the CUDA_ARCH_FLAGS string compiled into
+    ``lib/libtorch_cuda.so``, which ``torch._C._cuda_getArchFlags()`` returns. None for a CPU build."""
+    path = os.path.join(torch_dir, "lib", "libtorch_cuda.so")
+    try:
+        with open(path, "rb") as fh, mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ) as data:
+            at = data.find(b"-gencode;arch=")
+            flags = data[at:at + 4096].split(b"\0")[0].decode("ascii", "replace") if at >= 0 else ""
+    except (OSError, ValueError):
+        return None
+    return arch_list(flags) or None
+
+
+def arch_list(flags: str) -> list[str]:
+    """``-gencode;arch=compute_90,code=sm_90;-gencode;arch=compute_120,code=compute_120`` -> ``["sm_90",
+    "compute_120"]``: each ``code=`` target once, in the build's order (``compute_XY`` targets are PTX)."""
+    return list(dict.fromkeys(re.findall(r"code=\[?((?:sm|compute)_[0-9]+[a-z]?)", flags)))
+
+
 def frameworks() -> dict:
     """Framework versions and CUDA build facts, from metadata and installed files only."""
     out: dict = {}
@@ -140,6 +161,9 @@ def frameworks() -> dict:
         if pkg:
             info.update({k: v for k, v in torch_build(_read(os.path.join(pkg, "version.py"))).items()
                          if k != "version"})
+            archs = torch_archs(pkg)
+            if archs:  # a CUDA build: the architectures it holds kernels for (a CPU build's manifest is unchanged)
+                info["archs"] = archs
         out[PYTORCH] = info
     dist, version = _dist_version(*FRAMEWORKS[TENSORFLOW].distributions)
     if version:

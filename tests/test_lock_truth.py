@@ -1,0 +1,123 @@
+"""A lock that matches its recipe or no lock (issue 33): every committed images/*/requirements.lock read against its
+recipe and compat data (generated over the images folder); locks made wrong on purpose from each committed one (a
+second NCCL, a CUDA wheel of the other major, a framework build of another line) refused, by the check and by a
+real `render --check`; `trainimg lock` with the index a recipe needs unreachable fails in one line (real uv).
+Fast apart from the one uv run: no Docker."""
+
+from __future__ import annotations
+
+import re
+import shutil
+from functools import cache
+from pathlib import Path
+
+import pytest
+
+from conftest import ROOT, trainimg
+from trainimg.plan.locktruth import NOT_LOCKABLE, build_major, lock_problems, not_lockable
+from trainimg.plan.requirements import lock_states, locked_input, pins, variant_requirements
+from trainimg.recipe.compat import load_compat
+from trainimg.recipe.loading import Variant, load_recipes
+
+LOCKS = sorted((ROOT / "images").glob("*/requirements.lock"))
+UNLOCKABLE = "pytorch-2.14.1-cu126-py3.12"  # download.pytorch.org/whl/cu126 does not answer here
+
+
+@cache
+def variants() -> dict[str, Variant]:
+    return {v.name: v for v in load_recipes(ROOT / "recipes").variants}
+
+
+@pytest.mark.parametrize("lock", LOCKS, ids=lambda p: p.parent.name)
+def test_every_committed_lock_holds_what_its_recipe_asks(lock: Path) -> None:
+    v = variants()[lock.parent.name]
+    text = lock.read_text(encoding="utf-8")
+    state = {s.variant: s for s in lock_states(list(variants().values()), load_compat(), ROOT)}[v.name]
+    reason = not_lockable(text)
+    if reason is not None:
+        assert state.state == "unlockable" and pins(text) == {}, (state, pins(text))
+        index = variant_requirements(v, load_compat()).indexes[0]
+        assert index in reason and f"trainimg lock {v.name}" in reason, reason
+        return
+    assert state.state == "fresh", state
+    assert lock_problems(v, load_compat(), pins(text)) == []
+
+
+def test_the_variants_that_cannot_be_locked_here_are_said_so() -> None:
+    marked = [p.parent.name for p in LOCKS if not_lockable(p.read_text(encoding="utf-8")) is not None]
+    assert marked == [UNLOCKABLE]
+
+
+def other_major(major: int) -> int:
+    return 12 if major != 12 else 13
+
+
+def wrongs(v: Variant, pinned: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Ways to make `v`'s lock wrong, generated from its own pins: what the check must say about each."""
+    major = build_major(v, load_compat())
+    other = other_major(major or 13)
+    nccl = next((n for n in pinned if n.startswith("nvidia-nccl")), None)
+    out = {f"CUDA {other} wheel": {**pinned, f"nvidia-cudnn-cu{other}": "9.10.2.21"},
+           f"CUDA {other} runtime": {**pinned, "nvidia-cuda-runtime": f"{other}.0.96"}}
+    if major is not None and nccl is not None:
+        out["NCCL distributions"] = {**pinned, f"nvidia-nccl-cu{other}": "2.29.3"}
+        out["0 NCCL"] = {n: ver for n, ver in pinned.items() if n != nccl}
+    return out
+
+
+@pytest.mark.parametrize("lock", LOCKS, ids=lambda p: p.parent.name)
+def test_a_lock_made_wrong_is_refused(lock: Path) -> None:
+    v = variants()[lock.parent.name]
+    pinned = pins(lock.read_text(encoding="utf-8"))
+    if not pinned:
+        pytest.skip("not lockable here: no pins to make wrong")
+    for said, wrong in wrongs(v, pinned).items():
+        problems = lock_problems(v, load_compat(), wrong)
+        assert problems and any(said in p or said.split()[0] in p for p in problems), (said, problems)
+
+
+def test_the_cuda13_build_under_a_cuda126_name_is_refused() -> None:
+    """What the committed cu126 lock held: PyPI's torch (CUDA 13) with its CUDA 13 wheels and two NCCLs."""
+    cu130 = pins((ROOT / "images" / "pytorch-2.14.1-cu130-py3.12" / "requirements.lock").read_text(encoding="utf-8"))
+    problems = lock_problems(variants()[UNLOCKABLE], load_compat(), {**cu130, "nvidia-nccl-cu12": "2.29.3"})
+    text = "\n".join(problems)
+    assert "2 NCCL distributions" in text and "nvidia-cuda-runtime==13.0.96 is a CUDA 13 wheel" in text, text
+    assert "torch==2.14.1 is not the cu126 build" in text, text
+
+
+def copy_repo(tmp_path: Path) -> Path:
+    shutil.copytree(ROOT / "recipes", tmp_path / "recipes")
+    shutil.copytree(ROOT / "images", tmp_path / "images")
+    return tmp_path
+
+
+def test_render_check_refuses_a_wrong_lock_and_accepts_not_lockable(tmp_path: Path) -> None:
+    root = copy_repo(tmp_path)
+    r = trainimg("--recipes", str(root / "recipes"), "render", "--check")
+    assert r.returncode == 0, r.stdout + r.stderr
+    lock = root / "images" / "pytorch-2.14.1-cu130-py3.11" / "requirements.lock"
+    text = lock.read_text(encoding="utf-8")
+    line = next(ln for ln in text.splitlines() if ln.startswith("nvidia-nccl-cu13=="))
+    lock.write_text(text.replace(line, "nvidia-nccl-cu12==2.29.3 \\\n    --hash=sha256:" + "0" * 64 + "\n" + line),
+                    encoding="utf-8")
+    assert locked_input(lock.read_text(encoding="utf-8")) == locked_input(text)  # current, yet wrong
+    r = trainimg("--recipes", str(root / "recipes"), "render", "--check")
+    assert r.returncode == 1
+    said = [ln for ln in r.stdout.splitlines() if "wrong lock" in ln]
+    assert len(said) == 1 and "2 NCCL distributions" in said[0] and said[0].startswith(
+        "images/pytorch-2.14.1-cu130-py3.11/requirements.lock: "), r.stdout
+
+
+def test_lock_fails_when_the_index_the_recipe_needs_is_unreachable(tmp_path: Path) -> None:
+    root = copy_repo(tmp_path)
+    lock = root / "images" / UNLOCKABLE / "requirements.lock"
+    lock.unlink()
+    r = trainimg("--recipes", str(root / "recipes"), "lock", UNLOCKABLE, "pytorch-2.13.0-cpu-py3.11", timeout=600)
+    assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
+    # the other variant is still locked (its +cpu build is in this machine's wheel folder)
+    assert re.search(r"^images/pytorch-2\.13\.0-cpu-py3\.11/requirements\.lock: [0-9]+ packages locked \(unchanged\)$",
+                     r.stdout, re.MULTILINE), r.stdout
+    assert re.search(r"download\.pytorch\.org/whl/cu126, the only index that serves this build", r.stderr), r.stderr
+    assert lock.read_text(encoding="utf-8") == (ROOT / "images" / UNLOCKABLE / "requirements.lock").read_text(
+        encoding="utf-8")  # the not-lockable file, as committed
+    assert NOT_LOCKABLE in lock.read_text(encoding="utf-8")
