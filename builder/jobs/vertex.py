@@ -11,9 +11,17 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runtime.contract import VERTEX
+from .fields import GOOGLE_CLOUD_FLAGS
+from .flagdecl import Flag
 from .reducers import DEFAULT_REDUCER_MACHINE, reduction_server_image
 from .shape import JobShape
 
+PLATFORM = VERTEX
+REDUCTION_SERVERS = Flag("--reduction-servers", "Reduction Server replicas in worker pool 2 (a count, or auto to "
+                         "size the pool from the workers' GPUs).", metavar="R|auto")
+#: The `spec` flags a Vertex job reads (`flagdecl`): any other platform's flag is refused here.
+FLAGS = (*GOOGLE_CLOUD_FLAGS, REDUCTION_SERVERS)
 BOOT_DISK = {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100}
 
 
