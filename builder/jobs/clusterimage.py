@@ -38,7 +38,7 @@ def why_unpullable(reference: str) -> str | None:
     if host is None:
         return f"{reference} names no registry, so every node would look for it on Docker Hub"
     unshared = why_unshared(host)
-    return None if unshared is None else f"{reference} is on {unshared}"
+    return None if unshared is None else f"{reference} is on {unshared}, which no cluster node can reach"
 
 
 def check_pullable(reference: str, *, where: str = "--image", fix: str = PUSHED_AS) -> str:

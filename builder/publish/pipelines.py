@@ -103,8 +103,8 @@ def plan(recipes: RecipeSet, opts: CiOptions) -> tuple[Plan, RegistryTarget]:
     target = RegistryTarget.parse(opts.registry)
     unshared = why_unshared(target.host)
     if unshared is not None and not opts.one_machine:
-        raise UserInputError(f"{unshared}: every runner would push to its own and promote would "
-                             "find nothing; give one the runners share (ghcr.io/OWNER, registry.gitlab.com/GROUP), or --one-machine",
+        raise UserInputError(f"{unshared} is each runner's own: every one would push to itself and "
+                             "promote would find nothing; give one the runners share (ghcr.io/OWNER, registry.gitlab.com/GROUP), or --one-machine",
                              where="--registry")
     for flag, ref in (("--base-image", opts.base_image), ("--image", opts.image)):
         if ref is not None and not is_reference(ref):

@@ -49,7 +49,7 @@ def why_unshared(host: str) -> str | None:
     """Why other machines (a cluster's nodes, CI runners) cannot reach registry `host`, or None: a loopback host
     points each of them at itself. The one rule `spec` (`jobs.clusterimage`) and `ci` (`publish.pipelines`) apply."""
     if _is_loopback(host):
-        return f"the loopback registry {host}, which no other machine can reach"
+        return f"the loopback registry {host}"
     return None
 
 
