@@ -68,10 +68,8 @@ def spec(c: Ctx, **flags: Any) -> None:
 
     \b
     Examples:
-      trainimg spec --platform vertex --image ... --replicas 2 --machine-type g2-standard-4 --accelerator NVIDIA_L4:1 \\
-        -- python train.py
-      trainimg spec --platform jobset --image pytorch-2.14.1-cu130-py3.11 --registry ghcr.io/acme --replicas 4 --gpus 8 \\
-        --conformance
+      trainimg spec --platform vertex --image ... --replicas 2 --machine-type n1-standard-8 -- python train.py
+      trainimg spec --platform jobset --image ... --replicas 4 --gpus 8 --conformance
     """
     from ..jobs.aiplatform import SHUTDOWN_NOTE
     from ..jobs.clusterspec import cluster_spec
