@@ -217,3 +217,14 @@ def test_ci_takes_a_loopback_registry_when_every_job_runs_on_this_machine(capsys
     monkeypatch.chdir(ROOT)
     assert main(["ci", "gitlab", "--registry", LOOPBACK[0], "--one-machine"]) == 0
     assert f"--registry {LOOPBACK[0]}" in capsys.readouterr().out
+
+
+@pytest.mark.parametrize("form", ["rest", "gcloud"])
+def test_vertex_says_when_region_is_written_nowhere(capsys: pytest.CaptureFixture[str], form: str) -> None:
+    """--region on Vertex only picks the Reduction Server image: without one, spec says so rather than drop it."""
+    base = ["--platform", "vertex", *IMAGE, "--replicas", "2", *NEEDS["vertex"], "--format", form,
+            "--region", "europe-west4"]
+    code, out, err = spec(capsys, *base, "--", "python", "t.py")
+    assert code == 0 and out and "--region is checked but written nowhere" in err, err
+    code, out, err = spec(capsys, *base, "--reduction-servers", "1", "--", "python", "t.py")
+    assert code == 0 and "europe-docker.pkg.dev/vertex-ai-restricted" in out and "--region" not in err, err

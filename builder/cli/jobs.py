@@ -72,6 +72,7 @@ def spec(c: Ctx, **flags: Any) -> None:
       trainimg spec --platform jobset --image ... --replicas 4 --gpus 8 --conformance
     """
     from ..jobs.aiplatform import SHUTDOWN_NOTE
+    from ..jobs.vertex import REGION_NOTE, reducer_pool
     from ..jobs.clusterspec import cluster_spec
     from ..jobs.spec import job_spec
     from ..jobs.specflags import check_given, spec_options
@@ -87,6 +88,8 @@ def spec(c: Ctx, **flags: Any) -> None:
     body = job_spec(opts, form)
     if platform == "aiplatform":
         click.echo(f"trainimg: {SHUTDOWN_NOTE}", err=True)
+    if platform == "vertex" and opts.region is not None and not reducer_pool(body):
+        click.echo(f"trainimg: {REGION_NOTE}", err=True)
     if form == "gcloud":
         click.echo(yaml.safe_dump(body, sort_keys=False, default_flow_style=False), nl=False)
     else:
