@@ -291,6 +291,7 @@ class CiOptions:
     password_var: str = "TRAINIMG_REGISTRY_PASSWORD"
     branch: str = "main"  # releases run on pushes to this branch (and by hand)
     recipes: str = "recipes"  # the recipes folder, relative to the checkout
+    one_machine: bool = False  # every job runs on this machine (gitlab-ci-local): a loopback registry is shared
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))

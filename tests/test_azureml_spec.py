@@ -78,9 +78,9 @@ def test_every_generated_job_is_read_back_by_azure_ai_ml(capsys: pytest.CaptureF
     ("--gpus", "carries no GPU", [*BASE, "--vm-size", "Standard_D16s_v5", "--gpus", "1"]),
     ("--vm-size", "not an Azure VM size", [*BASE, "--vm-size", "n1-standard-8"]),
     ("--distribution", "would train alone", [*BASE, "--distribution", "pytorch"]),
-    ("--namespace", "not a azureml setting", [*BASE, "--namespace", "ml"]),
-    ("--machine-type", "not a azureml setting", [*BASE, "--machine-type", "n1-standard-8"]),
-    ("--compute", "not a slurm setting", ["--platform", "slurm", "--compute", "c1"]),
+    ("--namespace", "not an azureml flag", [*BASE, "--namespace", "ml"]),
+    ("--machine-type", "not an azureml flag", [*BASE, "--machine-type", "n1-standard-8"]),
+    ("--compute", "not a slurm flag", ["--platform", "slurm", "--compute", "c1"]),
     ("command", "expand", [*BASE, "--args=x"]),
 ])
 def test_refusals_are_one_line_before_anything_queues(capsys: pytest.CaptureFixture[str], where: str, text: str,

@@ -92,7 +92,9 @@ class Checkout:
         return f"{self.repos[name]}:{VERSION}"
 
     def generate(self) -> str:
-        r = subprocess.run(["trainimg", "ci", "gitlab", "--registry", self.registry.host, "--base-image", LOCAL_BASE,
+        # --one-machine: gitlab-ci-local runs every job here, where the test registry's loopback address is shared.
+        r = subprocess.run(["trainimg", "ci", "gitlab", "--registry", self.registry.host, "--one-machine",
+                            "--base-image", LOCAL_BASE,
                             "--install", "trainimg --version", "--output", ".gitlab-ci.yml"],
                            cwd=self.folder, env=self.env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr

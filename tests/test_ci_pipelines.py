@@ -34,7 +34,7 @@ from trainimg.publish.lockfile import LockEntry, write_lock
 CHILD = "citest-child"
 CHILD_RECIPE = f"extends: pytorch-2.13.0-cpu-py3.11\nname: {CHILD}\nrepository: trainimg-test/{CHILD}\n" \
                "labels:\n  team: ci\n"
-REGISTRIES = ("registry.example.com/ml", "127.0.0.1:5005")
+REGISTRIES = ("registry.example.com/ml", "10.20.30.40:5005")  # a name with a path; an address with a port
 SCHEMAS = {"github": "vendor.github-workflows", "gitlab": "vendor.gitlab-ci"}
 
 

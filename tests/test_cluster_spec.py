@@ -19,6 +19,7 @@ from k8sconsumers import check
 from trainimg.cli.app import main
 from trainimg.jobs.clusterspec import CLUSTER_PLATFORMS, SLURM
 from trainimg.jobs.slurm import CONTAINER_RUNTIMES
+from trainimg.runtime.topology import refusal
 
 REGISTRY = "europe-docker.pkg.dev/acme/ml"
 CPU = "pytorch-2.13.0-cpu-py3.11"
@@ -48,9 +49,10 @@ def refused(capsys: pytest.CaptureFixture[str], where: str, text: str, *args: st
 
 
 def matrix() -> list[tuple[str, str, int, int, bool]]:
-    """platform x framework x nodes x GPUs x (program | conformance); TensorFlow has no Trainer v2 runtime."""
+    """platform x framework x nodes x GPUs x (program | conformance), less what the runtime's table refuses
+    (`topology.refusal`: TensorFlow where no TF_CONFIG is given; tests/test_spec_flags.py checks those refusals)."""
     cases = itertools.product(K8S_OR_SLURM, sorted(GPU), (1, 2, 4), (0, 1, 8), (False, True))
-    return [c for c in cases if not (c[0] == "trainjob" and c[1] == "tensorflow")]
+    return [c for c in cases if refusal(c[0], c[1]) is None]
 
 
 def test_every_generated_spec_is_accepted_by_its_consumer(capsys: pytest.CaptureFixture[str]) -> None:
@@ -114,11 +116,11 @@ def test_cpu_build_given_accelerators_is_refused_on_the_cloud_too(capsys: pytest
 
 @pytest.mark.parametrize(("platform", "where", "text", "extra"), [
     ("jobset", "--accelerator", "--gpus", ["--accelerator", "NVIDIA_TESLA_T4:1"]),
-    ("slurm", "--machine-type", "not a slurm setting", ["--machine-type", "n1-standard-8"]),
-    ("tfjob", "--partition", "not a tfjob setting", ["--partition", "gpu"]),
-    ("slurm", "--namespace", "not a slurm setting", ["--namespace", "ml"]),
-    ("pytorchjob", "--ps", "not a pytorchjob setting", ["--ps", "1"]),
-    ("trainjob", "--format", "one form", ["--format", "rest"]),
+    ("slurm", "--machine-type", "not a slurm flag", ["--machine-type", "n1-standard-8"]),
+    ("tfjob", "--partition", "not a tfjob flag", ["--partition", "gpu"]),
+    ("slurm", "--namespace", "not a slurm flag", ["--namespace", "ml"]),
+    ("pytorchjob", "--ps", "not a pytorchjob flag", ["--ps", "1"]),
+    ("trainjob", "--format", "it is for vertex, aiplatform", ["--format", "rest"]),
     ("jobset", "--gpus", "at least 0", ["--gpus", "-1"]),
     ("pytorchjob", "--replicas", "at least 1", ["--replicas", "0"]),
 ])
@@ -140,5 +142,5 @@ def test_program_and_image_refusals(capsys: pytest.CaptureFixture[str]) -> None:
             "--", "python", "t.py")
     refused(capsys, "--image", "loopback", *base, "--image", "localhost:5000/trainimg/pytorch:2.13.0-cpu-py3.11",
             "--framework", "pytorch", "--", "python", "t.py")
-    refused(capsys, "--platform", "tfjob", "--platform", "trainjob", "--image", GPU["tensorflow"], "--registry",
+    refused(capsys, "--image", "tfjob", "--platform", "trainjob", "--image", GPU["tensorflow"], "--registry",
             REGISTRY, "--replicas", "2", "--", "python", "t.py")

@@ -135,9 +135,9 @@ def test_a_request_with_every_flag(capsys: pytest.CaptureFixture[str]) -> None:
     ("--instance-type", "needs --instance-type", needed()[2:]),
     ("--display-name", "TrainingJobName pattern", [*needed(), "--display-name", "llama_ft"]),
     ("--display-name", "TrainingJobName takes 1..63", [*needed(), "--display-name", "a" * 64]),
-    ("--gpus", "give --instance-type only", [*needed(), "--gpus", "8"]),
-    ("--compute", "not a sagemaker setting", [*needed(), "--compute", "gpu-cluster"]),
-    ("--machine-type", "not a sagemaker setting", [*needed(), "--machine-type", "n1-standard-8"]),
+    ("--gpus", "(sagemaker takes --instance-type ml.TYPE)", [*needed(), "--gpus", "8"]),
+    ("--compute", "not a sagemaker flag", [*needed(), "--compute", "gpu-cluster"]),
+    ("--machine-type", "not a sagemaker flag", [*needed(), "--machine-type", "n1-standard-8"]),
     ("--volume-size", "at least 1", [*needed(), "--volume-size", "0"]),
     ("--max-runtime", "at least 1", [*needed(), "--max-runtime", "0"]),
 ])
@@ -165,4 +165,4 @@ def test_other_platforms_refuse_sagemaker_flags(capsys: pytest.CaptureFixture[st
     code = main(["spec", "--platform", "jobset", "--image", GPU["pytorch"], "--registry", REGISTRY, "--replicas",
                  "2", "--role-arn", ROLE, "--", "python", "t.py"])
     out, err = capsys.readouterr()
-    assert (code, out) == (2, "") and err.startswith("--role-arn: not a jobset setting"), err
+    assert (code, out) == (2, "") and err.startswith("--role-arn: not a jobset flag; it is for sagemaker"), err

@@ -318,7 +318,7 @@ def test_refuses_cpu_job_and_single_replica() -> None:
 
 
 def test_refuses_aiplatform_reduction_server() -> None:
-    raises("--reduction-servers", "Vertex AI feature", job_spec, "aiplatform", image=IMAGE, replicas=5,
+    raises("--reduction-servers", "not an aiplatform flag; it is for vertex", job_spec, "aiplatform", image=IMAGE, replicas=5,
            machine_type="n1-highmem-96", accelerator=V100x8, reduction_servers=16)
 
 

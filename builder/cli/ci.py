@@ -57,6 +57,9 @@ def ci_flags(fn: Callback) -> Callback:
                      help="Release on pushes to this branch (and when started by hand)."),
         click.option("--output", type=click.Path(path_type=Path), default=None,
                      help="Write the file here (default: stdout)."),
+        click.option("--one-machine", is_flag=True,
+                     help="Every job runs on this machine (gitlab-ci-local, one shell runner), so a loopback "
+                          "--registry is shared; refused without it."),
     ]):
         fn = deco(fn)
     return fn
@@ -72,12 +75,12 @@ def _ci_command(system: str, what: str) -> click.Command:
     @pass_ctx
     def command(c: Ctx, variants: tuple[str, ...], registry: str, base_image: str | None, runner: tuple[str, ...],
                 image: str | None, install: str, username_var: str, password_var: str, branch: str,
-                output: Path | None) -> None:
+                output: Path | None, one_machine: bool) -> None:
         from ..publish.pipelines import pipeline
 
         opts = CiOptions(system=system, registry=registry, variants=variants, base_image=base_image, runner=runner,
                          image=image, install=install, username_var=username_var, password_var=password_var,
-                         branch=branch, recipes=_checkout_relative(c.recipes_dir))
+                         branch=branch, recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine)
         write_text(pipeline(c.recipes(), opts), output)
 
     command.__doc__ = f"Write {what} that releases VARIANTS (default: all) across runners."

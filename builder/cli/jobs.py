@@ -24,14 +24,11 @@ from ..options import (
 )
 from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES, log_printer
 from ..runtime.contract import CLOUD_PLATFORMS, PLATFORMS
-from ..runtime.frameworks import RECIPE_NAMES
 from ..runtime.platforms import FORCEABLE
-from ..jobs.slurm import CONTAINER_RUNTIMES
-from ..jobs.azureml import DISTRIBUTIONS as AZUREML_DISTRIBUTIONS
-from ..jobs.clusterspec import CLUSTER_PLATFORMS
 from .gate import _resolve_image
 from .images import _engine
 from .program import ProgramCommand
+from .speccmd import SpecCommand, given
 
 if TYPE_CHECKING:
     from ..jobs.shape import ImageFacts
@@ -59,82 +56,40 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server:
     click.echo(json.dumps(info.to_json(), sort_keys=True) if as_json else summary(info))
 
 
-@click.command(cls=ProgramCommand, program_required=False)
-@click.option("--platform", type=click.Choice((*CLOUD_PLATFORMS, *CLUSTER_PLATFORMS)), required=True)
-@click.option("--image", required=True, metavar="VARIANT|REF",
-              help="A variant (with --registry, or its images.lock entry) or a pullable image reference.")
-@click.option("--registry", default=None, metavar="HOST[:PORT][/PREFIX]", help="Where the variant was pushed.")
-@click.option("--lock", "lock_path", default=None, metavar="FILE",
-              help="The release lockfile a variant's pushed reference is read from (default: images.lock).")
-@click.option("--framework", type=click.Choice(RECIPE_NAMES), default=None,
-              help="The image's framework, for a reference that is not local (a local one's labels say).")
-@click.option("--replicas", type=int, required=True, help="Primary plus workers.")
-@click.option("--ps", type=int, default=0, show_default=True, help="Parameter servers.")
-@click.option("--reduction-servers", default=None, metavar="R|auto", help="Vertex Reduction Server pool size.")
-@click.option("--evaluators", type=int, default=0, show_default=True)
-@click.option("--machine-type", default=None, help="Vertex, AI Platform: the replicas' machine type (required).")
-@click.option("--accelerator", default=None, metavar="TYPE:COUNT", help="Vertex, AI Platform: GPUs per replica.")
-@click.option("--gpus", type=int, default=0, show_default=True, help="Kubernetes, Slurm: GPUs per node.")
-@click.option("--namespace", default=None, help="Kubernetes: the namespace (default: kubectl's).")
-@click.option("--container-runtime", type=click.Choice(CONTAINER_RUNTIMES), default=None,
-              help=f"Slurm: how srun runs the image (default {CONTAINER_RUNTIMES[0]}).")
-@click.option("--partition", default=None, help="Slurm: the partition.")
-@click.option("--compute", default=None, metavar="NAME", help="Azure ML: the compute cluster (required).")
-@click.option("--vm-size", default=None, metavar="SIZE",
-              help="Azure ML: the cluster's VM size (Standard_ND96isr_H100_v5), to check --gpus against.")
-@click.option("--distribution", type=click.Choice(AZUREML_DISTRIBUTIONS), default=None,
-              help="Azure ML: who starts the processes (default: pytorch; tensorflow for TensorFlow images).")
-@click.option("--instance-type", default=None, metavar="ml.TYPE",
-              help="SageMaker: the instances' type (required; its GPUs set the processes per instance).")
-@click.option("--role-arn", default=None, metavar="ARN", help="SageMaker: the IAM role the job runs as (required).")
-@click.option("--output-path", default=None, metavar="s3://BUCKET/PREFIX",
-              help="SageMaker: where /opt/ml/model is uploaded (required).")
-@click.option("--volume-size", type=int, default=None, metavar="GB", help="SageMaker: ML storage per instance.")
-@click.option("--max-runtime", type=int, default=None, metavar="S", help="SageMaker: seconds before it is stopped.")
-@click.option("--region", default=None)
-@click.option("--display-name", default=None, help="Vertex displayName; AI Platform jobId; SageMaker job name.")
-@click.option("--use-chief-in-tf-config/--no-use-chief-in-tf-config", default=False, show_default=True,
-              help="AI Platform: name the primary 'chief' (not 'master') in TF_CONFIG.")
-@click.option("--format", "form", type=click.Choice(["rest", "gcloud"]), default=None,
-              help="Vertex, AI Platform: rest (default), the API request (JSON); gcloud, the YAML file gcloud's "
-                   "--config reads. Kubernetes platforms write YAML manifests, Slurm an sbatch script.")
-@click.option("--conformance", is_flag=True, help="Run trainimg's in-image all-reduce check instead of a program.")
-@click.option("--args", "args_", multiple=True,
-              help="Arguments for the program given after `--` (repeatable; refused without one).")
+@click.command(cls=SpecCommand, program_required=False)
 @pass_ctx
-def spec(c: Ctx, platform: str, image: str, registry: str | None, lock_path: str | None, framework: str | None,
-         replicas: int, ps: int, reduction_servers: str | None, evaluators: int, machine_type: str | None,
-         accelerator: str | None, gpus: int, namespace: str | None, container_runtime: str | None,
-         partition: str | None, compute: str | None, vm_size: str | None, distribution: str | None,
-         instance_type: str | None, role_arn: str | None, output_path: str | None, volume_size: int | None,
-         max_runtime: int | None, region: str | None, display_name: str | None, use_chief_in_tf_config: bool,
-         form: str | None, conformance: bool, args_: tuple[str, ...], command: tuple[str, ...]) -> None:
+def spec(c: Ctx, **flags: Any) -> None:
     """Print the job for PLATFORM: a cloud job body (Vertex CustomJob, AI Platform Job) or gcloud's --config file,
     Kubernetes manifests (TrainJob and its TrainingRuntime, PyTorchJob, TFJob, JobSet), a Slurm sbatch script,
-    an Azure ML command job or a SageMaker CreateTrainingJob request;
-    the container's program goes after `--`."""
-    from ..jobs.aiplatform import SHUTDOWN_NOTE
-    from ..jobs.clusterspec import cluster_spec
-    from ..jobs.shape import SpecOptions
-    from ..jobs.spec import job_spec
+    an Azure ML command job or a SageMaker CreateTrainingJob request; the container's program goes after `--`.
 
-    ref, facts = _spec_image(c, image, registry, lock_path, framework)
-    opts = SpecOptions(platform=platform, image=ref, replicas=replicas, machine_type=machine_type, ps=ps,
-                       reduction_servers=reduction_servers, evaluators=evaluators, accelerator=accelerator,
-                       region=region, args=args_, command=command or None, facts=facts, conformance=conformance,
-                       display_name=display_name, use_chief_in_tf_config=use_chief_in_tf_config, gpus=gpus,
-                       namespace=namespace, container_runtime=container_runtime, partition=partition,
-                       compute=compute, vm_size=vm_size, distribution=distribution, instance_type=instance_type,
-                       role_arn=role_arn, output_path=output_path, volume_size=volume_size, max_runtime=max_runtime)
+    Each platform reads the flags listed under its name (declared by its module in trainimg.jobs); a flag of
+    another platform is refused, naming the platforms that take it.
+
+    \b
+    Examples:
+      trainimg spec --platform vertex --image ... --replicas 2 --machine-type n1-standard-8 -- python train.py
+      trainimg spec --platform jobset --image ... --replicas 4 --gpus 8 --conformance
+    """
+    from ..jobs.aiplatform import SHUTDOWN_NOTE
+    from ..jobs.vertex import REGION_NOTE, reducer_pool
+    from ..jobs.clusterspec import cluster_spec
+    from ..jobs.spec import job_spec
+    from ..jobs.specflags import check_given, spec_options
+
+    platform = flags["platform"]
+    check_given(platform, given(click.get_current_context()))
+    ref, facts = _spec_image(c, flags["image"], flags["registry"], flags["lock"], flags["framework"])
+    opts = spec_options(flags, image=ref, facts=facts)
     if platform not in CLOUD_PLATFORMS:
-        if form is not None:
-            raise UserInputError(f"{platform} has one form; --format is for vertex and aiplatform", where="--format")
         click.echo(cluster_spec(opts), nl=False)
         return
-    form = form or "rest"
+    form = flags["form"] or "rest"
     body = job_spec(opts, form)
     if platform == "aiplatform":
         click.echo(f"trainimg: {SHUTDOWN_NOTE}", err=True)
+    if platform == "vertex" and opts.region is not None and not reducer_pool(body):
+        click.echo(f"trainimg: {REGION_NOTE}", err=True)
     if form == "gcloud":
         click.echo(yaml.safe_dump(body, sort_keys=False, default_flow_style=False), nl=False)
     else:

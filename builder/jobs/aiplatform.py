@@ -18,8 +18,16 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..runtime.contract import AIPLATFORM
+from .fields import GOOGLE_CLOUD_FLAGS
+from .flagdecl import Flag
 from .shape import JobShape
 
+PLATFORM = AIPLATFORM
+USE_CHIEF_IN_TF_CONFIG = Flag("--use-chief-in-tf-config", "Name the primary 'chief' (not 'master') in TF_CONFIG.",
+                              kind=bool, default=False, negation="--no-use-chief-in-tf-config")
+#: The `spec` flags an AI Platform job reads (`flagdecl`): any other platform's flag is refused here.
+FLAGS = (*GOOGLE_CLOUD_FLAGS, USE_CHIEF_IN_TF_CONFIG)
 SHUTDOWN_NOTE = ("AI Platform Training was shut down on 2025-01-31; this spec is for old tooling that still reads "
                  "its format (new jobs: --platform vertex)")
 DEFAULT_REGION = "us-central1"

@@ -29,11 +29,21 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import UserInputError
 from ..runtime.contract import AZUREML, MPI
-from .kubernetes import dump_yaml
+from .flagdecl import GPUS, Flag
+from .kubernetes import MAX_LABEL, dump_yaml
 
 PLATFORM = AZUREML
 SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
 DISTRIBUTIONS = ("pytorch", "tensorflow", MPI)  # Azure ML's distribution types
+COMPUTE = Flag("--compute", "The compute cluster.", metavar="NAME", required=True)
+VM_SIZE = Flag("--vm-size", "The cluster's VM size (Standard_ND96isr_H100_v5), to check --gpus against.",
+               metavar="SIZE", replaces=("--machine-type", "--instance-type"))
+DISTRIBUTION = Flag("--distribution", "Who starts the processes (default: pytorch; tensorflow for TensorFlow "
+                    "images).", choices=DISTRIBUTIONS)
+# azure-ai-ml's BaseJobSchema sets display_name no limit: a made-up one is kept to a DNS label, as on Kubernetes.
+NAME_LIMIT = MAX_LABEL
+#: The `spec` flags an Azure ML command job reads (`flagdecl`): any other platform's flag is refused here.
+FLAGS = (GPUS, COMPUTE, VM_SIZE, DISTRIBUTION)
 #: The distribution each framework's image runs under unless ``--distribution`` says otherwise.
 FRAMEWORK_DISTRIBUTION = {"pytorch": "pytorch", "jax": "pytorch", "tensorflow": "tensorflow"}
 # Azure ML's compute names: 2 to 16 letters, digits and hyphens, a letter first (AmlCompute's naming rule).

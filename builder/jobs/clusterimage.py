@@ -10,7 +10,7 @@ CPU build (``trainimg.version.cuda=none``) on GPU machines runs its framework on
 from __future__ import annotations
 
 from ..errors import UserInputError
-from ..publish.references import _is_loopback
+from ..publish.references import why_unshared
 from ..recipe.grammar import is_reference
 from .shape import NONE, ImageFacts
 
@@ -37,9 +37,8 @@ def why_unpullable(reference: str) -> str | None:
     host = registry_host(reference)
     if host is None:
         return f"{reference} names no registry, so every node would look for it on Docker Hub"
-    if _is_loopback(host):
-        return f"{reference} is on the loopback registry {host}, which no cluster node can reach"
-    return None
+    unshared = why_unshared(host)
+    return None if unshared is None else f"{reference} is on {unshared}, which no cluster node can reach"
 
 
 def check_pullable(reference: str, *, where: str = "--image", fix: str = PUSHED_AS) -> str:

@@ -13,6 +13,7 @@ and TensorFlow runs one process per node anyway.
 
 from __future__ import annotations
 
+import hashlib
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -20,14 +21,16 @@ from typing import Any
 from ..errors import UserInputError
 from ..runtime.contract import AZUREML, SAGEMAKER, SLURM
 from ..runtime.platforms import STARTS
+from ..runtime.topology import refusal
 from . import azureml, jobset, pytorchjob, sagemaker, slurm, tfjob, trainjob
 from .clusterimage import check_gpu_image, check_pullable
 from .fields import count
 from .gpucheck import check_gpus
 from .k8s_shape import K8sJob
-from .kubernetes import MAX_LABEL, dump_yaml
+from .kubernetes import dump_yaml
 from .shape import LAUNCHER, SpecOptions
 from .spec import program
+from .specflags import check_options
 
 # platform -> the manifest writer; slurm writes a script instead (`_sbatch`).
 K8S_WRITERS: dict[str, Callable[[K8sJob], list[dict[str, Any]]]] = {
@@ -39,38 +42,34 @@ K8S_WRITERS: dict[str, Callable[[K8sJob], list[dict[str, Any]]]] = {
 CLUSTER_PLATFORMS = (*K8S_WRITERS, SLURM, AZUREML, SAGEMAKER)
 # The platform hands its own process count on (Azure ML and Slurm start every process themselves).
 _SAYS_NPROC = tuple(name for name, said in STARTS.items() if said is not None)
-# Flags of the cloud platforms, and those of one cluster family only: given elsewhere they are refused by name.
-_CLOUD_ONLY = ("machine_type", "accelerator", "region", "reduction_servers", "use_chief_in_tf_config")
-_K8S_ONLY = ("namespace",)
-_SLURM_ONLY = ("container_runtime", "partition")
-_AZUREML_ONLY = ("compute", "vm_size", "distribution")
-_SAGEMAKER_ONLY = ("instance_type", "role_arn", "output_path", "volume_size", "max_runtime")
-_FLAG = {"machine_type": "--machine-type", "accelerator": "--accelerator", "region": "--region",
-         "reduction_servers": "--reduction-servers", "use_chief_in_tf_config": "--use-chief-in-tf-config",
-         "namespace": "--namespace", "container_runtime": "--container-runtime", "partition": "--partition",
-         "ps": "--ps", "evaluators": "--evaluators", "compute": "--compute", "vm_size": "--vm-size",
-         "distribution": "--distribution", "instance_type": "--instance-type", "role_arn": "--role-arn",
-         "output_path": "--output-path", "volume_size": "--volume-size", "max_runtime": "--max-runtime"}
+# platform -> the longest job name it takes where trainimg makes one up (each platform module's fact).
+NAME_LIMITS = {trainjob.PLATFORM: trainjob.NAME_LIMIT, pytorchjob.PLATFORM: pytorchjob.NAME_LIMIT,
+               tfjob.PLATFORM: tfjob.NAME_LIMIT, jobset.PLATFORM: jobset.NAME_LIMIT, SLURM: slurm.NAME_LIMIT,
+               AZUREML: azureml.NAME_LIMIT, SAGEMAKER: sagemaker.NAME_LIMIT}
+HASH_CHARS = 6  # of the image reference's sha256, in a made-up job name: what tells two variants' jobs apart
 
 
 def cluster_spec(opts: SpecOptions) -> str:
     """The manifest (multi-document YAML) or sbatch script for `opts.platform`. Every refusal is one
     `UserInputError` line."""
-    _refuse_foreign_flags(opts)
+    check_options(opts)
     check_pullable(opts.image)
+    framework = opts.facts.framework if opts.facts is not None and opts.facts.framework != "none" else None
+    why = refusal(opts.platform, framework or "")
+    if why is not None:
+        raise UserInputError(f"{opts.image} is a {framework} image; {why}", where="--image")
     check_gpus(opts)
     nodes = count(opts.replicas, "--replicas", minimum=1)
     gpus = count(opts.gpus, "--gpus", minimum=0)
     if opts.platform == AZUREML:
         gpus = azureml.processes_per_node(opts.vm_size, gpus)
     if opts.platform == SAGEMAKER:
-        gpus = sagemaker.gpus_per_instance(opts.instance_type, gpus)
+        gpus = sagemaker.gpus_per_instance(opts.instance_type)
     check_gpu_image(opts.image, opts.facts, gpus, where="--instance-type" if opts.platform == SAGEMAKER else "--gpus")
     opts = program(opts)
     if opts.command is None:
         raise UserInputError("a cluster job runs a program: give it after `--` (e.g. -- python train.py), or "
                              "--conformance", where="command")
-    framework = opts.facts.framework if opts.facts is not None and opts.facts.framework != "none" else None
     command = _launcher(opts.platform, framework, gpus or 1, opts.command)
     name = _name(opts)
     if opts.platform == AZUREML:
@@ -101,24 +100,19 @@ def _launcher(platform: str, framework: str | None, nproc: int, program: Sequenc
     return [*head, "--", *program]
 
 
-def _refuse_foreign_flags(opts: SpecOptions) -> None:
-    """A flag another platform family takes is a mistake to name, not to drop silently."""
-    if opts.accelerator is not None:
-        raise UserInputError(f"{opts.platform} counts GPUs per node: use --gpus N", where="--accelerator")
-    foreign = [*_CLOUD_ONLY, *(_SLURM_ONLY if opts.platform != SLURM else _K8S_ONLY), "ps", "evaluators",
-               *(_AZUREML_ONLY if opts.platform != AZUREML else _K8S_ONLY),
-               *(_SAGEMAKER_ONLY if opts.platform != SAGEMAKER else _K8S_ONLY)]
-    for field in foreign:
-        if getattr(opts, field):
-            raise UserInputError(f"not a {opts.platform} setting", where=_FLAG[field])
-
-
 def _name(opts: SpecOptions) -> str:
-    """The job's name: `--display-name`, else ``trainimg-<variant>-job`` made a DNS label (Kubernetes' names and
-    every pod hostname derive from it; the writers check the derived ones)."""
+    """The job's name: `--display-name`, else `job_name` within the platform's `NAME_LIMITS`."""
     if opts.display_name is not None:
         return opts.display_name
-    stem = f"trainimg-{opts.facts.name}" if opts.facts is not None and opts.facts.name else "trainimg"
-    suffix = "-conformance" if opts.conformance else "-job"
-    stem = re.sub(r"[^a-z0-9-]+", "-", stem.lower()).strip("-")
-    return stem[: MAX_LABEL // 2 - len(suffix)].rstrip("-") + suffix
+    variant = opts.facts.name if opts.facts is not None else None
+    return job_name(variant, opts.image, opts.conformance, NAME_LIMITS[opts.platform])
+
+
+def job_name(variant: str | None, image: str, conformance: bool, limit: int) -> str:
+    """``trainimg-<variant>-<hash>-job`` as a DNS label of at most `limit` characters (every platform's grammar
+    takes it): the variant with its dots dropped (``pytorch-2141-cu126-py312``), cut to fit, then the first
+    `HASH_CHARS` hex digits of the image reference's sha256, so two variants (or registries) never share a name
+    however much of the variant had to be cut: a second ``kubectl apply`` would replace the first job."""
+    stem = "trainimg-" + re.sub(r"[^a-z0-9-]+", "-", (variant or "").lower().replace(".", "")).strip("-")
+    tail = "-" + hashlib.sha256(image.encode()).hexdigest()[:HASH_CHARS] + ("-conformance" if conformance else "-job")
+    return stem.strip("-")[: limit - len(tail)].rstrip("-") + tail

@@ -18,11 +18,27 @@ import yaml
 
 from ..errors import UserInputError
 from ..runtime.contract import CLOUD_PLATFORMS
+from .flagdecl import Flag
 from .machines import most_accelerators
 
 _ACCELERATOR_RE = re.compile(r"^([A-Z0-9_]+):([0-9]{1,3})$")
 _MACHINE_RE = re.compile(r"^[a-z][a-z0-9-]{0,62}$")
 _REGION_RE = re.compile(r"^[a-z]+-[a-z]+[0-9]+$")
+FORMATS = ("rest", "gcloud")
+
+# The flags Vertex and AI Platform both read (`vertex.FLAGS`, `aiplatform.FLAGS`).
+MACHINE_TYPE = Flag("--machine-type", "The replicas' Compute Engine machine type.", metavar="TYPE", required=True,
+                    replaces=("--instance-type", "--vm-size"))
+ACCELERATOR = Flag("--accelerator", "GPUs per replica, a type from the platform's enum (NVIDIA_H100_80GB:8).",
+                   metavar="TYPE:COUNT", replaces=("--gpus",))
+PS = Flag("--ps", "Parameter servers.", kind=int, default=0)
+EVALUATORS = Flag("--evaluators", "Evaluators.", kind=int, default=0)
+FORMAT = Flag("--format", "rest (default): the API request (JSON); gcloud: the YAML file gcloud's --config reads.",
+              choices=FORMATS, dest="form")
+REGION = Flag("--region", "Vertex: only picks the Reduction Server image's multi-region (us, europe, asia), the "
+              "job's own region being gcloud's --region or the API URL's; AI Platform: trainingInput.region (default "
+              "us-central1). Checked as a region name on both.", metavar="REGION")
+GOOGLE_CLOUD_FLAGS = (MACHINE_TYPE, ACCELERATOR, PS, EVALUATORS, REGION, FORMAT)
 
 
 @cache

@@ -20,9 +20,10 @@ from ..runtime.platforms import jobset as launcher
 from ..runtime.platforms.jobset import REPLICATED_JOB as JOBSET_REPLICATED_JOB
 from ..runtime.world import DEFAULT_MASTER_PORT
 from .k8s_shape import K8sJob
-from .kubernetes import container, derived_name, metadata, pod_template
+from .kubernetes import INDEX_DIGITS, K8S_FLAGS, MAX_LABEL, container, derived_name, metadata, pod_template
 
 PLATFORM = JOBSET
+FLAGS = K8S_FLAGS  # the `spec` flags it reads (`flagdecl`)
 API_VERSION = "jobset.x-k8s.io/v1alpha2"
 KIND = "JobSet"
 REPLICATED_JOB = JOBSET_REPLICATED_JOB  # the same the gate replays (runtime/platforms/jobset.py)
@@ -37,6 +38,14 @@ JOBSET_PORT = "JOBSET_PORT"
 # JobSet's webhook checks the longest pod name with this stand-in for the 5-character random suffix of a pod name
 # (pkg/webhooks/jobset_webhook.go); a JobSet whose pod names would exceed a DNS label is refused at creation.
 _POD_SUFFIX_STAND_IN = "-abcde"
+
+
+def name_limit(replicated_job: str) -> int:
+    """The longest JobSet name whose pod names (``<name>-<replicated_job>-0-<i>-abcde``) stay DNS labels."""
+    return MAX_LABEL - len(f"-{replicated_job}-0-") - INDEX_DIGITS - len(_POD_SUFFIX_STAND_IN)
+
+
+NAME_LIMIT = name_limit(REPLICATED_JOB)
 
 
 def manifests(job: K8sJob) -> list[dict[str, Any]]:

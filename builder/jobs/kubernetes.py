@@ -21,9 +21,15 @@ from typing import Any
 import yaml
 
 from ..errors import UserInputError
+from .flagdecl import GPUS, Flag
 
+NAMESPACE = Flag("--namespace", "The namespace (default: kubectl's).", metavar="NAME")
+#: The `spec` flags every Kubernetes platform reads (each writer's ``FLAGS``).
+K8S_FLAGS = (GPUS, NAMESPACE)
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's extended resource
 MAX_LABEL = 63  # apimachinery validation.DNS1035LabelMaxLength == DNS1123LabelMaxLength
+# Digits a made-up job name leaves room for in the pod and Service names derived from it (nodes up to 9999).
+INDEX_DIGITS = 4
 # apimachinery validation.dns1035LabelFmt and dns1123LabelFmt, anchored
 _DNS1035_LABEL = re.compile(r"[a-z]([-a-z0-9]*[a-z0-9])?")
 _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
@@ -106,6 +112,11 @@ def operator_replicas(name: str, roles: Sequence[tuple[str, int]], template: dic
             derived_name(name, f"{name}-{role.lower()}-{count - 1}", f"the {role} Service", "name")
     return {role: {"replicas": count, "restartPolicy": OPERATOR_RESTART_POLICY, "template": copy.deepcopy(template)}
             for role, count in roles if count > 0}
+
+
+def operator_name_limit(roles: Sequence[str]) -> int:
+    """The longest name a Training Operator job of `roles` may take so ``<name>-<role>-<i>`` stays a label."""
+    return MAX_LABEL - max(len(f"-{role.lower()}-") for role in roles) - INDEX_DIGITS
 
 
 def operator_job(kind: str, job_name: str, namespace: str | None, replicas_key: str, replicas: dict[str, Any],

@@ -12,13 +12,15 @@ from typing import Any
 
 from ..runtime.contract import PYTORCHJOB
 from .k8s_shape import K8sJob
-from .kubernetes import container, operator_job, operator_replicas, pod_template
+from .kubernetes import K8S_FLAGS, container, operator_name_limit, operator_job, operator_replicas, pod_template
 
 PLATFORM = PYTORCHJOB
+FLAGS = K8S_FLAGS  # the `spec` flags it reads (`flagdecl`)
 KIND = "PyTorchJob"
 CONTAINER = "pytorch"
 MASTER = "Master"
 WORKER = "Worker"
+NAME_LIMIT = operator_name_limit((MASTER, WORKER))  # the last replica's Service name is a DNS label
 
 
 def manifests(job: K8sJob) -> list[dict[str, Any]]:

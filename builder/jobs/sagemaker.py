@@ -25,9 +25,20 @@ import yaml
 from ..errors import UserInputError
 from ..runtime.contract import SAGEMAKER
 from .fields import count
+from .flagdecl import Flag
 from .nearest import did_you_mean
 
 PLATFORM = SAGEMAKER
+NAME_LIMIT = 63  # botocore's CreateTrainingJob TrainingJobName max (tests read it back from the model)
+INSTANCE_TYPE = Flag("--instance-type", "The instances' type (its GPUs set the processes per instance).",
+                     metavar="ml.TYPE", required=True, replaces=("--gpus", "--machine-type", "--vm-size"))
+ROLE_ARN = Flag("--role-arn", "The IAM role the job runs as.", metavar="ARN", required=True)
+OUTPUT_PATH = Flag("--output-path", "Where /opt/ml/model is uploaded.", metavar="s3://BUCKET/PREFIX",
+                   required=True)
+VOLUME_SIZE = Flag("--volume-size", "ML storage per instance, in GB (default 50).", kind=int, metavar="GB")
+MAX_RUNTIME = Flag("--max-runtime", "Seconds before the job is stopped (default 86400).", kind=int, metavar="S")
+#: The `spec` flags a SageMaker training job reads (`flagdecl`): any other platform's flag is refused here.
+FLAGS = (INSTANCE_TYPE, ROLE_ARN, OUTPUT_PATH, VOLUME_SIZE, MAX_RUNTIME)
 DEFAULT_VOLUME_GB = 50  # the instance's ML storage volume, where /opt/ml/input and checkpoints live
 DEFAULT_MAX_RUNTIME_S = 86400  # SageMaker's own default StoppingCondition (one day)
 INPUT_MODE = "File"
@@ -66,10 +77,8 @@ def gpu_table() -> dict[str, int]:
     return dict(yaml.safe_load(text)["gpus"])
 
 
-def gpus_per_instance(instance_type: str | None, gpus: int) -> int:
-    """The GPUs each instance of `instance_type` carries; ``--gpus`` is no SageMaker setting (the type says it)."""
-    if gpus:
-        raise UserInputError("SageMaker instances come with their GPUs: give --instance-type only", where="--gpus")
+def gpus_per_instance(instance_type: str | None) -> int:
+    """The GPUs each instance of `instance_type` carries (``--gpus`` is no SageMaker flag: the type says it)."""
     return gpu_table().get(check_instance_type(instance_type), 0)
 
 

@@ -26,15 +26,24 @@ import shlex
 
 from ..errors import UserInputError
 from ..recipe.grammar import is_reference
+from ..runtime.contract import SLURM
+from .flagdecl import GPUS, Flag
 
+PLATFORM = SLURM
 PYXIS = "pyxis"
 APPTAINER = "apptainer"
 DOCKER = "docker"
 CONTAINER_RUNTIMES = (PYXIS, APPTAINER, DOCKER)
+CONTAINER_RUNTIME = Flag("--container-runtime", f"How srun runs the image (default {CONTAINER_RUNTIMES[0]}).",
+                         choices=CONTAINER_RUNTIMES)
+PARTITION = Flag("--partition", "The partition (or a comma-separated list).", metavar="NAME")
+#: The `spec` flags a Slurm script reads (`flagdecl`): any other platform's flag is refused here.
+FLAGS = (GPUS, CONTAINER_RUNTIME, PARTITION)
 
 # sbatch reads #SBATCH lines with its own tokenizer, not a shell: values are kept to characters that need no quoting.
 # A job name also names the docker containers, so it follows docker's name rule.
-_NAME_RE = re.compile(r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,127}\Z")
+NAME_LIMIT = 128
+_NAME_RE = re.compile(rf"\A[A-Za-z0-9][A-Za-z0-9_.-]{{0,{NAME_LIMIT - 1}}}\Z")
 _PARTITION_RE = re.compile(r"\A[A-Za-z0-9_.-]+(?:,[A-Za-z0-9_.-]+)*\Z")  # one partition or a list, as sbatch takes
 # sbatch --time: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S, or UNLIMITED/INFINITE
 _TIME_RE = re.compile(r"\A(?:[0-9]+(?::[0-9]+){0,2}|[0-9]+-[0-9]+(?::[0-9]+){0,2}|UNLIMITED|INFINITE)\Z")

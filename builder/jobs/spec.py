@@ -32,13 +32,13 @@ from ..errors import UserInputError
 from ..recipe.compat import floor_of, load_compat
 from . import aiplatform, vertex
 from .clusterimage import check_gpu_image, check_pullable
-from .fields import check_machine_type, check_platform, check_region, count, parse_accelerator, strings
+from .fields import FORMATS, check_machine_type, check_platform, check_region, count, parse_accelerator, strings
 from .gpucheck import check_gpus
 from .machines import check_machine_accelerator, comes_with_accelerators
 from .reducers import reducers_for
 from .shape import ImageFacts, JobShape, SpecOptions
+from .specflags import check_options
 
-FORMATS = ("rest", "gcloud")
 MAX_NAME_CHARS = 128  # Vertex displayName and AI Platform jobId, both counted in characters
 _JOB_ID_CHARS = "letters, digits and underscores"
 
@@ -59,6 +59,7 @@ def job_spec(opts: SpecOptions, form: str = "rest") -> dict[str, Any]:
 def validate(opts: SpecOptions) -> JobShape:
     """Check every option and resolve the reducer count and the job's name."""
     platform = check_platform(opts.platform)
+    check_options(opts)
     check_pullable(opts.image)
     if opts.region is not None:
         check_region(opts.region)
@@ -166,9 +167,6 @@ def _reducer_count(opts: SpecOptions) -> int:
             raise UserInputError(f"expected a count or 'auto', got {wanted!r}", where=where)
         if wanted == 0:
             return 0
-    if opts.platform != "vertex":
-        raise UserInputError("the Reduction Server is a Vertex AI feature; AI Platform Training has no reducer pool",
-                             where=where)
     if opts.ps:
         raise UserInputError("worker pool 2 holds parameter servers or reducers, not both; drop --ps", where=where)
     if opts.accelerator is None:

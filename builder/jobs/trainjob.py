@@ -20,11 +20,12 @@ from typing import Any
 from ..runtime.contract import TRAINJOB
 from ..runtime.platforms.trainjob import TRAINER_NODE
 from . import tfjob
-from .jobset import check_pod_names, indexed_job
+from .jobset import check_pod_names, indexed_job, name_limit
 from .k8s_shape import K8sJob
-from .kubernetes import ManifestInputError, container, gpu_resources, metadata
+from .kubernetes import K8S_FLAGS, ManifestInputError, container, gpu_resources, metadata
 
 PLATFORM = TRAINJOB
+FLAGS = K8S_FLAGS  # the `spec` flags it reads (`flagdecl`)
 GROUP = "trainer.kubeflow.org"
 API_VERSION = f"{GROUP}/v1alpha1"
 RUNTIME_KIND = "TrainingRuntime"
@@ -35,6 +36,7 @@ ANCESTOR_TRAINER = "trainer"
 FRAMEWORK_LABEL = f"{GROUP}/framework"
 # trainimg framework -> the mlPolicy plugin (also the runtime's framework label, as Trainer's own runtimes have it)
 POLICIES = {"pytorch": "torch", "jax": "jax"}
+NAME_LIMIT = name_limit(NODE)  # Trainer names the JobSet (and so its pods) after the TrainJob
 
 
 def manifests(job: K8sJob) -> list[dict[str, Any]]:

@@ -11,9 +11,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from .reducers import DEFAULT_REDUCER_MACHINE, reduction_server_image
+from ..runtime.contract import VERTEX
+from .fields import GOOGLE_CLOUD_FLAGS
+from .flagdecl import Flag
+from .reducers import DEFAULT_REDUCER_MACHINE, REDUCTION_SERVER_IMAGE, reduction_server_image
 from .shape import JobShape
 
+PLATFORM = VERTEX
+REDUCTION_SERVERS = Flag("--reduction-servers", "Reduction Server replicas in worker pool 2 (a count, or auto to "
+                         "size the pool from the workers' GPUs).", metavar="R|auto")
+# Said on stderr when --region reaches no part of the body: the job's region is where it is created, not a field.
+REGION_NOTE = ("--region is checked but written nowhere without a Reduction Server (whose image it picks): create "
+               "the job with gcloud's --region or in the API URL's location")
+#: The `spec` flags a Vertex job reads (`flagdecl`): any other platform's flag is refused here.
+FLAGS = (*GOOGLE_CLOUD_FLAGS, REDUCTION_SERVERS)
+_REDUCER_IMAGE_TAIL = REDUCTION_SERVER_IMAGE.split("/", 1)[1]  # the same in every multi-region
 BOOT_DISK = {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100}
 
 
@@ -41,6 +53,12 @@ def custom_job_spec(job: JobShape) -> dict[str, Any]:
 def custom_job(job: JobShape) -> dict[str, Any]:
     """The REST body for ``projects.locations.customJobs.create``."""
     return {"displayName": job.name, "jobSpec": custom_job_spec(job)}
+
+
+def reducer_pool(body: dict[str, Any]) -> bool:
+    """Whether a CustomJob body (either form) has a Reduction Server pool: the one place --region is written."""
+    pools = body.get("jobSpec", body).get("workerPoolSpecs", [])
+    return len(pools) > 2 and pools[2].get("containerSpec", {}).get("imageUri", "").endswith(_REDUCER_IMAGE_TAIL)
 
 
 def _pool(job: JobShape, machine: dict[str, Any], count: int, nproc: int) -> dict[str, Any]:

@@ -29,7 +29,7 @@ from ..options import CiOptions
 from ..recipe.grammar import is_reference
 from ..recipe.variant import RecipeSet, Variant
 from .lockfile import DEFAULT_LOCK
-from .references import RegistryTarget
+from .references import RegistryTarget, why_unshared
 
 DEFAULT_RECIPES = "recipes"
 MATRIX_FILES = {"md": "support-matrix.md", "html": "support-matrix.html"}
@@ -101,6 +101,11 @@ def _trainimg(opts: CiOptions) -> list[str]:
 def plan(recipes: RecipeSet, opts: CiOptions) -> tuple[Plan, RegistryTarget]:
     """Check every value that reaches a shell line, then lay out the jobs' commands."""
     target = RegistryTarget.parse(opts.registry)
+    unshared = why_unshared(target.host)
+    if unshared is not None and not opts.one_machine:
+        raise UserInputError(f"{unshared} is each runner's own: every one would push to itself and "
+                             "promote would find nothing; give one the runners share (ghcr.io/OWNER, registry.gitlab.com/GROUP), or --one-machine",
+                             where="--registry")
     for flag, ref in (("--base-image", opts.base_image), ("--image", opts.image)):
         if ref is not None and not is_reference(ref):
             raise UserInputError(f"{ref!r} is not an image reference", where=flag)

@@ -45,6 +45,14 @@ def _is_loopback(host: str) -> bool:
         return False
 
 
+def why_unshared(host: str) -> str | None:
+    """Why other machines (a cluster's nodes, CI runners) cannot reach registry `host`, or None: a loopback host
+    points each of them at itself. The one rule `spec` (`jobs.clusterimage`) and `ci` (`publish.pipelines`) apply."""
+    if _is_loopback(host):
+        return f"the loopback registry {host}"
+    return None
+
+
 def _host(text: str, host: str) -> str:
     """The `HOST[:PORT]` part, normalised (port without leading zeros), or UserInputError."""
     hostname, colon, port = host.partition(":")

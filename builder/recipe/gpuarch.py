@@ -19,6 +19,7 @@ import re
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
+from ..runtime.frameworks import NAMES
 from .compat import ArchBuild, FrameworkName, load_compat
 
 Capability = tuple[int, int]
@@ -87,7 +88,7 @@ def why_missing(cuda: str | None, cc: Capability) -> str:
 def arch_build(framework: str, version: str | None, cuda: str | None) -> ArchBuild | None:
     """The compat entry for `framework` `version`'s CUDA build installed on a CUDA `cuda` base, or None when the
     data has none (a CPU build, a release without an entry)."""
-    if framework not in ("pytorch", "tensorflow", "jax") or version is None or cuda is None:
+    if framework not in NAMES or version is None or cuda is None:
         return None
     compat = load_compat()
     name: FrameworkName = framework  # type: ignore[assignment]

@@ -52,8 +52,12 @@ def read(env: Mapping[str, str], *, reduction_server: bool = False) -> ClusterIn
     replicas, which run Google's image rather than TensorFlow, so they are kept out of ``TF_CONFIG`` (otherwise
     TensorFlow waits for ``/job:ps/task:0`` as its coordination leader forever).
     """
-    variable = claims(env)[0]
-    return _parse_variable(variable, env[variable], reduction_server)
+    found = claims(env)
+    if not found:
+        # Forced (--platform vertex, aiplatform, uai, tfjob) on an env that has neither: name both, not an index.
+        raise ClusterError(VARIABLES[0], f"is not set, nor {VARIABLES[1]}: {VERTEX} and {AIPLATFORM} set "
+                                         f"{VARIABLES[0]}, {UAI} and {TFJOB} {VARIABLES[1]}")
+    return _parse_variable(found[0], env[found[0]], reduction_server)
 
 
 def parse_tf_config(text: str) -> ClusterInfo:
