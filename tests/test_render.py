@@ -276,7 +276,7 @@ def test_render_is_deterministic(recipes_dir, tmp_path, monkeypatch):
 
 def test_render_from_another_cwd_matches_repo(tmp_path, monkeypatch, capsys):
     monkeypatch.chdir(tmp_path)
-    rc = main(["--recipes", str(REPO / "recipes"), "render", "--out", str(tmp_path / "out")])
+    rc = main(["--recipes", str(REPO / "recipes"), "render", "--output", str(tmp_path / "out")])
     assert rc == 0, capsys.readouterr().err
     got = sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("*") if p.is_file())
     want = sorted(p.relative_to(REPO) for p in (REPO / "images").glob("*/Dockerfile"))
@@ -382,7 +382,7 @@ def test_render_out_that_cannot_be_written_is_exit_2(recipes_dir, tmp_path, caps
     blocker.write_text("not a folder\n")
     out = blocker if where == "a file" else blocker / "sub"
     capsys.readouterr()
-    rc = main(["--recipes", str(recipes_dir), "render", "--out", str(out)])
+    rc = main(["--recipes", str(recipes_dir), "render", "--output", str(out)])
     err = capsys.readouterr().err.splitlines()
     assert rc == 2 and len(err) == 1, err
     assert err[0].startswith(f"render: cannot write {blocker}") and "--out DIR" in err[0]
@@ -408,7 +408,7 @@ def test_render_fixes_drift(repo_copy, capsys):
 def test_render_out_writes_all(recipes_dir, tmp_path, capsys):
     out = tmp_path / "out"
     capsys.readouterr()
-    assert main(["--recipes", str(recipes_dir), "render", "--out", str(out)]) == 0
+    assert main(["--recipes", str(recipes_dir), "render", "--output", str(out)]) == 0
     files = render_all(load_recipes(recipes_dir))
     assert f"{len(files)} Dockerfiles rendered, {len(files)} changed" in capsys.readouterr().out
     assert sorted(str(p.relative_to(out)) for p in out.rglob("Dockerfile")) == sorted(files)
