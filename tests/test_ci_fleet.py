@@ -306,7 +306,7 @@ def test_promote_moves_nothing_when_a_part_is_wrong(fleet: Fleet, staged: Path, 
     code, _, err = _promote(fleet, broken, lock)
     assert code == 1, err
     problems = [line for line in err.splitlines() if line.startswith("trainimg promote: ")]
-    assert len(problems) == 1 and problems[0].startswith("promote: dsk-b: "), err
+    assert len(problems) == 1 and problems[0].startswith("trainimg promote: dsk-b: "), err
     expected = {"missing": "no part", "failed": "failed conformance (hypertune)",
                 "not_in_registry": "the part says sha256:0000"}[damage]
     assert expected in problems[0], problems

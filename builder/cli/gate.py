@@ -120,7 +120,7 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
     sboms = SbomPublisher(engine, target, creds, click.echo)
     for tag in tags:
         if engine.image(tag) is None:
-            raise UserInputError(f"no image {tag} on this engine: run `trainimg build` first", where="push")
+            raise UserInputError(f"no image {tag} on this engine: run `trainimg build` first")
         sboms.read(tag)  # an image without its SBOM is refused before anything leaves
     results = []
     for tag in tags:
@@ -190,7 +190,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
     from ..publish.references import RegistryTarget
 
     if not variants and not all_:
-        raise UserInputError("name the variants to release, or pass --all", where="release")
+        raise UserInputError("name the variants to release, or pass --all")
     target = RegistryTarget.parse(registry)  # bad input fails before an hour of building
     opts = ReleaseOptions(build=_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from,
                                                installer),

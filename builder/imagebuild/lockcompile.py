@@ -39,7 +39,7 @@ def uv_binary() -> str:
     try:
         from uv import find_uv_bin
     except ImportError:
-        raise UserInputError("uv is not installed: `pip install trainimg` brings it", where="lock") from None
+        raise UserInputError("uv is not installed: `pip install trainimg` brings it") from None
     return str(find_uv_bin())
 
 
@@ -119,7 +119,7 @@ def locks_into(ctx: Path, recipes: RecipeSet, chosen: list[Variant], root: Path,
     stale = [s for s in states if s.state == "stale"]
     if stale:
         raise UserInputError(f"{stale[0].path} was locked from an older {stale[0].source}: run `trainimg lock "
-                             f"{stale[0].variant}`", where="lock")
+                             f"{stale[0].variant}`")
     for s in states:
         if s.state == "fresh":
             target = ctx / s.path
