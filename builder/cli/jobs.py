@@ -181,7 +181,8 @@ def job_flags(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.command(cls=ProgramCommand)
 @click.argument("image")
-@click.option("--platform", type=click.Choice(PLATFORMS), required=True)
+@click.option("--platform", type=click.Choice(PLATFORMS), required=True,
+              help="The platform replayed: the variables, hostnames and way of starting processes each replica gets.")
 @job_flags
 @click.option("--trial", default=None, help="Hyperparameter trial id the platform would set.")
 @pass_ctx

@@ -30,7 +30,7 @@ PLATFORM = SAGEMAKER
 DEFAULT_VOLUME_GB = 50  # the instance's ML storage volume, where /opt/ml/input and checkpoints live
 DEFAULT_MAX_RUNTIME_S = 86400  # SageMaker's own default StoppingCondition (one day)
 INPUT_MODE = "File"
-_INSTALL = "pip install botocore (trainimg[sagemaker])"
+_INSTALL = "pip install 'trainimg[sagemaker]'"
 
 
 @cache
