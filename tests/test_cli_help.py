@@ -276,6 +276,17 @@ def test_diff_of_a_cpu_and_a_gpu_lock_lists_cuda_first(tmp_path: Path, capsys: p
     assert rc == 0, err
     versions = out.split("versions:\n", 1)[1].split("\npackages:", 1)[0].splitlines()
     assert versions == ["  cuda: none -> 13.0.96", "  framework: 2.13.0 -> 2.14.1", "  nccl: none -> 2.28.9"], out
-    assert err == ["trainimg: diff: reading each image's SBOM in a short-lived container"]
-    rc, out, err = run(capsys, "diff", "--json", f"{lock}:cpu", f"{lock}:gpu")  # --json before A B: still A and B
-    assert rc == 0 and list(json.loads(out)["versions"]) == ["cuda", "framework", "nccl"], (out, err)
+    assert err == ["trainimg: diff: read each image's SBOM in a short-lived container"]
+    rc, out, err = run(capsys, "diff", "--json", f"{lock}:cpu", f"{lock}:gpu", "--progress", "quiet")
+    assert rc == 0 and err == [], err  # --json before A B still reads A and B; quiet says nothing
+    assert list(json.loads(out)["versions"]) == ["cuda", "framework", "nccl"], out
+
+
+@pytest.mark.parametrize("verb", ["run", "tune"])
+def test_json_alone_before_the_program_separator(verb: str) -> None:
+    """A verb that takes a program after `--`: `--json` right before it is the switch, not a FILE named `--`."""
+    command = dict(ALL)[f"trainimg {verb}"]
+    extra = ["--param", "lr=1,2"] if verb == "tune" else ["--platform", "vertex"]
+    for args, path in ((["--json"], "-"), (["--json", "r.json"], "r.json"), ([], None)):
+        ctx = command.make_context(verb, ["img:1", *extra, *args, "--", "python", "x.py", "--json", "y"])
+        assert ctx.params["json_path"] == path and ctx.params["command"] == ("python", "x.py", "--json", "y")

@@ -97,9 +97,11 @@ def credentials(registry: RegistryTarget, username: str | None, password_stdin: 
     return resolve_credentials(registry, username, password, env=env)
 
 
-def note(text: str) -> None:
-    """A line on stderr saying what the verb does behind the user's back (a container, a registry)."""
-    click.echo(f"trainimg: {text}", err=True)
+def note(text: str, progress: str = DEFAULT_PROGRESS) -> None:
+    """A line on stderr saying what the verb did behind the user's back (a container, a registry), once it worked:
+    a failure stays the one line that names its cause. `--progress quiet` silences it."""
+    if progress != "quiet":
+        click.echo(f"trainimg: {text}", err=True)
 
 
 def check_writable(path: str | None) -> None:

@@ -216,8 +216,9 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
 @click.option("--lock", "lock_path", metavar="FILE", default=None,
               help="The lockfile lock:<variant> reads (default: images.lock).")
 @json_option("The differences")
+@progress_option("what diff starts (a container per image, to read its SBOM)")
 @pass_ctx
-def diff_cmd(c: Ctx, a: str, b: str | None, lock_path: str | None, json_path: str | None) -> None:
+def diff_cmd(c: Ctx, a: str, b: str | None, lock_path: str | None, json_path: str | None, progress: str) -> None:
     """Compare two images (VARIANT, IMAGE, lock:VARIANT or LOCKFILE:VARIANT): versions (CUDA first), packages,
     labels, layers, size.
 
@@ -235,8 +236,8 @@ def diff_cmd(c: Ctx, a: str, b: str | None, lock_path: str | None, json_path: st
     if b is None:
         raise click.UsageError("Missing argument 'B'.")
     engine = docker_engine()
-    note("diff: reading each image's SBOM in a short-lived container")
     d = diff_images(*(load_side(engine, image_ref(c, ref)[0], lock_path) for ref in (a, b)))
+    note("diff: read each image's SBOM in a short-lived container", progress)
     if json_path:
         emit_json(d, json_path)
     else:

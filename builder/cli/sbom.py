@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from .context import Ctx, credentials, docker_engine, image_ref, note, pass_ctx
+from .context import Ctx, credentials, docker_engine, image_ref, note, pass_ctx, progress_option
 
 
 @click.command("sbom")
@@ -16,8 +16,10 @@ from .context import Ctx, credentials, docker_engine, image_ref, note, pass_ctx
                    "of the local image's file.")
 @click.option("--username", help="Registry user; the password comes from TRAINIMG_REGISTRY_PASSWORD.")
 @click.option("--password-stdin", is_flag=True, help="Read the registry password from standard input.")
+@progress_option("what sbom starts or reaches (a container of the image, or the registry)")
 @pass_ctx
-def sbom_cmd(c: Ctx, image: str, registry: str | None, username: str | None, password_stdin: bool) -> None:
+def sbom_cmd(c: Ctx, image: str, registry: str | None, username: str | None, password_stdin: bool,
+             progress: str) -> None:
     """Print the CycloneDX 1.6 SBOM of IMAGE (or a VARIANT's image), exactly as the build wrote it.
 
     Without --registry it starts a short-lived container of the image (no network) to read the file; with
@@ -35,12 +37,12 @@ def sbom_cmd(c: Ctx, image: str, registry: str | None, username: str | None, pas
 
     ref = image_ref(c, image)[0]
     if registry is None:
-        note(f"sbom: reading the SBOM of {ref} in a short-lived container")
         data = local_sbom(docker_engine(), ref)
+        note(f"sbom: read the SBOM of {ref} in a short-lived container", progress)
     else:
         target = RegistryTarget.parse(registry)
         creds = credentials(target, username, password_stdin, c.env)
-        note(f"sbom: reading the SBOM of {ref} from {registry}")
         data = registry_sbom(RegistryAPI(reachable_target(docker_engine(), target), creds), ref)
+        note(f"sbom: read the SBOM of {ref} from {registry}", progress)
     sys.stdout.buffer.write(data)
     sys.stdout.buffer.flush()
