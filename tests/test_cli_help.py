@@ -159,6 +159,14 @@ def test_global_option_after_the_verb(tmp_path: Path, capsys: pytest.CaptureFixt
     assert before[0] in (0, 1) and not any("No such option" in line for line in before[2]), before
 
 
+@pytest.mark.parametrize("tail", [[], ["--json"]])
+def test_a_global_option_without_its_value_says_where_it_goes(capsys: pytest.CaptureFixture[str],
+                                                              tail: list[str]) -> None:
+    rc, out, err = run(capsys, "validate", "--recipes", *tail)
+    assert rc == 2 and out == "" and len(err) == 1, (out, err)
+    assert "--recipes needs a value, before or after the verb: `trainimg --recipes DIR validate ...`" in err[0], err
+
+
 def test_a_global_option_after_the_separator_is_the_programs(tmp_path: Path) -> None:
     """After `--` every word is the program's: `--recipes` there is not moved (spec prints the program back)."""
     r = invoke("spec", "--platform", "vertex", "--image", "example.com/t:1", "--framework", "pytorch",

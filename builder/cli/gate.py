@@ -198,16 +198,20 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
                                            nproc_per_node=nproc_per_node, structure_tests=structure_tests),
                           lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir)
     creds = credentials(target, username, password_stdin, c.env)
+    to_err = json_path == STDOUT  # stdout holds the JSON report then; what release says goes to stderr
+
+    def say(line: str) -> None:
+        click.echo(line, err=to_err)
+
     result = run_release(c.recipes(), docker_engine(), variants, opts, target=target, credentials=creds, env=c.env,
                          root=c.root, progress=progress, on_suite=_print_suite,
                          on_tested=lambda suites: _write_reports(suites, json_path, junit_path),
-                         on_pushed=lambda tag, r: click.echo(f"pushed {r.ref}@{r.digest} "
-                                                             f"({r.bytes_uploaded} bytes uploaded)"),
-                         on_sbom=click.echo, on_record=click.echo, on_decision=lambda d: click.echo(d.line()))
+                         on_pushed=lambda tag, r: say(f"pushed {r.ref}@{r.digest} ({r.bytes_uploaded} bytes uploaded)"),
+                         on_sbom=say, on_record=say, on_decision=lambda d: say(d.line()))
     if stage:
-        click.echo(f"staged {len(result.builds) + len(result.skipped)} variant(s) in {lock_dir}")
+        say(f"staged {len(result.builds) + len(result.skipped)} variant(s) in {lock_dir}")
     elif lock_path:
-        click.echo(f"locked {len(result.builds)} variant(s) in {lock_path}")
+        say(f"locked {len(result.builds)} variant(s) in {lock_path}")
 
 
 @click.command("diff")

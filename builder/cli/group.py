@@ -96,7 +96,10 @@ def normalize(group: click.Group, ctx: click.Context, args: list[str]) -> list[s
                 warned.add(name)
                 click.echo(f"{path}: {name} is now spelled {new}; the old spelling still works", err=True)
         elif name in GLOBAL_OPTIONS and name not in own:
-            take = 1 if eq or i + 1 >= len(out) else 2
+            take = 1 if eq else 2
+            if not eq and (i + 1 >= len(out) or out[i + 1].startswith("-")):
+                raise click.UsageError(f"{name} needs a value, before or after the verb: `trainimg {name} DIR "
+                                       f"{path.split(' ', 1)[1]} ...`", ctx=ctx)
             moved[:0] = out[i:i + take]
             del out[i:i + take]
     return out[:start] + moved + out[start:]
