@@ -216,7 +216,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
 
 @click.command("diff")
 @click.argument("a")
-@click.argument("b", required=False)
+@click.argument("b", required=False, metavar="B")  # see diff_cmd: `--json A B`
 @click.option("--lock", "lock_path", metavar="FILE", default=None,
               help="The lockfile lock:<variant> reads (default: images.lock).")
 @json_option("The differences")
