@@ -241,8 +241,7 @@ class PromoteOptions:
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))
         if not self.lock_dir.is_dir():
-            raise UserInputError(f"{self.lock_dir} is not a folder of stage parts (`release --stage` writes them)",
-                                 where="promote")
+            raise UserInputError(f"{self.lock_dir} is not a folder of stage parts (`release --stage` writes them)")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -297,7 +296,7 @@ class CiOptions:
         object.__setattr__(self, "variants", tuple(self.variants))
         object.__setattr__(self, "runner", tuple(self.runner))
         if self.system not in CI_SYSTEMS:
-            raise UserInputError(f"{self.system!r} is not one of {', '.join(CI_SYSTEMS)}", where="ci")
+            raise UserInputError(f"{self.system!r} is not one of {', '.join(CI_SYSTEMS)}")
         for flag, name in (("--username-var", self.username_var), ("--password-var", self.password_var)):
             if not ENV_NAME.fullmatch(name):
                 raise UserInputError(f"{name!r} is not a variable name", where=flag)

@@ -94,7 +94,7 @@ def recipes(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 def bake(recipes: Path, env: dict[str, str], *args: str) -> dict[str, Any]:
     out = recipes.parent / "bake.json"
-    r = trainimg("--recipes", str(recipes), "bake", *args, "--out", str(out), env=env, timeout=120)
+    r = trainimg("--recipes", str(recipes), "bake", *args, "--output", str(out), env=env, timeout=120)
     assert r.returncode == 0, r.stderr
     assert "docker buildx bake -f" in r.stderr
     return json.loads(out.read_text(encoding="utf-8"))

@@ -305,8 +305,9 @@ def test_promote_moves_nothing_when_a_part_is_wrong(fleet: Fleet, staged: Path, 
     lock = fleet.folder / f"promoted-{damage}.lock"
     code, _, err = _promote(fleet, broken, lock)
     assert code == 1, err
-    problems = [line for line in err.splitlines() if line.startswith("promote: ")]
-    assert len(problems) == 1 and problems[0].startswith("promote: dsk-b: "), err
+    *problems, verdict = err.splitlines()  # a line per problem, then the verdict, each `trainimg promote: ...`
+    assert verdict.startswith("trainimg promote: nothing promoted: 1 problem(s)"), err
+    assert len(problems) == 1 and problems[0].startswith("trainimg promote: dsk-b: "), err
     expected = {"missing": "no part", "failed": "failed conformance (hypertune)",
                 "not_in_registry": "the part says sha256:0000"}[damage]
     assert expected in problems[0], problems

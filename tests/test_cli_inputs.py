@@ -159,5 +159,5 @@ def test_unreachable_engine_names_commands_a_pip_user_has(tmp_path: Path):
     r = trainimg("run", "img:1", "--platform", "vertex", "--", "true", env=env, timeout=60)
     assert r.returncode == 1 and r.stdout == ""
     (line,) = r.stderr.splitlines()
-    assert line.startswith("trainimg: cannot reach the Docker engine: start it (`sudo systemctl start docker`")
+    assert line.startswith("trainimg run: cannot reach the Docker engine: start it (`sudo systemctl start docker`")
     assert "make" not in line and "DOCKER_HOST" in line

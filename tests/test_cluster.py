@@ -428,7 +428,9 @@ def test_cli_bad_values_exit_2_with_one_line(runner: list[str], value: str) -> N
                             cwd=Path(__file__).resolve().parents[1])
     assert result.returncode == 2, result.stderr
     assert result.stdout == "" and result.stderr.count("\n") == 1 and "Traceback" not in result.stderr
-    assert result.stderr.startswith("trainimg: CLUSTER_SPEC: ")
+    # The host CLI names the verb that failed (errors.TrainimgError.lines); the in-image one is a single command.
+    prefix = "trainimg cluster: " if runner[0] == "trainimg" else "trainimg: "
+    assert result.stderr.startswith(f"{prefix}CLUSTER_SPEC: ")
 
 
 # TensorFlow's own reading is the rule for TF_CONFIG (TFConfigClusterResolver; tests/test_clients.py compares them):

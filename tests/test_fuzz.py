@@ -308,7 +308,7 @@ def test_cli_path(cli_root, env, capsys):
                 continue
             assert err == ""
             out_dir = cli_root / "out"
-            assert main(["--recipes", str(cli_root / "recipes"), "render", "--out", str(out_dir)]) == 0
+            assert main(["--recipes", str(cli_root / "recipes"), "render", "--output", str(out_dir)]) == 0
             capsys.readouterr()
             files = sorted(out_dir.glob("images/*/Dockerfile"))
             ours = [p for p in files if f"from {SHOWN} " in p.read_text(encoding="utf-8").split("\n", 1)[0]]

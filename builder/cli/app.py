@@ -1,7 +1,8 @@
 """The `trainimg` command. Verbs and flags here are contracts that CI and outside checks call.
 
-Exit codes: 0 fine, 1 a check failed, 2 bad input. Every error is one line on stderr (``file:line:key: reason`` for
-recipes); tracebacks only with TRAINIMG_DEBUG=1. All errors are mapped to exit codes in `main`, nowhere else.
+Exit codes: 0 fine, 1 a check failed, 2 bad input. Every error is one line on stderr, in the one scheme of
+`errors.TrainimgError.lines` (``PLACE: reason``, else ``trainimg VERB: reason``); `validate` lists every mistake,
+one line each. Tracebacks only with TRAINIMG_DEBUG=1. All errors are mapped to exit codes in `main`, nowhere else.
 """
 
 from __future__ import annotations
@@ -16,16 +17,28 @@ from ..errors import TrainimgError
 from ..runtime.contract import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE
 from . import ci, fleet, gate, images, jobs, locks, registry
 from .context import Ctx
+from .group import TrainimgGroup
 from .sbom import sbom_cmd
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
+@click.group(cls=TrainimgGroup, context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
 @click.version_option(package_name="trainimg", prog_name="trainimg", message="%(prog)s %(version)s")
 @click.option("--recipes", "recipes", type=click.Path(path_type=Path), default=None,
-              help="Recipes folder (default: $TRAINIMG_RECIPES or ./recipes). images/ lies beside it.")
+              help="Recipes folder (default: $TRAINIMG_RECIPES or ./recipes); images/ lies beside it. May also be written "
+                   "after the verb: `trainimg list --recipes DIR`.")
 @click.pass_context
 def cli(ctx: click.Context, recipes: Path | None) -> None:
-    """trainimg: recipes -> Dockerfiles -> images -> conformance -> push."""
+    """trainimg: recipes -> Dockerfiles -> images -> conformance -> push.
+
+    Every verb's `--help` says what it does, what it starts (containers, a registry) and gives examples.
+
+    \b
+    Examples:
+      trainimg validate
+      trainimg list --json
+      trainimg build pytorch-2.13.0-cpu-py3.11 --base-image local/debian:bookworm
+      trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000
+    """
     if ctx.invoked_subcommand is None:  # bare `trainimg` asked for nothing wrong: show what there is, exit 0
         click.echo(ctx.get_help())
         ctx.exit(0)
@@ -49,8 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     except TrainimgError as err:
         if debug:
             raise
-        text = str(err).replace("\n", " ")
-        click.echo(text if err.where else f"trainimg: {text}", err=True)
+        for line in err.lines():
+            click.echo(line, err=True)
         return err.exit_code
     except click.exceptions.Exit as exc:
         return exc.exit_code
@@ -60,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         click.echo(f"{path}: {exc.format_message()} (see `{path} --help`)", err=True)
         return EXIT_USAGE
     except click.ClickException as exc:
-        click.echo(f"trainimg: {exc.format_message()}", err=True)
+        click.echo(f"trainimg: {exc.format_message()}", err=True)  # outside any verb (a file click could not open)
         return EXIT_USAGE
     except click.exceptions.Abort:
         click.echo("trainimg: interrupted", err=True)

@@ -12,6 +12,7 @@ import click
 from ..errors import UserInputError
 from ..options import CI_SYSTEMS, MATRIX_FORMATS, CiOptions, MatrixOptions, default
 from .context import Callback, Ctx, pass_ctx
+from .group import TrainimgGroup
 
 
 def write_text(text: str, output: Path | None) -> None:
@@ -55,7 +56,7 @@ def ci_flags(fn: Callback) -> Callback:
                      metavar="NAME", help="CI secret/variable holding the registry password or token."),
         click.option("--branch", default=default(CiOptions, "branch"), show_default=True,
                      help="Release on pushes to this branch (and when started by hand)."),
-        click.option("--output", type=click.Path(path_type=Path), default=None,
+        click.option("--output", type=click.Path(path_type=Path), default=None, metavar="FILE",
                      help="Write the file here (default: stdout)."),
         click.option("--one-machine", is_flag=True,
                      help="Every job runs on this machine (gitlab-ci-local, one shell runner), so a loopback "
@@ -65,12 +66,20 @@ def ci_flags(fn: Callback) -> Callback:
     return fn
 
 
-@click.group()
+@click.group(cls=TrainimgGroup)
 def ci() -> None:
-    """Write a CI pipeline: a stage job per variant (or group sharing parents), then one promote job."""
+    """Write a CI pipeline: a stage job per variant (or group sharing parents), then one promote job.
+
+    Reads the recipes only: no engine, no registry.
+
+    \b
+    Examples:
+      trainimg ci github --registry ghcr.io/team --output .github/workflows/images.yml
+      trainimg ci gitlab --registry registry.gitlab.com/team --output .gitlab-ci.yml
+    """
 
 
-def _ci_command(system: str, what: str) -> click.Command:
+def _ci_command(system: str, what: str, where: str) -> click.Command:
     @ci_flags
     @pass_ctx
     def command(c: Ctx, variants: tuple[str, ...], registry: str, base_image: str | None, runner: tuple[str, ...],
@@ -83,12 +92,16 @@ def _ci_command(system: str, what: str) -> click.Command:
                          branch=branch, recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine)
         write_text(pipeline(c.recipes(), opts), output)
 
-    command.__doc__ = f"Write {what} that releases VARIANTS (default: all) across runners."
+    command.__doc__ = (f"Write {what} that releases VARIANTS (default: all) across runners.\n\n"
+                       "Reads the recipes only: no engine, no registry.\n\n\b\nExamples:\n"
+                       f"  trainimg ci {system} --registry ghcr.io/team --output {where}\n"
+                       f"  trainimg ci {system} 'pytorch-*' --registry localhost:5000 --runner gpu\n")
     return click.command(system)(command)
 
 
-for _system, _what in zip(CI_SYSTEMS, ("a GitHub Actions workflow", "a .gitlab-ci.yml")):
-    ci.add_command(_ci_command(_system, _what))
+for _system, _what, _where in zip(CI_SYSTEMS, ("a GitHub Actions workflow", "a .gitlab-ci.yml"),
+                                  (".github/workflows/images.yml", ".gitlab-ci.yml")):
+    ci.add_command(_ci_command(_system, _what, _where))
 
 
 @click.command("matrix")
@@ -96,9 +109,18 @@ for _system, _what in zip(CI_SYSTEMS, ("a GitHub Actions workflow", "a .gitlab-c
               help="The lockfile of the release (default: images.lock).")
 @click.option("--format", "fmt", type=click.Choice(MATRIX_FORMATS), default=default(MatrixOptions, "format"),
               show_default=True, help="Markdown (a README, a job summary) or a self-contained HTML page.")
-@click.option("--output", type=click.Path(path_type=Path), default=None, help="Write the page here (default: stdout).")
+@click.option("--output", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="Write the page here (default: stdout).")
 def matrix(lock_path: str | None, fmt: str, output: Path | None) -> None:
-    """The support matrix: every released variant, its tags and digest, versions read back, size, conformance."""
+    """The support matrix: every released variant, its tags and digest, versions read back, size, conformance.
+
+    Reads the lockfile only: no engine, no registry.
+
+    \b
+    Examples:
+      trainimg matrix --format md >> README.md
+      trainimg matrix --lock images.lock --format html --output site/matrix.html
+    """
     from ..publish.matrix import render_matrix
 
     opts = MatrixOptions(lock_path=lock_path, format=fmt)

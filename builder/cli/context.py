@@ -1,9 +1,14 @@
-"""What every verb shares: the context object (recipes folder, repository root, environment) and JSON output."""
+"""What every verb shares: the context object (recipes folder, repository root, environment), JSON output, and the
+helpers several verbs call (the engine, an IMAGE|VARIANT argument, registry credentials).
+
+These are public names here, not private helpers of one verb's module imported by others, so a verb module
+depends on this one and never on another verb's."""
 
 from __future__ import annotations
 
 import json
 import os
+import sys
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
@@ -11,8 +16,11 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from ..errors import UserInputError
+from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
 
 if TYPE_CHECKING:
+    from ..engine.docker import DockerEngine
+    from ..publish.references import RegistryTarget
     from ..recipe.variant import RecipeSet
 
 
@@ -34,10 +42,71 @@ pass_ctx = click.make_pass_decorator(Ctx)
 #: A verb's callback, as the shared flag groups (`build_flags`, `test_flags`, `registry_flags`) take and return it.
 Callback = TypeVar("Callback", bound=Callable[..., Any])
 
+#: `--json` is one idea everywhere: alone (or `--json -`) it prints the JSON on stdout, `--json FILE` writes FILE.
+STDOUT = "-"
+
+
+def json_option(what: str) -> Callable[[Callback], Callback]:
+    """The `--json [FILE]` option of every verb that has a JSON form; `what` names the document."""
+    return click.option("--json", "json_path", is_flag=False, flag_value=STDOUT, default=None, metavar="[FILE]",
+                        help=f"{what} as JSON: on stdout with `--json` alone (or `--json -`), else into FILE.")
+
+
+def progress_option(runs: str) -> Callable[[Callback], Callback]:
+    """`--progress`, described with what the verb runs (`runs`), so its help says what happens behind it."""
+    return click.option("--progress", type=click.Choice(PROGRESS_MODES), default=DEFAULT_PROGRESS, show_default=True,
+                        help=f"How {runs} is shown on stderr: auto (rich on a terminal, plain lines otherwise), "
+                             "plain, or quiet.")
+
+
+def docker_engine() -> DockerEngine:
+    """The Docker engine every verb that builds, starts containers or reads images talks to."""
+    from ..engine.docker import DockerEngine
+
+    return DockerEngine()
+
+
+def image_ref(c: Ctx, ref: str) -> tuple[str, str | None]:
+    """IMAGE|VARIANT: a variant name of the recipes gives its tag; anything else is an image reference."""
+    from ..recipe.loading import RecipeError
+
+    try:
+        recipes = c.recipes()
+    except RecipeError:
+        recipes = None
+    if recipes and ref in recipes.by_name:
+        return recipes.by_name[ref].tag, ref
+    return ref, None
+
+
+def credentials(registry: RegistryTarget, username: str | None, password_stdin: bool,
+                env: Mapping[str, str]) -> dict[str, str] | None:
+    """The registry credentials of `--username`/`--password-stdin`, else those stored for the registry."""
+    from ..publish.credentials import resolve_credentials
+
+    password = None
+    if password_stdin:
+        password = sys.stdin.readline().rstrip("\n")
+        if not password:
+            raise UserInputError("no password on standard input", where="--password-stdin")
+    elif username:
+        password = env.get("TRAINIMG_REGISTRY_PASSWORD")
+        if not password:
+            raise UserInputError("--username needs the password in TRAINIMG_REGISTRY_PASSWORD or on "
+                                 "--password-stdin", where="--username")
+    return resolve_credentials(registry, username, password, env=env)
+
+
+def note(text: str, progress: str = DEFAULT_PROGRESS) -> None:
+    """A line on stderr saying what the verb did behind the user's back (a container, a registry), once it worked:
+    a failure stays the one line that names its cause. `--progress quiet` silences it."""
+    if progress != "quiet":
+        click.echo(f"trainimg: {text}", err=True)
+
 
 def check_writable(path: str | None) -> None:
     """Refuse a report path that cannot be written before the work that fills it, not after (one line, exit 2)."""
-    if path in (None, "-"):
+    if path in (None, STDOUT):
         return
     target = Path(path)
     folder = next((p for p in (target.parent, *target.parent.parents) if p.exists()), Path("."))
@@ -48,9 +117,9 @@ def check_writable(path: str | None) -> None:
 
 
 def emit_json(data: Any, path: str | None) -> None:
-    """Write a JSON report to `path` ('-' is stdout)."""
+    """Write a JSON report to `path` ('-' or None is stdout)."""
     text = json.dumps(data, indent=2, sort_keys=True) + "\n"
-    if path in (None, "-"):
+    if path in (None, STDOUT):
         click.echo(text, nl=False)
         return
     try:
@@ -58,5 +127,3 @@ def emit_json(data: Any, path: str | None) -> None:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UserInputError(f"cannot write {path}: {exc.strerror or exc}; choose a file you can write") from None
-
-

@@ -8,9 +8,8 @@ import click
 
 from ..errors import CheckFailed, UserInputError
 from ..options import PromoteOptions, PruneOptions
-from .context import Ctx, pass_ctx
-from .gate import _credentials, registry_flags
-from .images import _engine
+from .context import Ctx, credentials, docker_engine, pass_ctx
+from .gate import registry_flags
 
 
 @click.command()
@@ -24,7 +23,14 @@ def promote(c: Ctx, lock_dir: Path, variants: tuple[str, ...], registry: str, us
             password_stdin: bool, lock_path: str | None) -> None:
     """Move the tags of what `release --stage` jobs staged in LOCK_DIR, only if every part is in and passed.
 
-    VARIANTS (default: every variant of the recipes, each with its parents) are the parts expected."""
+    VARIANTS (default: every variant of the recipes, each with its parents) are the parts expected. Reaches the
+    registry (reads each staged manifest, then pushes the moving tags); starts no container.
+
+    
+    Examples:
+      trainimg promote lock.d --registry ghcr.io/team --lock images.lock
+      trainimg promote lock.d 'pytorch-*' --registry localhost:5000
+    """
     from ..publish.lockfile import DEFAULT_LOCK
     from ..publish.promote import check_parts, promote as run_promote
     from ..publish.push import reachable_target
@@ -34,10 +40,10 @@ def promote(c: Ctx, lock_dir: Path, variants: tuple[str, ...], registry: str, us
     opts = PromoteOptions(lock_dir=lock_dir, variants=variants, lock_path=lock_path)
     target = RegistryTarget.parse(registry)
     recipes = c.recipes()
-    api = RegistryAPI(reachable_target(_engine(), target), _credentials(target, username, password_stdin, c.env))
+    api = RegistryAPI(reachable_target(docker_engine(), target), credentials(target, username, password_stdin, c.env))
     entries, problems = check_parts(recipes, opts.lock_dir, opts.variants, api, target)
     for line in problems:
-        click.echo(f"promote: {line}", err=True)
+        click.echo(f"trainimg promote: {line}", err=True)
     if problems:
         raise CheckFailed(f"nothing promoted: {len(problems)} problem(s) in {opts.lock_dir}")
     written = run_promote(entries, api, target, opts.lock_path or DEFAULT_LOCK)
@@ -52,7 +58,15 @@ def promote(c: Ctx, lock_dir: Path, variants: tuple[str, ...], registry: str, us
 @click.option("--dry-run", is_flag=True, help="List what would be removed; remove nothing.")
 @pass_ctx
 def prune(c: Ctx, labels: tuple[str, ...], dry_run: bool) -> None:
-    """Remove the images trainimg made (by its labels), named or not, and nothing else."""
+    """Remove the images trainimg made (by its labels), named or not, and nothing else.
+
+    Talks to the Docker engine only; an image a container uses or another image is built on is kept.
+
+    \b
+    Examples:
+      trainimg prune --dry-run
+      trainimg prune --label team=vision
+    """
     from ..imagebuild.litter import prunable, prune as run_prune
 
     pairs = {}
@@ -62,7 +76,7 @@ def prune(c: Ctx, labels: tuple[str, ...], dry_run: bool) -> None:
             raise UserInputError(f"{text!r}: use KEY=VALUE", where="--label")
         pairs[key] = value
     opts = PruneOptions(labels=pairs, dry_run=dry_run)
-    engine = _engine()
+    engine = docker_engine()
     found = prunable(engine, opts.labels)
     if opts.dry_run:
         for image in found:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
-from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -11,28 +9,14 @@ import click
 
 from ..errors import CheckFailed, UserInputError
 from ..options import NPROC_PER_NODE, REPLICAS, ReleaseOptions, TestOptions, default
-from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
 from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
-from .context import Callback, Ctx, emit_json, pass_ctx
-from .images import _build_options, _engine, build_flags
+from .context import (STDOUT, Callback, Ctx, credentials, docker_engine, emit_json, image_ref, json_option, note,
+                      pass_ctx, progress_option)
+from .images import _build_options, build_flags
 
 if TYPE_CHECKING:
     from ..publish.push import PushResult
-    from ..publish.references import RegistryTarget
-
-
-def _resolve_image(c: Ctx, ref: str) -> tuple[str, str | None]:
-    """IMAGE|VARIANT: a variant name of the recipes gives its tag; anything else is an image reference."""
-    from ..recipe.loading import RecipeError
-
-    try:
-        recipes = c.recipes()
-    except RecipeError:
-        recipes = None
-    if recipes and ref in recipes.by_name:
-        return recipes.by_name[ref].tag, ref
-    return ref, None
 
 
 def test_flags(fn: Callback) -> Callback:
@@ -42,7 +26,8 @@ def test_flags(fn: Callback) -> Callback:
                      show_default=True,
                      help="The platform replayed: its env, hostnames and way of starting processes."),
         click.option("--replicas", type=int, default=default(TestOptions, "replicas"), show_default=True,
-                     help=f"Replicas in the all-reduce, {REPLICAS}."),
+                     help=f"Containers in the all-reduce, {REPLICAS}; the default 2 is the fewest that test a "
+                          "collective across containers (`run` defaults to 1: a job, not a test)."),
         click.option("--nproc-per-node", type=int, default=default(TestOptions, "nproc_per_node"), show_default=True,
                      help=f"Processes per replica, {NPROC_PER_NODE}."),
         click.option("--timeout", type=float, default=default(TestOptions, "timeout"), show_default=True,
@@ -68,10 +53,12 @@ def _print_suite(suite: Suite) -> None:
 
 
 def _write_reports(suites: list[Suite], json_path: str | None, junit_path: str | None) -> None:
-    from ..runtime.report import ReportPathError, write_json, write_junit
+    from ..runtime.report import ReportPathError, json_report, write_json, write_junit
 
     try:
-        if json_path:
+        if json_path == STDOUT:
+            click.echo(json_report(suites), nl=False)
+        elif json_path:
             write_json(suites, json_path)
         if junit_path:
             write_junit(suites, junit_path)
@@ -82,43 +69,37 @@ def _write_reports(suites: list[Suite], json_path: str | None, junit_path: str |
 @click.command("test")
 @click.argument("image")
 @test_flags
-@click.option("--json", "json_path", metavar="FILE", help="Write a JSON report.")
-@click.option("--progress", type=click.Choice(PROGRESS_MODES), default=DEFAULT_PROGRESS, show_default=True)
+@json_option("The conformance report")
+@progress_option("each check and each replica's output")
 @pass_ctx
 def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: int, timeout: float,
              junit_path: str | None, structure_tests: tuple[Path, ...], json_path: str | None,
              progress: str) -> None:
-    """Run conformance checks and the multi-container all-reduce on IMAGE (or a VARIANT's image)."""
+    """Run conformance checks and the multi-container all-reduce on IMAGE (or a VARIANT's image).
+
+    Starts containers of the image on the Docker engine (one network per run, removed after), with the
+    platform's environment; reaches no registry.
+
+    \b
+    Examples:
+      trainimg test pytorch-2.13.0-cpu-py3.11
+      trainimg test trainimg/pytorch:2.13.0-cpu-py3.11 --platform slurm --replicas 4 --json report.json
+      trainimg test IMAGE --junit report.xml --structure-tests team-checks.yaml
+    """
     from ..pipeline import test_images
 
     opts = TestOptions(platform=platform, replicas=replicas, timeout=timeout, nproc_per_node=nproc_per_node,
                        structure_tests=structure_tests)
-    suites = test_images(_engine(), [_resolve_image(c, image)], opts, c.env, progress, _print_suite)
+    suites = test_images(docker_engine(), [image_ref(c, image)], opts, c.env, progress, _print_suite)
     _write_reports(suites, json_path, junit_path)
     if not all(s.passed for s in suites):
         raise CheckFailed(f"{image} failed conformance: " + ", ".join(ch.name for s in suites for ch in s.failed))
 
 
-def _credentials(registry: RegistryTarget, username: str | None, password_stdin: bool,
-                 env: Mapping[str, str]) -> dict[str, str] | None:
-    from ..publish.credentials import resolve_credentials
-
-    password = None
-    if password_stdin:
-        password = sys.stdin.readline().rstrip("\n")
-        if not password:
-            raise UserInputError("no password on standard input", where="--password-stdin")
-    elif username:
-        password = env.get("TRAINIMG_REGISTRY_PASSWORD")
-        if not password:
-            raise UserInputError("--username needs the password in TRAINIMG_REGISTRY_PASSWORD or on "
-                                 "--password-stdin", where="--username")
-    return resolve_credentials(registry, username, password, env=env)
-
-
 def registry_flags(fn: Callback) -> Callback:
     for deco in reversed([
-        click.option("--registry", "registry", required=True, metavar="HOST[:PORT][/PREFIX]"),
+        click.option("--registry", "registry", required=True, metavar="HOST[:PORT][/PREFIX]",
+                     help="The registry pushed to (`trainimg registry start` runs one on localhost:5000)."),
         click.option("--username", help="Registry user; the password comes from TRAINIMG_REGISTRY_PASSWORD."),
         click.option("--password-stdin", is_flag=True, help="Read the registry password from standard input."),
     ]):
@@ -133,11 +114,11 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
     from ..publish.references import RegistryTarget
 
     target = RegistryTarget.parse(registry)
-    creds = _credentials(target, username, password_stdin, c.env)
-    engine = _engine()
+    creds = credentials(target, username, password_stdin, c.env)
+    engine = docker_engine()
     for tag in tags:
         if engine.image(tag) is None:
-            raise UserInputError(f"no image {tag} on this engine: run `trainimg build` first", where="push")
+            raise UserInputError(f"no image {tag} on this engine: run `trainimg build` first")
     policy = PushPolicy(engine, target, creds, c.env, click.echo)
     policy.admit(tags)
     results = []
@@ -158,8 +139,17 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
 @registry_flags
 @pass_ctx
 def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | None, password_stdin: bool) -> None:
-    """Push variants' images to <registry>/<tag>; refuses images without a passing conformance record."""
-    _push(c, [_resolve_image(c, v)[0] for v in variants], registry, username, password_stdin)
+    """Push variants' images to <registry>/<tag>; refuses images without a passing conformance record.
+
+    Reaches the registry (and pushes each image's SBOM beside it); reads each SBOM from the image in a
+    short-lived container first.
+
+    \b
+    Examples:
+      trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000
+      echo "$TOKEN" | trainimg push 'pytorch-*' --registry ghcr.io/team --username bot --password-stdin
+    """
+    _push(c, [image_ref(c, v)[0] for v in variants], registry, username, password_stdin)
 
 
 @click.command()
@@ -168,7 +158,7 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
 @build_flags
 @test_flags
 @registry_flags
-@click.option("--json", "json_path", metavar="FILE", help="Write the release report as JSON.")
+@json_option("The conformance reports of the release")
 @click.option("--lock", "lock_path", metavar="FILE", default=None,
               help="Record what was released in this lockfile (merged; written only after every push succeeded).")
 @click.option("--rebuild", is_flag=True,
@@ -185,46 +175,74 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
             timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], registry: str,
             username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None,
             rebuild: bool, stage: bool, lock_dir: str) -> None:
-    """Build, test, then push every named variant, only if all of them passed; skip unchanged ones."""
+    """Build, test, then push every named variant, only if all of them passed; skip unchanged ones.
+
+    Reaches the registry first (what it holds decides what is skipped), then builds on the engine, starts the
+    test containers and pushes.
+
+    \b
+    Examples:
+      trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --lock images.lock
+      trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d
+    """
     from ..pipeline import release as run_release
     from ..publish.references import RegistryTarget
 
     if not variants and not all_:
-        raise UserInputError("name the variants to release, or pass --all", where="release")
+        raise UserInputError("name the variants to release, or pass --all")
     target = RegistryTarget.parse(registry)  # bad input fails before an hour of building
     opts = ReleaseOptions(build=_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from,
                                                installer),
                           test=TestOptions(platform=platform, replicas=replicas, timeout=timeout,
                                            nproc_per_node=nproc_per_node, structure_tests=structure_tests),
                           lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir)
-    creds = _credentials(target, username, password_stdin, c.env)
-    result = run_release(c.recipes(), _engine(), variants, opts, target=target, credentials=creds, env=c.env,
+    creds = credentials(target, username, password_stdin, c.env)
+    to_err = json_path == STDOUT  # stdout holds the JSON report then; what release says goes to stderr
+
+    def say(line: str) -> None:
+        click.echo(line, err=to_err)
+
+    result = run_release(c.recipes(), docker_engine(), variants, opts, target=target, credentials=creds, env=c.env,
                          root=c.root, progress=progress, on_suite=_print_suite,
                          on_tested=lambda suites: _write_reports(suites, json_path, junit_path),
-                         on_pushed=lambda tag, r: click.echo(f"pushed {r.ref}@{r.digest} "
-                                                             f"({r.bytes_uploaded} bytes uploaded)"),
-                         on_sbom=click.echo, on_record=click.echo, on_decision=lambda d: click.echo(d.line()))
+                         on_pushed=lambda tag, r: say(f"pushed {r.ref}@{r.digest} ({r.bytes_uploaded} bytes uploaded)"),
+                         on_sbom=say, on_record=say, on_decision=lambda d: say(d.line()))
     if stage:
-        click.echo(f"staged {len(result.builds) + len(result.skipped)} variant(s) in {lock_dir}")
+        say(f"staged {len(result.builds) + len(result.skipped)} variant(s) in {lock_dir}")
     elif lock_path:
-        click.echo(f"locked {len(result.builds)} variant(s) in {lock_path}")
+        say(f"locked {len(result.builds)} variant(s) in {lock_path}")
 
 
 @click.command("diff")
 @click.argument("a")
-@click.argument("b")
+@click.argument("b", required=False, metavar="B")  # see diff_cmd: `--json A B`
 @click.option("--lock", "lock_path", metavar="FILE", default=None,
               help="The lockfile lock:<variant> reads (default: images.lock).")
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option("The differences")
+@progress_option("what diff starts (a container per image, to read its SBOM)")
 @pass_ctx
-def diff_cmd(c: Ctx, a: str, b: str, lock_path: str | None, as_json: bool) -> None:
-    """Compare two images (VARIANT, IMAGE, lock:VARIANT or LOCKFILE:VARIANT): versions, labels, layers, size."""
+def diff_cmd(c: Ctx, a: str, b: str | None, lock_path: str | None, json_path: str | None, progress: str) -> None:
+    """Compare two images (VARIANT, IMAGE, lock:VARIANT or LOCKFILE:VARIANT): versions (CUDA first), packages,
+    labels, layers, size.
+
+    Starts a short-lived container of each image to read its SBOM (no network); reads no registry.
+
+    \b
+    Examples:
+      trainimg diff pytorch-2.13.0-cpu-py3.11 lock:pytorch-2.13.0-cpu-py3.11
+      trainimg diff trainimg/pytorch:2.13.0-cpu-py3.11 trainimg/pytorch:2.13.0-cu130-py3.11 --json
+    """
     from ..publish.diff import diff_images, load_side, render_diff
 
-    engine = _engine()
-    d = diff_images(*(load_side(engine, _resolve_image(c, ref)[0], lock_path) for ref in (a, b)))
-    if as_json:
-        emit_json(d, None)
+    if b is None and json_path not in (None, STDOUT):  # `diff --json A B`: --json took A as its FILE
+        a, b, json_path = str(json_path), a, STDOUT
+    if b is None:
+        raise click.UsageError("Missing argument 'B'.")
+    engine = docker_engine()
+    d = diff_images(*(load_side(engine, image_ref(c, ref)[0], lock_path) for ref in (a, b)))
+    note("diff: read each image's SBOM in a short-lived container", progress)
+    if json_path:
+        emit_json(d, json_path)
     else:
         click.echo(render_diff(d), nl=False)
 

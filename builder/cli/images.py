@@ -7,27 +7,34 @@ from typing import TYPE_CHECKING
 
 import click
 
-from ..errors import CheckFailed, UserInputError
+from ..errors import CheckFailed, UserInputError, counted
 from ..options import BUILD_JOBS, DEFAULT_INSTALLER, INSTALLERS, BuildOptions, default
-from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
 from ..runtime.contract import VARIANT_LABEL
-from .context import Callback, Ctx, check_writable, emit_json, pass_ctx
+from .context import Callback, Ctx, check_writable, docker_engine, emit_json, json_option, pass_ctx, progress_option
 
 if TYPE_CHECKING:
-    from ..engine.docker import DockerEngine
     from ..recipe.loading import Variant
 
 
 @click.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Print a JSON array, one object per variant.")
+@json_option("A JSON array, one object per variant, with what each built image holds (reads the engine)")
 @pass_ctx
-def list_cmd(c: Ctx, as_json: bool) -> None:
-    """List the variants the recipes expand to."""
+def list_cmd(c: Ctx, json_path: str | None) -> None:
+    """List the variants the recipes expand to: name, tag, base image.
+
+    With --json it also asks the Docker engine which of them are built and what they hold.
+
+    \b
+    Examples:
+      trainimg list
+      trainimg list --json
+      trainimg list --recipes team/recipes
+    """
     from ..plan.stages import plans
 
     recipes = c.recipes()
     rows = []
-    installed = _installed(recipes.variants) if as_json else {}
+    installed = _installed(recipes.variants) if json_path else {}
     for plan in plans(recipes):
         v = plan.variant
         rows.append({
@@ -36,8 +43,8 @@ def list_cmd(c: Ctx, as_json: bool) -> None:
             "reduction_server": v.reduction_server, "versions": v.versions(), "extras": list(v.extras),
             "installed": installed.get(v.tag),
         })
-    if as_json:
-        emit_json(rows, None)
+    if json_path:
+        emit_json(rows, json_path)
         return
     for r in rows:
         click.echo(f"{r['name']:<34} {r['tag']:<44} {r['base']}")
@@ -66,21 +73,43 @@ def _installed(variants: list[Variant]) -> dict[str, dict[str, str | None]]:
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
 @pass_ctx
 def validate(c: Ctx, paths: tuple[Path, ...]) -> None:
-    """Validate recipes (all, or the files given) against the compatibility data."""
-    for p in paths:
-        if not p.is_file():
-            raise UserInputError(f"{p} is not a file", where="validate")
+    """Check recipes against the grammar and the compatibility data, reporting every mistake at once.
+
+    PATHS are recipe files or folders of them (default: the whole recipes folder). Each mistake is one line,
+    `file:line:key: reason`, sorted by file and line; a variant that extends one from another file is checked
+    with its parent. Reads files only: no engine, no network.
+
+    \b
+    Examples:
+      trainimg validate
+      trainimg validate recipes/team.yaml
+      trainimg validate recipes/team/ recipes/pytorch.yaml
+    """
+    from ..recipe.loading import given_files, recipe_files, shown_path
+
     recipes = c.recipes(paths)
-    click.echo(f"{len(recipes.variants)} variants valid")
+    files = given_files(paths) if paths else recipe_files(c.recipes_dir)
+    shown = {shown_path(f, c.recipes_dir) for f in files}
+    mine = [v for v in recipes.variants if v.source in shown]
+    parents = len(recipes.variants) - len(mine)
+    also = f" (and {counted(parents, 'parent')} they extend, from other files)" if parents else ""
+    click.echo(f"{counted(len(mine), 'variant')} valid in {counted(len(shown), 'file')}{also}")
 
 
 @click.command()
-@click.option("--out", type=click.Path(path_type=Path), default=None,
+@click.option("--output", "out", type=click.Path(path_type=Path), default=None, metavar="DIR",
               help="Root to write images/ under (default: the repository root beside the recipes).")
 @click.option("--check", is_flag=True, help="Render in memory; exit 1 listing files that differ from images/.")
 @pass_ctx
 def render(c: Ctx, out: Path | None, check: bool) -> None:
-    """Render every variant's Dockerfile into images/<variant>/Dockerfile."""
+    """Render every variant's Dockerfile into images/<variant>/Dockerfile (files only: no engine).
+
+    
+    Examples:
+      trainimg render
+      trainimg render --check
+      trainimg render --output /tmp/rendered
+    """
     from ..plan.locktruth import state_line
     from ..plan.requirements import lock_states
     from ..recipe.compat import load_compat
@@ -143,7 +172,7 @@ def build_flags(fn: Callback) -> Callback:
                      help="Folder of wheels or PEP 503 index folder (default: $PIP_FIND_LINKS); repeatable."),
         click.option("--allow-missing", multiple=True, metavar="COMPONENT",
                      help="Build without COMPONENT when it cannot be installed; recorded as absent."),
-        click.option("--progress", type=click.Choice(PROGRESS_MODES), default=DEFAULT_PROGRESS, show_default=True),
+        progress_option("the build (BuildKit's steps, one line per step in plain mode)"),
         click.option("--jobs", type=click.IntRange(BUILD_JOBS.low, BUILD_JOBS.high), default=default(BuildOptions, "jobs"),
                      show_default=True,
                      help="Variants built at once, after the parents they share."),
@@ -157,16 +186,10 @@ def build_flags(fn: Callback) -> Callback:
     return fn
 
 
-def _engine() -> DockerEngine:
-    from ..engine.docker import DockerEngine
-
-    return DockerEngine()
-
-
 @click.command()
 @click.argument("variants", nargs=-1)
 @build_flags
-@click.option("--json", "json_path", metavar="FILE", help="Write a JSON report per variant.")
+@json_option("A report per variant built (tag, image ID, versions read back, seconds)")
 @click.option("--locked", is_flag=True, help="Build each root variant on the base its lockfile entry records.")
 @click.option("--lock", "lock_path", metavar="FILE", default=None,
               help="The lockfile --locked reads (default: images.lock).")
@@ -175,7 +198,17 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
           wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
           cache_from: tuple[str, ...], installer: str, json_path: str | None, locked: bool,
           lock_path: str | None) -> None:
-    """Build variants (default: all) through the Docker engine."""
+    """Build VARIANTS (default: all) through the Docker engine, shared parents first.
+
+    Starts BuildKit builds on the engine and short-lived containers that read each image's versions back;
+    reaches the package indexes (or --wheelhouse folders) and, with --cache-from or --locked, a registry.
+
+    \b
+    Examples:
+      trainimg build pytorch-2.13.0-cpu-py3.11 --base-image local/debian:bookworm
+      trainimg build 'pytorch-*' --jobs 2 --progress plain --json build.json
+      trainimg build --locked --lock images.lock
+    """
     import dataclasses
 
     from ..imagebuild.builder import Builder
@@ -186,7 +219,7 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
     if locked and base_image:
         raise UserInputError("--locked builds on the recorded bases; drop --base-image", where="--locked")
     opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from, installer)
-    recipes, engine = c.recipes(), _engine()
+    recipes, engine = c.recipes(), docker_engine()
     if locked:
         from ..publish.lockedbases import locked_bases
         from ..publish.lockfile import DEFAULT_LOCK
@@ -201,16 +234,24 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
 
 @click.command()
 @click.argument("variants", nargs=-1)
-@click.option("--out", "out", metavar="FILE", default="-", help="Write the bake file here (default: stdout).")
+@click.option("--output", "out", metavar="FILE", default="-", help="Write the bake file here (default: stdout).")
 @click.option("--clean", is_flag=True, help="Remove the folder of files (secrets included) bake wrote, and exit.")
 @pass_ctx
 def bake(c: Ctx, variants: tuple[str, ...], out: str, clean: bool) -> None:
-    """Write a `docker buildx bake` JSON file for VARIANTS (default: all), and the files it references."""
+    """Write a `docker buildx bake` JSON file for VARIANTS (default: all), and the files it references.
+
+    Compiles missing locks (reaches the package indexes); builds nothing and starts no container.
+
+    \b
+    Examples:
+      trainimg bake --output bake.json && docker buildx bake -f bake.json
+      trainimg bake --clean
+    """
     from ..imagebuild import bakefolder as b
 
     if clean:
         if variants or out != "-":
-            raise UserInputError("--clean takes no variants and no --out", where="--clean")
+            raise UserInputError("--clean takes no variants and no --output", where="--clean")
         removed = b.clean(c.env)
         click.echo(f"removed {removed}" if removed else "nothing to remove", err=True)
         return

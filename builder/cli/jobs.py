@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -10,7 +9,7 @@ import click
 import yaml
 
 from ..errors import UserInputError
-from .context import Ctx, emit_json, pass_ctx
+from .context import STDOUT, Ctx, docker_engine, emit_json, image_ref, json_option, pass_ctx, progress_option
 from ..options import (
     GOALS,
     NPROC_PER_NODE,
@@ -22,11 +21,9 @@ from ..options import (
     TuneOptions,
     default,
 )
-from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES, log_printer
+from ..progress import log_printer
 from ..runtime.contract import CLOUD_PLATFORMS, PLATFORMS
 from ..runtime.platforms import FORCEABLE
-from .gate import _resolve_image
-from .images import _engine
 from .program import ProgramCommand
 from .speccmd import SpecCommand, given
 
@@ -35,13 +32,13 @@ if TYPE_CHECKING:
 
 
 @click.command()
-@click.option("--json", "as_json", is_flag=True, help="Print one JSON object.")
+@json_option("This replica's place in the job")
 @click.option("--nproc-per-node", type=int, default=None, help="Add the process-level view.")
 @click.option("--reduction-server", is_flag=True, help="workerpool2 holds Reduction Server replicas (not in TF_CONFIG).")
 @click.option("--platform", type=click.Choice(FORCEABLE), default=None,
               help="Read this platform's variables, whatever else is set.")
 @pass_ctx
-def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server: bool, platform: str | None) -> None:
+def cluster(c: Ctx, json_path: str | None, nproc_per_node: int | None, reduction_server: bool, platform: str | None) -> None:
     """Read this replica's place in the job (platform, role, node and process ranks, the variables read) from the
     environment its platform made: CLUSTER_SPEC/TF_CONFIG, SLURM_*, Kubeflow's PET_*/JAX_*, a JobSet's, env://."""
     from ..runtime.cluster import parse_cluster, summary
@@ -53,7 +50,10 @@ def cluster(c: Ctx, as_json: bool, nproc_per_node: int | None, reduction_server:
                              platform=opts.platform)
     except ClusterError as err:
         raise UserInputError(str(err)) from None
-    click.echo(json.dumps(info.to_json(), sort_keys=True) if as_json else summary(info))
+    if json_path:
+        emit_json(info.to_json(), json_path)
+    else:
+        click.echo(summary(info))
 
 
 @click.command(cls=SpecCommand, program_required=False)
@@ -109,14 +109,15 @@ def _spec_image(c: Ctx, image: str, registry: str | None, lock_path: str | None,
         variants = {}  # outside a checkout: variants come from the lockfile only
     lock = read_lock(lock_path or DEFAULT_LOCK)
     return resolve_image(image, variants=variants, lock=lock, registry=registry, framework=framework,
-                         inspect=lambda ref: _engine().image(ref))
+                         inspect=lambda ref: docker_engine().image(ref))
 
 
 def job_flags(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Flags `run` and `tune` share: the job's shape and what goes into its containers."""
     for deco in reversed([
         click.option("--replicas", type=int, default=default(JobOptions, "replicas"), show_default=True,
-                     help=f"Chief plus workers (UAI: nodes), {REPLICAS}."),
+                     help=f"Chief plus workers (UAI: nodes), {REPLICAS}; the default 1 is one container, a job "
+                          "of one node (`test` defaults to 2, the fewest that test a collective)."),
         click.option("--ps", type=int, default=default(JobOptions, "ps"),
                      help=f"Parameter servers (UAI default: one per node), {SIDE_REPLICAS}."),
         click.option("--evaluators", type=int, default=default(JobOptions, "evaluators"), show_default=True,
@@ -127,8 +128,8 @@ def job_flags(fn: Callable[..., Any]) -> Callable[..., Any]:
         click.option("--volume", "volumes", multiple=True, metavar="SRC:DST", help="Bind mount (repeatable)."),
         click.option("--timeout", type=float, default=default(JobOptions, "timeout"),
                      help="Seconds before the job is stopped."),
-        click.option("--json", "json_path", metavar="FILE", help="Write a JSON report."),
-        click.option("--progress", type=click.Choice(PROGRESS_MODES), default=DEFAULT_PROGRESS, show_default=True),
+        json_option("The job's report (each replica's exit code and seconds)"),
+        progress_option("each replica's output (prefixed with its task)"),
     ]):
         fn = deco(fn)
     return fn
@@ -136,20 +137,30 @@ def job_flags(fn: Callable[..., Any]) -> Callable[..., Any]:
 
 @click.command(cls=ProgramCommand)
 @click.argument("image")
-@click.option("--platform", type=click.Choice(PLATFORMS), required=True)
+@click.option("--platform", type=click.Choice(PLATFORMS), required=True,
+              help="The platform replayed: the variables, hostnames and way of starting processes each replica gets.")
 @job_flags
 @click.option("--trial", default=None, help="Hyperparameter trial id the platform would set.")
 @pass_ctx
 def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evaluators: int, nproc_per_node: int,
         envs: tuple[str, ...], volumes: tuple[str, ...], timeout: float | None, json_path: str | None, progress: str,
         trial: str | None, command: tuple[str, ...]) -> None:
-    """Run CMD on replicas as the platform would (its env, a fresh network); exit with the first failure's code."""
+    """Run CMD on replicas as the platform would (its env, a fresh network); exit with the first failure's code.
+
+    Starts one container per replica on the Docker engine, on a network made for the job and removed after;
+    reaches no registry (the image must be on the engine).
+
+    \b
+    Examples:
+      trainimg run pytorch-2.13.0-cpu-py3.11 --platform vertex --replicas 2 -- python train.py --epochs 1
+      trainimg run IMAGE --platform slurm --replicas 2 --nproc-per-node 2 --json run.json -- python train.py
+    """
     from ..jobs.run import parse_env, parse_volumes, run_job
 
     opts = JobOptions(command=command, platform=platform, replicas=replicas, ps=ps, evaluators=evaluators,
                       nproc_per_node=nproc_per_node, env=parse_env(envs), volumes=parse_volumes(volumes),
                       timeout=timeout, trial=trial)
-    result = run_job(_engine(), _resolve_image(c, image)[0], opts, on_log=log_printer(progress, c.env))
+    result = run_job(docker_engine(), image_ref(c, image)[0], opts, on_log=log_printer(progress, c.env))
     click.echo(result.summary(), err=True)
     if json_path:
         emit_json(result.to_json(), json_path)
@@ -159,9 +170,12 @@ def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evalua
 
 @click.command(cls=ProgramCommand)
 @click.argument("image")
-@click.option("--param", "params", multiple=True, required=True, metavar="NAME=V1,V2,...")
+@click.option("--param", "params", multiple=True, required=True, metavar="NAME=V1,V2,...",
+              help="A hyperparameter and the values to try, passed to the program as --NAME=value; repeatable "
+                   "(the grid is every combination).")
 @click.option("--metric", default=None, metavar="TAG", help="The hypertune metric tag (default: the only one).")
-@click.option("--goal", type=click.Choice(GOALS), default=default(TuneOptions, "goal"), show_default=True)
+@click.option("--goal", type=click.Choice(GOALS), default=default(TuneOptions, "goal"), show_default=True,
+              help="Whether the best trial has the highest (max) or lowest (min) final metric.")
 @click.option("--parallel", type=int, default=default(TuneOptions, "parallel"), show_default=True,
               help=f"Trials at once, {PARALLEL_TRIALS}.")
 @click.option("--platform", type=click.Choice(PLATFORMS), default=None,
@@ -172,7 +186,16 @@ def tune(c: Ctx, image: str, params: tuple[str, ...], metric: str | None, goal: 
          platform: str | None, replicas: int, ps: int | None, evaluators: int, nproc_per_node: int,
          envs: tuple[str, ...], volumes: tuple[str, ...], timeout: float | None, json_path: str | None,
          progress: str, command: tuple[str, ...]) -> None:
-    """One trial per combination of --param values, hyperparameters as --NAME=value, metrics from hypertune."""
+    """One trial per combination of --param values, hyperparameters as --NAME=value, metrics from hypertune.
+
+    Starts containers on the Docker engine (one per trial, or a job's replicas with --platform); reaches no
+    registry.
+
+    \b
+    Examples:
+      trainimg tune IMAGE --param lr=0.1,0.01 --param batch=32,64 --parallel 2 -- python train.py
+      trainimg tune IMAGE --param lr=0.1,0.2 --goal min --metric loss --json tune.json -- python train.py
+    """
     from ..jobs.run import parse_env, parse_volumes
     from ..jobs.tune import parse_params
     from ..jobs.tune import tune as run_tune
@@ -181,8 +204,8 @@ def tune(c: Ctx, image: str, params: tuple[str, ...], metric: str | None, goal: 
                      nproc_per_node=nproc_per_node, env=parse_env(envs), volumes=parse_volumes(volumes),
                      timeout=timeout)
     opts = TuneOptions(params=parse_params(params), job=job, metric=metric, goal=goal, parallel=parallel)
-    result = run_tune(_engine(), _resolve_image(c, image)[0], opts, on_log=log_printer(progress, c.env))
-    click.echo(result.table())
+    result = run_tune(docker_engine(), image_ref(c, image)[0], opts, on_log=log_printer(progress, c.env))
+    click.echo(result.table(), err=json_path == STDOUT)  # stdout holds the JSON then
     if json_path:
         emit_json(result.to_json(), json_path)
     if result.exit_code:

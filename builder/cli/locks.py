@@ -21,8 +21,16 @@ from .context import Ctx, pass_ctx
 @pass_ctx
 def lock(c: Ctx, variants: tuple[str, ...], upgrade: bool, upgrade_packages: tuple[str, ...],
          wheelhouse: tuple[Path, ...]) -> None:
-    """Write images/<variant>/requirements.lock for VARIANTS (default: all), resolved for each variant's Python
-    and platform from the indexes and wheel folders the build uses. Existing pins are kept unless upgraded."""
+    """Write images/<variant>/requirements.lock for VARIANTS (default: all), every wheel pinned by hash.
+
+    Resolved with uv for each variant's Python and platform from the package indexes and wheel folders the
+    build uses (reaches the indexes; starts no container). Existing pins are kept unless upgraded.
+
+    \b
+    Examples:
+      trainimg lock
+      trainimg lock pytorch-2.13.0-cpu-py3.11 --upgrade-package numpy
+    """
     from ..imagebuild.lockcompile import lock_variants
     from ..imagebuild.wheelhouse import default_wheelhouses
 

@@ -76,8 +76,7 @@ class Conformance:
     def run(self, image: str, opts: TestOptions, name: str | None = None) -> Suite:
         info = self.engine.image(image)
         if info is None:
-            raise UserInputError(f"no image {image!r} on this engine: build it (`trainimg build`) or pull it",
-                                 where="test")
+            raise UserInputError(f"no image {image!r} on this engine: build it (`trainimg build`) or pull it")
         expect = expectations(info.labels)
         refused = refusal(opts.platform, str(expect.get("framework")))
         if refused:

@@ -43,7 +43,7 @@ def uv_binary() -> str:
     try:
         from uv import find_uv_bin
     except ImportError:
-        raise UserInputError("uv is not installed: `pip install trainimg` brings it", where="lock") from None
+        raise UserInputError("uv is not installed: `pip install trainimg` brings it") from None
     return str(find_uv_bin())
 
 
@@ -156,7 +156,7 @@ def locks_into(ctx: Path, recipes: RecipeSet, chosen: list[Variant], root: Path,
     refused = [s for s in states if s.state in ("stale", "unlockable", "wrong")]
     if refused:
         s = refused[0]
-        raise UserInputError(state_line(s.path, s.state, s.variant, s.source, s.why), where="lock")
+        raise UserInputError(state_line(s.path, s.state, s.variant, s.source, s.why))
     for s in states:
         if s.state == "fresh":
             target = ctx / s.path

@@ -42,7 +42,7 @@ FLAGS = (INSTANCE_TYPE, ROLE_ARN, OUTPUT_PATH, VOLUME_SIZE, MAX_RUNTIME)
 DEFAULT_VOLUME_GB = 50  # the instance's ML storage volume, where /opt/ml/input and checkpoints live
 DEFAULT_MAX_RUNTIME_S = 86400  # SageMaker's own default StoppingCondition (one day)
 INPUT_MODE = "File"
-_INSTALL = "pip install botocore (trainimg[sagemaker])"
+_INSTALL = "pip install 'trainimg[sagemaker]'"
 
 
 @cache

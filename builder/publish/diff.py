@@ -10,8 +10,8 @@ A side is loaded by `load_side` from one of:
 A lock side has the recorded versions and image ID; its labels, layers and size come from the engine when the
 recorded image is still there, and are unknown (None) otherwise, which `diff_images` reports as not compared.
 
-Compared: the versions (python, framework, nccl, cudnn, hypertune: ``trainimg.version.*`` labels for an image, the
-recorded versions for a lock entry), the packages (added, removed, version changed: from the two images' SBOMs), the
+Compared: the versions (CUDA first, then framework, cudnn, nccl, python, hypertune: ``trainimg.version.*`` labels for
+an image, the recorded versions for a lock entry), the packages (added, removed, version changed: from the two images' SBOMs), the
 other labels, the layers (count, and the RootFS layer digests only one side has) and the size. Everything is plain data (`diff_images` returns JSON-ready dicts); `render_diff` is the
 text form.
 """
@@ -27,7 +27,9 @@ from ..errors import EngineError, RegistryError, UserInputError
 from ..runtime.contract import SBOM_PATH, VERSION_PREFIX
 from .sbom import package_changes, parse_sbom
 
-VERSION_KEYS = ("python", "framework", "nccl", "cudnn", "hypertune")
+# The versions compared, in the order shown: CUDA first (a CPU and a GPU image differ there before anything else),
+# then what is built on it. Other `trainimg.version.*` labels follow, sorted.
+VERSION_KEYS = ("cuda", "framework", "cudnn", "nccl", "python", "hypertune")
 
 
 def _norm(value: Any) -> str | None:
@@ -91,11 +93,16 @@ def load_side(engine: Engine, ref: str, lock_path: str | os.PathLike[str] | None
     side = _from_inspect(info)
     found = side.pop("_versions")
     return {**side, "ref": ref, "source": "image", "tag": ref, "sbom": _sbom(engine, info),
-            "versions": {k: found.get(k) for k in sorted(set(VERSION_KEYS) | set(found))}}
+            "versions": {k: found.get(k) for k in _ordered(set(VERSION_KEYS) | set(found))}}
+
+
+def _ordered(keys: set[str]) -> list[str]:
+    """Version keys in VERSION_KEYS order, then any others sorted."""
+    return [k for k in VERSION_KEYS if k in keys] + sorted(keys - set(VERSION_KEYS))
 
 
 def _changed(a: dict[str, Any], b: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    return {k: {"a": a.get(k), "b": b.get(k)} for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)}
+    return {k: {"a": a.get(k), "b": b.get(k)} for k in _ordered(set(a) | set(b)) if a.get(k) != b.get(k)}
 
 
 def diff_images(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:

@@ -128,7 +128,7 @@ def base_digest(engine: Engine, ref: str) -> str:
     image ID (``sha256:...``)."""
     info = engine.image(ref)
     if info is None:
-        raise UserInputError(f"base image {ref} is not on this engine", where="lock")
+        raise UserInputError(f"base image {ref} is not on this engine")
     return info.repo_digests[0] if info.repo_digests else info.id
 
 

@@ -5,6 +5,11 @@ and digests, the versions read back from the image after the build (framework, t
 NCCL: `imagebuild.builder.installed_versions`), the image size, the conformance summary and when it was made, so the
 page shows what a user pulling the tag gets. The HTML page is self-contained (inline style, no script, no
 external asset) so it can be published as a CI artifact or a static page as is.
+
+The page is read on a laptop and on a phone: a digest shows its first 12 hex digits in a read-only field that holds
+the whole digest (hover shows it, select-all and copy takes it), references may break after `/` and `:`, variant
+names never break; below 720 px each variant is a card of label: value lines. tests/test_matrix_page.py checks in
+headless Chromium at 1280 and 390 px that no element is wider than the window.
 """
 
 from __future__ import annotations
@@ -22,16 +27,26 @@ MISSING = "—"
 COLUMNS = ("variant", "tags", "digest", "framework", "CUDA", "cuDNN", "NCCL", "Python", "size", "conformance",
            "released")
 TITLE = "trainimg support matrix"
+SHORT_DIGEST = len("sha256:") + 12  # what a digest shows of itself, as `docker images` shows IDs
 STYLE = """
-body { font-family: system-ui, sans-serif; margin: 2rem; color: #1b1f24; }
-table { border-collapse: collapse; font-size: 0.9rem; }
-th, td { border: 1px solid #d0d7de; padding: 0.35rem 0.6rem; text-align: left; vertical-align: top; }
+body { font-family: system-ui, sans-serif; margin: 1rem; color: #1b1f24; }
+table { border-collapse: collapse; font-size: 0.85rem; width: 100%; }
+th, td { border: 1px solid #d0d7de; padding: 0.3rem 0.45rem; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; }
-code { font-size: 0.8rem; }
-td.digest { max-width: 24ch; word-break: break-all; }
-td.tags code { white-space: nowrap; }
+code { font-size: 0.78rem; }
+td.variant code { white-space: nowrap; }
+td.tags code, td.released { overflow-wrap: break-word; }
+input.digest { font: 0.78rem monospace; border: 0; background: transparent; padding: 0; width: 19ch; }
 tr.passed td.conformance { color: #1a7f37; }
 tr.failed td.conformance { color: #cf222e; font-weight: bold; }
+@media (max-width: 720px) {
+  table, tbody, tr, td { display: block; width: auto; }
+  thead { display: none; }
+  tr { border: 1px solid #d0d7de; margin: 0 0 0.75rem; }
+  td { border: 0; border-top: 1px solid #eaeef2; }
+  td::before { content: attr(data-label) ": "; font-weight: 600; }
+  td.variant code, td.tags code { white-space: normal; overflow-wrap: anywhere; }
+}
 """
 
 
@@ -108,24 +123,43 @@ def render_markdown(rows: list[MatrixRow]) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _breakable(text: str) -> str:
+    """`text` escaped, with a break opportunity after each `/` and `:` (a long reference wraps where it reads)."""
+    return html.escape(text).replace("/", "/<wbr>").replace(":", ":<wbr>")
+
+
+def _digest_cell(digest: str) -> str:
+    """The digest's first 12 hex digits in a read-only field holding the whole digest: hover shows it (title),
+    selecting and copying takes it; no script."""
+    if digest == MISSING:
+        return f'<td class="digest" data-label="digest">{MISSING}</td>'
+    full = html.escape(digest)
+    return (f'<td class="digest" data-label="digest"><input class="digest" readonly value="{full}" title="{full}" '
+            f'aria-label="digest {full}" size="{SHORT_DIGEST}"></td>')
+
+
+def _html_row(row: MatrixRow) -> str:
+    esc = html.escape
+    tags = "<br>".join(f"<code>{_breakable(t)}</code>" for t in row.tags)
+    plain = "".join(f'<td class="{c.lower()}" data-label="{esc(c)}">'
+                    f'{_breakable(text) if c == "released" else esc(text)}</td>'
+                    for c, text in zip(COLUMNS[3:], (*row.versions, row.size, row.conformance, row.released)))
+    return (f'<tr data-variant="{esc(row.variant)}" class="{"passed" if row.passed else "failed"}">'
+            f'<td class="variant" data-label="variant"><code>{esc(row.variant)}</code></td>'
+            f'<td class="tags" data-label="tags">{tags}</td>{_digest_cell(row.digest)}{plain}</tr>')
+
+
 def render_html(rows: list[MatrixRow], source: str) -> str:
     """A self-contained HTML page: one `<tr data-variant=NAME>` per variant, every text escaped."""
     esc = html.escape
     head = "".join(f"<th>{esc(c)}</th>" for c in COLUMNS)
-    body = []
-    for row in rows:
-        tags = "<br>".join(f"<code>{esc(t)}</code>" for t in row.tags)
-        plain = "".join(f'<td class="{c.lower()}">{esc(text)}</td>'
-                        for c, text in zip(COLUMNS[3:], (*row.versions, row.size, row.conformance, row.released)))
-        body.append(f'<tr data-variant="{esc(row.variant)}" class="{"passed" if row.passed else "failed"}">'
-                    f'<td><code>{esc(row.variant)}</code></td><td class="tags">{tags}</td>'
-                    f'<td class="digest"><code>{esc(row.digest)}</code></td>{plain}</tr>')
-    return (f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n<title>{TITLE}</title>\n'
+    return (f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
+            f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{TITLE}</title>\n'
             f"<style>{STYLE}</style>\n</head>\n<body>\n<h1>{TITLE}</h1>\n"
             f"<p>{len(rows)} released variant(s), from <code>{esc(source)}</code>: versions as read back from each "
-            "image after its build.</p>\n"
-            f'<table id="matrix">\n<thead><tr>{head}</tr></thead>\n<tbody>\n' + "\n".join(body)
-            + "\n</tbody>\n</table>\n</body>\n</html>\n")
+            "image after its build. A digest shows its start; hover or copy it for the whole.</p>\n"
+            f'<table id="matrix">\n<thead><tr>{head}</tr></thead>\n<tbody>\n'
+            + "\n".join(_html_row(row) for row in rows) + "\n</tbody>\n</table>\n</body>\n</html>\n")
 
 
 def render_matrix(lock_path: str | None, fmt: str) -> str:

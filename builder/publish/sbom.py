@@ -28,8 +28,7 @@ SBOM_TITLE = os.path.basename(SBOM_PATH)  # the file name `oras pull` writes the
 def local_sbom(engine: Engine, image: str) -> bytes:
     """The SBOM file of a local image (tag or ID), exactly as the build wrote it."""
     if engine.image(image) is None:
-        raise UserInputError(f"no image {image} on this engine: build it, or pass --registry to read a pushed one",
-                             where="sbom")
+        raise UserInputError(f"no image {image} on this engine: build it, or pass --registry to read a pushed one")
     try:
         return engine.read_file(image, SBOM_PATH).encode("utf-8")
     except EngineError:
@@ -55,7 +54,7 @@ def registry_sbom(api: RegistryAPI, image: str) -> bytes:
     digest = api.remote_digest(repository, tag)
     where = f"{api.target.host}/{repository}:{tag}"
     if digest is None:
-        raise UserInputError(f"registry has no {where}", where="sbom")
+        raise UserInputError(f"registry has no {where}")
     data = fetch(api, repository, digest, MEDIA_TYPE)
     if data is None:
         raise CheckFailed(f"no SBOM refers to {where} ({digest}): push it with `trainimg push` or `release`")

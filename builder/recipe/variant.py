@@ -85,7 +85,7 @@ class RecipeSet:
             if not hits:
                 close = get_close_matches(pat, list(self.by_name), n=1)
                 hint = f"; did you mean {close[0]}?" if close else "; run `trainimg list` to see them"
-                raise RecipeError(f"no variant named {pat!r}{hint}", where="variant")
+                raise RecipeError(f"no variant named {pat!r}{hint}")
             chosen.extend(h for h in hits if h not in chosen)
         return chosen
 

@@ -64,9 +64,14 @@ class Suite:
         return data
 
 
-def write_json(suites: list[Suite], path: str) -> None:
+def json_report(suites: list[Suite]) -> str:
+    """The JSON report of `suites` (what `--json` prints or writes)."""
     data = {"passed": all(s.passed for s in suites), "suites": [s.to_json() for s in suites]}
-    _write(path, json.dumps(data, indent=2, sort_keys=True) + "\n")
+    return json.dumps(data, indent=2, sort_keys=True) + "\n"
+
+
+def write_json(suites: list[Suite], path: str) -> None:
+    _write(path, json_report(suites))
 
 
 def junit_xml(suites: list[Suite]) -> str:
