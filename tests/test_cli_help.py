@@ -28,7 +28,6 @@ CPU = "framework: pytorch\nversion: '2.13.0'\nos: debian12\npython: '3.11'\n"
 PARENT = "pytorch-2.13.0-cpu-py3.11"
 # spec's flags and help are being rebuilt from per-platform declarations (helper A1, issue 35/36); cluster's help
 # is theirs too. Remove an entry once its help has its examples and every option its description.
-WRITTEN_ELSEWHERE = {"trainimg spec", "trainimg cluster"}
 
 
 def commands(command: click.Command = cli, path: str = "trainimg") -> Iterator[tuple[str, click.Command]]:
@@ -43,8 +42,7 @@ ALL = list(commands())
 
 
 def case(path: str) -> object:
-    marks = [pytest.mark.xfail(reason="help written by helper A1", strict=False)] if path in WRITTEN_ELSEWHERE else []
-    return pytest.param(path, id=path.replace(" ", "-"), marks=marks)
+    return pytest.param(path, id=path.replace(" ", "-"))
 
 
 def invoke(*args: str, **kwargs: object) -> click.testing.Result:
@@ -277,7 +275,9 @@ def _entry(variant: str, cuda: str | None, nccl: str | None) -> LockEntry:
                                "python": "3.11.2"}, pushed={}, conformance={}, size=None, released=None)
 
 
-def test_diff_of_a_cpu_and_a_gpu_lock_lists_cuda_first(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_diff_of_a_cpu_and_a_gpu_lock_lists_cuda_first(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                        docker_engine: str) -> None:
+    """diff looks each lock entry's image up on the engine (it may be local): tier 3."""
     lock = tmp_path / "images.lock"
     write_lock(lock, [_entry("cpu", None, None), _entry("gpu", "13.0.96", "2.28.9")])
     rc, out, err = run(capsys, "diff", f"{lock}:cpu", f"{lock}:gpu")

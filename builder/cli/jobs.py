@@ -40,7 +40,14 @@ if TYPE_CHECKING:
 @pass_ctx
 def cluster(c: Ctx, json_path: str | None, nproc_per_node: int | None, reduction_server: bool, platform: str | None) -> None:
     """Read this replica's place in the job (platform, role, node and process ranks, the variables read) from the
-    environment its platform made: CLUSTER_SPEC/TF_CONFIG, SLURM_*, Kubeflow's PET_*/JAX_*, a JobSet's, env://."""
+    environment its platform made: CLUSTER_SPEC/TF_CONFIG, SLURM_*, Kubeflow's PET_*/JAX_*, a JobSet's, env://.
+    Reads the environment only: starts no container, reaches no registry.
+
+    \b
+    Examples:
+      trainimg cluster --json
+      CLUSTER_SPEC="$(cat spec.json)" trainimg cluster --platform vertex --nproc-per-node 8
+    """
     from ..runtime.cluster import parse_cluster, summary
     from ..runtime.world import ClusterError
 
