@@ -96,6 +96,8 @@ class BuildOptions:
     inputs_keys: Mapping[str, str] = field(default_factory=dict)
     # What installs the lock in the build: uv (default), or pip (`--installer pip`); both check every hash.
     installer: str = DEFAULT_INSTALLER
+    # Run every step anew, BuildKit's layer cache unused (`verify` rebuilds so; the wheel cache mount still serves).
+    no_cache: bool = False
 
     def __post_init__(self) -> None:
         BUILD_JOBS.check(self.jobs, "--jobs")

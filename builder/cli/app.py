@@ -17,6 +17,7 @@ from ..runtime.contract import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE
 from . import ci, fleet, gate, images, jobs, locks, registry
 from .context import Ctx
 from .sbom import sbom_cmd
+from .verify import verify_cmd
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
@@ -35,7 +36,7 @@ def cli(ctx: click.Context, recipes: Path | None) -> None:
 
 for _command in (images.list_cmd, images.validate, images.render, locks.lock, images.build, images.bake, gate.test_cmd,
                  gate.push_cmd, gate.release, gate.diff_cmd, registry.registry, jobs.cluster, jobs.spec, jobs.run,
-                 jobs.tune, ci.ci, ci.matrix, sbom_cmd, fleet.promote, fleet.prune):
+                 jobs.tune, ci.ci, ci.matrix, sbom_cmd, fleet.promote, fleet.prune, verify_cmd):
     cli.add_command(_command)
 
 

@@ -171,6 +171,10 @@ class DockerEngine(Engine):
             layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
             tags=tuple(t for t in attrs.get("RepoTags") or () if t != "<none>:<none>"))
 
+    def save(self, ref: str, dest: Path) -> None:
+        with _refusals(f"cannot save {ref}"), dest.open("wb") as fh:
+            fh.writelines(self.client.images.get(ref).save(named=False))
+
     def labelled_images(self, label: str) -> list[ImageInfo]:
         with _refusals("cannot list images"):
             found = self.client.api.images(filters={"label": label})
@@ -339,19 +343,15 @@ def device_requests(gpus: GpuRequest) -> list[docker.types.DeviceRequest]:
 
 def _build_command(cli: str, req: BuildRequest, iidfile: Path) -> list[str]:
     cmd = [cli, "build", "--progress", "plain", "-f", str(req.dockerfile), "--target", req.target,
-           "--iidfile", str(iidfile)]
+           "--iidfile", str(iidfile), *(["--no-cache"] if req.no_cache else [])]
     if req.network_host:
         cmd += ["--network", "host"]
     for key, value in sorted({**req.build_args, INLINE_CACHE_ARG: "1"}.items()):
         cmd += ["--build-arg", f"{key}={value}"]
-    for key, value in sorted(req.labels.items()):
-        cmd += ["--label", f"{key}={value}"]
-    for ref in req.cache_from:
-        cmd += ["--cache-from", ref]
-    for tag in req.tags:
-        cmd += ["--tag", tag]
-    for sid, path in sorted(req.secrets.items()):
-        cmd += ["--secret", f"id={sid},src={path}"]
+    cmd += [a for key, value in sorted(req.labels.items()) for a in ("--label", f"{key}={value}")]
+    cmd += [a for ref in req.cache_from for a in ("--cache-from", ref)]
+    cmd += [a for tag in req.tags for a in ("--tag", tag)]
+    cmd += [a for sid, path in sorted(req.secrets.items()) for a in ("--secret", f"id={sid},src={path}")]
     cmd.append(str(req.context))
     return cmd
 

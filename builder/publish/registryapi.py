@@ -200,6 +200,19 @@ class RegistryAPI:
                                 "content")
         return resp.content
 
+    def open_blob(self, repository: str, digest: str) -> requests.Response:
+        """A layer blob as a stream (`with api.open_blob(...) as resp: resp.raw`): gigabytes never held in memory."""
+        url = f"{self.base}/v2/{repository}/blobs/{digest}"
+        scope = f"repository:{repository}:pull"
+        self.request("HEAD", f"/v2/{repository}/blobs/{digest}", scope=scope)  # answers an auth challenge first
+        headers = {"Authorization": self._tokens[scope]} if scope in self._tokens else {}
+        resp = self._send("GET", url, headers, stream=True)
+        if resp.status_code != 200:
+            resp.close()
+            raise RegistryError(f"registry {self.target.host} answered HTTP {resp.status_code} for blob {digest} "
+                                f"of {repository}")
+        return resp
+
     def has_blob(self, repository: str, digest: str) -> bool:
         scope = f"repository:{repository}:pull"
         return self.request("HEAD", f"/v2/{repository}/blobs/{digest}", scope=scope).status_code == 200

@@ -1,0 +1,200 @@
+"""Layers (issue 34): the lock's layer groups, every RUN sealed, and two cold builds giving the same layers.
+
+The group and seal checks are generated from the tables (runtime/lockgroups.py, plan/reproducible.py) over every
+shipped variant. The engine test builds the CPU variant with no cache, releases it to the compose registry, and
+`trainimg verify` rebuilds it with no cache: every layer identical. A tampered image under the tag is then named
+layer by layer and file by file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from conftest import LOCAL_BASE, ROOT, remove_image, trainimg
+from conftest_registry import RegistryLogin
+
+from trainimg.plan import blocks
+from trainimg.plan.reproducible import BASE_FILES, LAYER_EPOCH, MOUNT_ROOT, SEAL_BEGIN, SEAL_END, base_files_tar
+from trainimg.plan.stages import INSTALLER_STAGE, plans
+from trainimg.publish.references import RegistryTarget
+from trainimg.publish.registryapi import RegistryAPI, sha256_digest
+from trainimg.recipe.loading import load_recipes
+from trainimg.render.dockerfile import render_plan
+from trainimg.runtime import lockgroups
+
+SHIPPED = load_recipes(ROOT / "recipes")
+LOCKED = [v for v in SHIPPED.variants if (ROOT / "images" / v.name / "requirements.lock").is_file()]
+CPU_VARIANT = "pytorch-2.13.0-cpu-py3.11"
+CPU_TAG = "trainimg/pytorch:2.13.0-cpu-py3.11"
+
+
+# -- the lock's layer groups ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", LOCKED, ids=lambda v: v.name)
+def test_every_lock_entry_is_in_exactly_one_group(variant: Any) -> None:
+    lock = (ROOT / "images" / variant.name / "requirements.lock").read_text(encoding="utf-8")
+    names = [name for name, _ in lockgroups.entries(lock)]
+    grouped = {g: [n for n, _ in lockgroups.entries(lockgroups.select(lock, g))] for g in lockgroups.GROUP_NAMES}
+    assert sorted(n for ns in grouped.values() for n in ns) == sorted(names)
+    assert "".join(lockgroups.select(lock, g) for g in lockgroups.GROUP_NAMES).count("--hash=sha256:") == \
+        lock.count("--hash=sha256:")  # every hash line kept: each group installs with the lock's checking
+    filled = {g for g, ns in grouped.items() if ns}
+    if variant.gpu and variant.framework != "none":
+        assert {"cuda", "nccl", lockgroups.FRAMEWORK} <= filled, grouped
+        assert all(n.startswith("nvidia-nccl") for n in grouped["nccl"])
+    else:
+        assert not filled & set(lockgroups.GPU_ONLY), grouped
+    # the rendered steps are exactly the groups a variant fills (an unfilled one would be an empty step)
+    assert {g for g in blocks.install_groups(variant) if g} >= filled
+
+
+@pytest.mark.parametrize("group, pattern", [(g, p) for g, ps in lockgroups.LAYER_GROUPS for p in ps])
+def test_each_pattern_of_the_table_names_its_group(group: str, pattern: str) -> None:
+    name = pattern.replace("*", "x-lib")
+    assert lockgroups.group_of(name) == group
+    assert lockgroups.group_of(name.upper().replace("-", "_")) == group  # names are compared normalised
+
+
+def test_an_unmatched_name_is_the_framework_group() -> None:
+    assert lockgroups.group_of("torch") == lockgroups.FRAMEWORK
+
+
+def test_the_splitter_runs_as_the_build_runs_it(tmp_path: Path) -> None:
+    """`python lockgroups.py GROUP LOCK OUT` with the standard library only, as the install steps mount it."""
+    lock = ROOT / "images" / "pytorch-2.14.1-cu130-py3.11" / "requirements.lock"
+    out = tmp_path / "nccl.lock"
+    script = ROOT / "builder" / "runtime" / "lockgroups.py"
+    r = subprocess.run([sys.executable, "-I", str(script), "nccl", str(lock), str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text().startswith("nvidia-nccl-cu13==2.30.7 \\\n    --hash=sha256:")
+    bad = subprocess.run([sys.executable, "-I", str(script), "nccl"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+# -- every RUN of every image sealed -------------------------------------------------------------------------------
+
+
+def _instructions(text: str) -> list[tuple[str, str]]:
+    """(stage, instruction) for each instruction of a Dockerfile, continuation lines joined."""
+    out, stage = [], ""
+    for line in text.replace("\\\n", " ").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("FROM "):
+            stage = line.split()[-1]
+        out.append((stage, line))
+    return out
+
+
+@pytest.mark.parametrize("plan", plans(SHIPPED), ids=lambda p: p.variant.name)
+def test_every_run_in_the_image_is_sealed_and_mounts_under_dev(plan: Any) -> None:
+    steps = [(s, i) for s, i in _instructions(render_plan(plan)) if s != INSTALLER_STAGE]
+    runs = [i for _, i in steps if i.startswith("RUN ")]
+    assert runs
+    for run in runs:
+        # a step's own mounts, then the seal: everything it writes gets LAYER_EPOCH
+        assert re.sub(r"^RUN (--mount=\S+\s+)*", "", run).startswith(SEAL_BEGIN.split(" && ")[0]), run[:200]
+        assert run.rstrip().endswith(SEAL_END), run[-200:]
+        for target in re.findall(r"--mount=\S*target=([^,\s]+)", run):
+            assert target.startswith(f"{MOUNT_ROOT}/"), target  # no mount point ever lands in a layer
+        assert "/run/secrets" not in run and "rmdir" not in run  # nothing removed from a lower layer
+    copies = [i for _, i in steps if i.startswith(("COPY ", "ADD "))]
+    assert copies == [f"ADD {BASE_FILES} /"] or (plan.variant.extends and copies == [])
+
+
+def test_the_committed_base_files_are_what_the_code_makes() -> None:
+    assert (ROOT / BASE_FILES).read_bytes() == base_files_tar()
+    with tarfile.open(ROOT / BASE_FILES) as tar:
+        assert {m.name: m.mtime for m in tar} == {"etc": LAYER_EPOCH, "etc/hosts": LAYER_EPOCH}
+
+
+# -- two cold builds, a release and `verify` on the engine and the compose registry --------------------------------
+
+
+@pytest.fixture(scope="module")
+def released(registry: RegistryLogin, state_env: dict[str, str], client: docker.DockerClient
+             ) -> Iterator[dict[str, Any]]:
+    """The CPU variant built with no cache, gated and pushed under a prefix of this module."""
+    env = {**state_env, "TRAINIMG_REGISTRY_PASSWORD": registry.password}
+    target = f"{registry.host}/glayers{uuid.uuid4().hex[:8]}"
+    r = trainimg("build", CPU_VARIANT, "--no-cache", "--base-image", LOCAL_BASE, "--progress", "plain", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    layers = client.api.inspect_image(CPU_TAG)["RootFS"]["Layers"]
+    r = trainimg("test", CPU_VARIANT, "--replicas", "2", "--progress", "quiet", env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = trainimg("push", CPU_VARIANT, "--registry", target, "--username", registry.username, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    api = RegistryAPI(RegistryTarget.parse(target), {"username": registry.username, "password": registry.password})
+    yield {"env": env, "target": target, "layers": layers, "api": api}
+    remove_image(client, f"{target}/{CPU_TAG}")
+
+
+def verify(released: dict[str, Any], registry: RegistryLogin) -> subprocess.CompletedProcess[str]:
+    return trainimg("verify", CPU_VARIANT, "--registry", released["target"], "--username", registry.username,
+                    "--base-image", LOCAL_BASE, "--progress", "quiet", env=released["env"], timeout=1200)
+
+
+def test_a_cold_rebuild_verifies_identical_layer_for_layer(released: dict[str, Any], registry: RegistryLogin,
+                                                           client: docker.DockerClient) -> None:
+    """The core of the issue: two builds without cache give the same digest for every layer (and `verify`,
+    rebuilding with no cache, says so, exit 0)."""
+    r = verify(released, registry)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    count = len(released["layers"])
+    assert count >= 7 and f": identical, {count} of {count} layers" in r.stdout
+    assert client.api.inspect_image(CPU_TAG)["RootFS"]["Layers"] == released["layers"]
+
+
+def _tamper_last_layer(api: RegistryAPI, repository: str, tag: str, path: str) -> None:
+    """Put under `tag` an image whose last layer holds `path` with one byte more: a new layer blob, config and
+    manifest through the registry's own API (what someone with push rights could do)."""
+    body, media_type, _ = api.manifest_json(repository, tag)  # type: ignore[misc]
+    manifest = json.loads(body)
+    config = json.loads(api.blob(repository, manifest["config"]["digest"]))
+    with api.open_blob(repository, manifest["layers"][-1]["digest"]) as resp:
+        layer = gzip.decompress(resp.content)
+    out = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(layer)) as src, tarfile.open(fileobj=out, mode="w", format=src.format) as dst:
+        for member in src:
+            data = src.extractfile(member).read() if member.isfile() else None  # type: ignore[union-attr]
+            if member.name.lstrip("./") == path:
+                data = (data or b"") + b" "
+                member.size = len(data)
+            dst.addfile(member, io.BytesIO(data) if data is not None else None)
+    raw = out.getvalue()
+    packed = gzip.compress(raw, mtime=0)
+    config["rootfs"]["diff_ids"][-1] = "sha256:" + hashlib.sha256(raw).hexdigest()
+    config_bytes = json.dumps(config).encode()
+    manifest["config"].update(digest=api.put_blob(repository, config_bytes), size=len(config_bytes))
+    manifest["layers"][-1].update(digest=api.put_blob(repository, packed), size=len(packed))
+    api.put_manifest(repository, tag, json.dumps(manifest).encode(), media_type)
+    assert sha256_digest(packed) == manifest["layers"][-1]["digest"]
+
+
+def test_a_tampered_image_is_named_layer_and_file(released: dict[str, Any], registry: RegistryLogin) -> None:
+    sbom = "etc/trainimg/sbom.cdx.json"
+    api = released["api"]
+    name, tag = CPU_TAG.split(":")
+    _tamper_last_layer(api, api.target.repository(name), tag, sbom)
+    r = verify(released, registry)
+    assert r.returncode == 1, (r.stdout[-3000:], r.stderr[-3000:])
+    count = len(released["layers"])
+    assert f": 1 of {count} layers differ from the rebuild" in r.stdout
+    assert f"layer {count}: rebuild {released['layers'][-1]}, registry sha256:" in r.stdout
+    files = [line.strip() for line in r.stdout.splitlines() if line.startswith("  ")]
+    assert len(files) == 1 and files[0].startswith(f"{sbom}: size ") and " content sha256:" in files[0], files
+    assert r.stderr.count("\n") == 1 and "1 of" in r.stderr  # one line naming the failed check
