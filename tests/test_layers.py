@@ -17,6 +17,7 @@ import subprocess
 import sys
 import tarfile
 import uuid
+from dataclasses import replace
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -29,7 +30,11 @@ from conftest_registry import RegistryLogin
 from trainimg.plan import blocks
 from trainimg.plan.reproducible import BASE_FILES, LAYER_EPOCH, MOUNT_ROOT, SEAL_BEGIN, SEAL_END, base_files_tar
 from trainimg.plan.stages import INSTALLER_STAGE, plans
+from trainimg.engine.docker import DockerEngine
+from trainimg.publish.layerfiles import saved_layer_entries, saved_layers
+from trainimg.publish.blobpush import push_saved
 from trainimg.publish.references import RegistryTarget
+from trainimg.publish.verify import compare
 from trainimg.publish.registryapi import RegistryAPI, sha256_digest
 from trainimg.recipe.loading import load_recipes
 from trainimg.render.dockerfile import render_plan
@@ -157,6 +162,41 @@ def test_a_cold_rebuild_verifies_identical_layer_for_layer(released: dict[str, A
     count = len(released["layers"])
     assert count >= 7 and f": identical, {count} of {count} layers" in r.stdout
     assert client.api.inspect_image(CPU_TAG)["RootFS"]["Layers"] == released["layers"]
+
+
+def test_no_layer_deletes_a_file_of_a_lower_one(released: dict[str, Any], client: docker.DockerClient,
+                                                tmp_path: Path) -> None:
+    """Add-only layers: a whiteout (`.wh.<name>`) carries the time of the deletion. Opaque-folder markers
+    (`.wh..wh..opq`, a folder made anew) are written with time 0 and stay."""
+    saved = tmp_path / "image.tar"
+    DockerEngine(client).save(CPU_TAG, saved)
+    whiteouts = []
+    with saved_layers(saved) as (names, _):
+        count = len(names)
+    for index in range(count):
+        whiteouts += [f"layer {index + 1}: {p}" for p in saved_layer_entries(saved, index)
+                      if p.rsplit("/", 1)[-1].startswith(".wh.") and not p.endswith(".wh..wh..opq")]
+    assert whiteouts == []
+
+
+def test_the_client_push_sends_only_the_layers_the_registry_lacks(released: dict[str, Any]) -> None:
+    """A runner with an empty engine: the rebuilt image's layers are all in the registry (the release pushed
+    them), so pushing it under another tag sends none; into a repository that has none it sends every layer,
+    and a second push nothing. The registry then holds the same diff IDs as the engine (`compare`)."""
+    api = released["api"]
+    name, tag = CPU_TAG.split(":")
+    repository = api.target.repository(name)
+    again = push_saved(DockerEngine(), CPU_TAG, api, repository, f"{tag}-client", also_known=[tag])
+    assert (again.uploaded, again.bytes_uploaded) == ([], 0)
+    fresh = api.target.repository(f"{name}-fresh{uuid.uuid4().hex[:6]}")
+    first = push_saved(DockerEngine(), CPU_TAG, api, fresh, tag)
+    assert len(first.uploaded) == first.layers == len(released["layers"])
+    assert first.bytes_uploaded == first.compressed_bytes > 100_000_000
+    second = push_saved(DockerEngine(), CPU_TAG, api, fresh, tag)
+    assert (second.uploaded, second.digest) == ([], first.digest)  # deterministic gzip: the same blobs, manifest
+    verdict = compare(DockerEngine(), replace(api, target=replace(api.target, prefix="")), CPU_TAG,
+                      f"{fresh}:{tag}")
+    assert verdict.identical, verdict
 
 
 def _tamper_last_layer(api: RegistryAPI, repository: str, tag: str, path: str) -> None:

@@ -30,6 +30,9 @@ MOUNT_ROOT = "/dev/trainimg-build"
 SECRETS_DIR = f"{MOUNT_ROOT}/secrets"
 # Files a step may write into that hold times or run-specific state: emptied when the step changed them.
 VOLATILE_FILES = ("/var/log/*", "/var/cache/ldconfig/aux-cache")
+# Scratch folders: what a step leaves at their top (uv's lock files have random names) is removed by its seal. No
+# lower layer of a trainimg image holds anything there, so this never removes a lower layer's file.
+SCRATCH_DIRS = ("/tmp", "/var/tmp")
 # Never touched: other filesystems and the files BuildKit bind-mounts into every step.
 NOT_OURS = ("/proc", "/sys", "/dev", "/etc/hosts", "/etc/resolv.conf", "/etc/hostname")
 
@@ -41,7 +44,8 @@ def _any_path(paths: tuple[str, ...]) -> str:
     return "\\( " + " -o ".join(f"-path '{p}'" for p in paths) + " \\)"
 
 
-SEAL_END = (f"find / -xdev {_any_path(NOT_OURS)} -prune -o -type f -newermt \"@$seal_t0\" "
+SEAL_END = (f"find {' '.join(SCRATCH_DIRS)} -mindepth 1 -maxdepth 1 -newermt \"@$seal_t0\" -exec rm -rf {{}} + "
+            f"&& find / -xdev {_any_path(NOT_OURS)} -prune -o -type f -newermt \"@$seal_t0\" "
             f"{_any_path(VOLATILE_FILES)} -exec truncate -s 0 {{}} + "
             f"&& find / -xdev {_any_path(NOT_OURS)} -prune -o -newermt \"@$seal_t0\" -print0 "
             f"| xargs -0r touch --no-dereference --date=@{LAYER_EPOCH}")

@@ -16,6 +16,7 @@ import base64
 import hashlib
 import json
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin
@@ -235,6 +236,23 @@ class RegistryAPI:
             raise RegistryError(f"registry {self.target.host} answered HTTP {done.status_code} to the upload of "
                                 f"blob {digest} to {repository}")
         return digest
+
+    def upload_file(self, repository: str, path: Path, digest: str) -> None:
+        """Upload the file `path` as blob `digest` (monolithic POST then PUT, the body streamed from disk)."""
+        scope = f"repository:{repository}:pull,push"
+        start = self.request("POST", f"/v2/{repository}/blobs/uploads/", scope=scope)
+        if start.status_code != 202 or "Location" not in start.headers:
+            raise RegistryError(f"registry {self.target.host} answered HTTP {start.status_code} to a blob upload "
+                                f"to {repository}")
+        location = start.headers["Location"]
+        url = location if location.startswith("http") else self.base + location
+        url += ("&" if "?" in url else "?") + "digest=" + digest
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(path.stat().st_size)}
+        with path.open("rb") as body:
+            done = self.request("PUT", url, scope=scope, headers=headers, data=body)  # type: ignore[arg-type]
+        if done.status_code != 201:
+            raise RegistryError(f"registry {self.target.host} answered HTTP {done.status_code} to the upload of "
+                                f"blob {digest} to {repository}")
 
     def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> str:
         """Store a manifest under a tag or its digest; returns the digest the registry names it by."""
