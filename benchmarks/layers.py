@@ -129,6 +129,7 @@ def _measure(variant: str, extra: list[str], host: str, log: Path) -> dict[str, 
     push(tag, host)
     out["runtime_change_push"] = round(uploaded_bytes(log, since, host, repository) / total, 4)
     sh(DOCKER, "rmi", "-f", tag, f"{host}/{tag}")
+    sh(DOCKER, "builder", "prune", "-af")  # BuildKit's records hold the layers too: the engine is emptied of them
     since = log.stat().st_size
     start = time.monotonic()
     sh(DOCKER, "pull", f"{host}/{tag}", timeout=7200)

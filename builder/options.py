@@ -105,6 +105,12 @@ class BuildOptions:
             raise UserInputError(f"{self.installer!r}: use {' or '.join(INSTALLERS)}", where="--installer")
 
 
+# Who sends an image's layers on `push`: the engine (`docker push`), or trainimg's registry client, which sends only
+# the layers the registry lacks whatever the engine remembers (publish/blobpush.py).
+ENGINE_UPLOAD, CLIENT_UPLOAD = "engine", "client"
+UPLOADS = (ENGINE_UPLOAD, CLIENT_UPLOAD)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TestOptions:
     """`trainimg test` (and release's test step): whose env the replicas get, how many, for how long."""

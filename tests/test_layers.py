@@ -199,6 +199,15 @@ def test_the_client_push_sends_only_the_layers_the_registry_lacks(released: dict
     assert verdict.identical, verdict
 
 
+def test_push_upload_client_sends_no_layer_the_registry_holds(released: dict[str, Any],
+                                                              registry: RegistryLogin) -> None:
+    """`trainimg push --upload client` of the released image again: every layer is in the registry, 0 bytes."""
+    r = trainimg("push", CPU_VARIANT, "--registry", released["target"], "--username", registry.username,
+                 "--upload", "client", env=released["env"], timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.search(r"^pushed \S+@sha256:[0-9a-f]{64} \(0 bytes uploaded\)$", r.stdout, re.M), r.stdout
+
+
 def _tamper_last_layer(api: RegistryAPI, repository: str, tag: str, path: str) -> None:
     """Put under `tag` an image whose last layer holds `path` with one byte more: a new layer blob, config and
     manifest through the registry's own API (what someone with push rights could do)."""

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import CheckFailed, UserInputError
-from ..options import NPROC_PER_NODE, REPLICAS, ReleaseOptions, TestOptions, default
+from ..options import ENGINE_UPLOAD, NPROC_PER_NODE, REPLICAS, UPLOADS, ReleaseOptions, TestOptions, default
 from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
 from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
@@ -127,7 +127,7 @@ def registry_flags(fn: Callback) -> Callback:
 
 
 def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
-          password_stdin: bool) -> list[PushResult]:
+          password_stdin: bool, upload: str = ENGINE_UPLOAD) -> list[PushResult]:
     from ..conformance import records
     from ..publish.push import push
     from ..publish.references import RegistryTarget
@@ -147,7 +147,7 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
         def passed(image_id: str, ref: str = tag) -> None:
             records.require_pass(image_id, ref, c.env)
 
-        result = push(engine, tag, target, tag, credentials=creds, gate=passed)
+        result = push(engine, tag, target, tag, credentials=creds, gate=passed, upload=upload)
         click.echo(f"pushed {result.ref}@{result.digest} ({result.bytes_uploaded} bytes uploaded)")
         sboms(tag, result)
         results.append(result)
@@ -157,10 +157,14 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
 @click.command("push")
 @click.argument("variants", nargs=-1, required=True)
 @registry_flags
+@click.option("--upload", type=click.Choice(UPLOADS), default=ENGINE_UPLOAD, show_default=True,
+              help="Who sends the layers: the engine, or trainimg's registry client (only the layers the registry "
+                   "lacks, whatever this engine remembers: an empty CI runner).")
 @pass_ctx
-def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | None, password_stdin: bool) -> None:
+def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | None, password_stdin: bool,
+             upload: str) -> None:
     """Push variants' images to <registry>/<tag>; refuses images without a passing conformance record."""
-    _push(c, [_resolve_image(c, v)[0] for v in variants], registry, username, password_stdin)
+    _push(c, [_resolve_image(c, v)[0] for v in variants], registry, username, password_stdin, upload)
 
 
 @click.command()
