@@ -31,8 +31,8 @@ from trainimg.plan import blocks
 from trainimg.plan.reproducible import BASE_FILES, LAYER_EPOCH, MOUNT_ROOT, SEAL_BEGIN, SEAL_END, base_files_tar
 from trainimg.plan.stages import INSTALLER_STAGE, plans
 from trainimg.engine.docker import DockerEngine
-from trainimg.publish.layerfiles import saved_layer_entries, saved_layers
-from trainimg.publish.blobpush import push_saved
+from trainimg.publish.layerfiles import differences, entries, saved_layer_entries, saved_layers
+from trainimg.publish.blobpush import gzip_layer, push_saved
 from trainimg.publish.references import RegistryTarget
 from trainimg.publish.verify import compare
 from trainimg.publish.registryapi import RegistryAPI, sha256_digest
@@ -125,6 +125,37 @@ def test_the_committed_base_files_are_what_the_code_makes() -> None:
     assert (ROOT / BASE_FILES).read_bytes() == base_files_tar()
     with tarfile.open(ROOT / BASE_FILES) as tar:
         assert {m.name: m.mtime for m in tar} == {"etc": LAYER_EPOCH, "etc/hosts": LAYER_EPOCH}
+
+
+# -- deterministic compression, file differences -------------------------------------------------------------------
+
+
+def _layer_tar(files: dict[str, tuple[bytes, int]]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, (data, mtime) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), mtime, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def test_a_layer_compresses_to_the_same_blob_every_time(tmp_path: Path) -> None:
+    layer = _layer_tar({"etc/a": (b"a" * 100_000, LAYER_EPOCH)})
+    digests = {gzip_layer(io.BytesIO(layer), tmp_path / f"{i}.gz") for i in range(2)}
+    assert len(digests) == 1
+    header = (tmp_path / "0.gz").read_bytes()[:10]
+    assert header[4:8] == b"\0\0\0\0" and not header[3] & 0x08  # no time, no file name in the gzip header
+    assert gzip.decompress((tmp_path / "0.gz").read_bytes()) == layer
+
+
+def test_differences_name_path_size_mode_time_and_content() -> None:
+    ours = entries(io.BytesIO(_layer_tar({"etc/a": (b"one", LAYER_EPOCH), "etc/b": (b"same", LAYER_EPOCH)})))
+    theirs = entries(io.BytesIO(gzip.compress(_layer_tar({"etc/a": (b"three", 1), "etc/b": (b"same", LAYER_EPOCH),
+                                                          "etc/c": (b"", LAYER_EPOCH)}))))
+    lines = differences(ours, theirs)
+    assert lines[0].startswith("etc/a: size 3 != 5, mtime 315532800 != 1, content sha256:")
+    assert lines[1:] == ["etc/c: only in the registry's layer"]
 
 
 # -- two cold builds, a release and `verify` on the engine and the compose registry --------------------------------
