@@ -278,3 +278,16 @@ def test_a_tampered_image_is_named_layer_and_file(released: dict[str, Any], regi
     files = [line.strip() for line in r.stdout.splitlines() if line.startswith("  ")]
     assert len(files) == 1 and files[0].startswith(f"{sbom}: size ") and " content sha256:" in files[0], files
     assert r.stderr.count("\n") == 1 and "1 of" in r.stderr  # one line naming the failed check
+
+
+@pytest.mark.parametrize("args, words", [
+    (("nosuch", "--registry", "localhost:5000"), ("no variant named 'nosuch'",)),
+    ((CPU_VARIANT, "--registry", "http://x"), ("--registry", "drop the scheme")),
+    (("pytorch-*", "--registry", "localhost:5000"),
+     (f"names {sum(v.name.startswith('pytorch-') for v in SHIPPED.variants)} variants; name one",)),
+    ((CPU_VARIANT,), ("Missing option '--registry'",)),
+])
+def test_verify_bad_input_is_one_line_exit_2(args: tuple[str, ...], words: tuple[str, ...]) -> None:
+    r = trainimg("verify", *args, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, (r.returncode, r.stderr)
+    assert all(w in r.stderr for w in words), r.stderr
