@@ -24,7 +24,7 @@ from typing import Any
 
 import docker
 import pytest
-from conftest import LOCAL_BASE, ROOT, remove_image, trainimg
+from conftest import LOCAL_BASE, ROOT, cpu_recipe, remove_image, trainimg
 from conftest_registry import RegistryLogin
 
 from trainimg.plan import blocks
@@ -43,7 +43,11 @@ from trainimg.runtime import lockgroups
 SHIPPED = load_recipes(ROOT / "recipes")
 LOCKED = [v for v in SHIPPED.variants if (ROOT / "images" / v.name / "requirements.lock").is_file()]
 CPU_VARIANT = "pytorch-2.13.0-cpu-py3.11"
-CPU_TAG = "trainimg/pytorch:2.13.0-cpu-py3.11"
+# The engine tests build a copy of the shipped CPU recipe under a name of their own (tests/conftest.py cpu_recipe):
+# no-cache builds make new image IDs, and the shipped tag is what other tests on the same engine gate and push.
+TEST_NAME = "layerstest"
+TEST_VARIANT = TEST_NAME  # a one-entry matrix: the variant is named as the recipe
+CPU_TAG = f"trainimg-test/{TEST_NAME}:2.13.0-cpu-py3.11"
 
 
 # -- the lock's layer groups ---------------------------------------------------------------------------------------
@@ -162,25 +166,29 @@ def test_differences_name_path_size_mode_time_and_content() -> None:
 
 
 @pytest.fixture(scope="module")
-def released(registry: RegistryLogin, state_env: dict[str, str], client: docker.DockerClient
-             ) -> Iterator[dict[str, Any]]:
-    """The CPU variant built with no cache, gated and pushed under a prefix of this module."""
-    env = {**state_env, "TRAINIMG_REGISTRY_PASSWORD": registry.password}
+def released(registry: RegistryLogin, state_env: dict[str, str], client: docker.DockerClient,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The test's CPU variant built with no cache, gated and pushed under a prefix of this module."""
+    recipes = tmp_path_factory.mktemp("layers") / "recipes"
+    recipes.mkdir()
+    (recipes / f"{TEST_NAME}.yaml").write_text(cpu_recipe(TEST_NAME, f"trainimg-test/{TEST_NAME}"), encoding="utf-8")
+    env = {**state_env, "TRAINIMG_REGISTRY_PASSWORD": registry.password, "TRAINIMG_RECIPES": str(recipes)}
     target = f"{registry.host}/glayers{uuid.uuid4().hex[:8]}"
-    r = trainimg("build", CPU_VARIANT, "--no-cache", "--base-image", LOCAL_BASE, "--progress", "plain", env=env)
+    r = trainimg("build", TEST_VARIANT, "--no-cache", "--base-image", LOCAL_BASE, "--progress", "plain", env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     layers = client.api.inspect_image(CPU_TAG)["RootFS"]["Layers"]
-    r = trainimg("test", CPU_VARIANT, "--replicas", "2", "--progress", "quiet", env=env, timeout=900)
+    r = trainimg("test", TEST_VARIANT, "--replicas", "2", "--progress", "quiet", env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
-    r = trainimg("push", CPU_VARIANT, "--registry", target, "--username", registry.username, env=env, timeout=900)
+    r = trainimg("push", TEST_VARIANT, "--registry", target, "--username", registry.username, env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     api = RegistryAPI(RegistryTarget.parse(target), {"username": registry.username, "password": registry.password})
     yield {"env": env, "target": target, "layers": layers, "api": api}
     remove_image(client, f"{target}/{CPU_TAG}")
+    remove_image(client, CPU_TAG)
 
 
 def verify(released: dict[str, Any], registry: RegistryLogin) -> subprocess.CompletedProcess[str]:
-    return trainimg("verify", CPU_VARIANT, "--registry", released["target"], "--username", registry.username,
+    return trainimg("verify", TEST_VARIANT, "--registry", released["target"], "--username", registry.username,
                     "--base-image", LOCAL_BASE, "--progress", "quiet", env=released["env"], timeout=1200)
 
 
@@ -233,7 +241,7 @@ def test_the_client_push_sends_only_the_layers_the_registry_lacks(released: dict
 def test_push_upload_client_sends_no_layer_the_registry_holds(released: dict[str, Any],
                                                               registry: RegistryLogin) -> None:
     """`trainimg push --upload client` of the released image again: every layer is in the registry, 0 bytes."""
-    r = trainimg("push", CPU_VARIANT, "--registry", released["target"], "--username", registry.username,
+    r = trainimg("push", TEST_VARIANT, "--registry", released["target"], "--username", registry.username,
                  "--upload", "client", env=released["env"], timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert re.search(r"^pushed \S+@sha256:[0-9a-f]{64} \(0 bytes uploaded\)$", r.stdout, re.M), r.stdout
