@@ -229,12 +229,15 @@ class ReleaseOptions:
     # read, for what to skip and the cache, never written: `trainimg promote` writes it).
     stage: bool = False
     lock_dir: str = DEFAULT_LOCK_DIR
+    upload: str = ENGINE_UPLOAD  # who sends the layers (`--upload`): the engine, or trainimg's registry client
 
     def __post_init__(self) -> None:
         if not self.lock_dir.strip():
             raise UserInputError("give a folder", where="--lock-dir")
         if self.lock_dir != DEFAULT_LOCK_DIR and not self.stage:
             raise UserInputError("--lock-dir is where --stage writes its parts: add --stage", where="--lock-dir")
+        if self.upload not in UPLOADS:
+            raise UserInputError(f"{self.upload!r}: use {' or '.join(UPLOADS)}", where="--upload")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -126,6 +126,12 @@ def registry_flags(fn: Callback) -> Callback:
     return fn
 
 
+upload_flag = click.option(
+    "--upload", type=click.Choice(UPLOADS), default=ENGINE_UPLOAD, show_default=True,
+    help="Who sends the layers: the engine, or trainimg's registry client (only the layers the registry lacks, "
+         "whatever this engine remembers: an empty CI runner).")
+
+
 def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
           password_stdin: bool, upload: str = ENGINE_UPLOAD) -> list[PushResult]:
     from ..conformance import records
@@ -157,9 +163,7 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
 @click.command("push")
 @click.argument("variants", nargs=-1, required=True)
 @registry_flags
-@click.option("--upload", type=click.Choice(UPLOADS), default=ENGINE_UPLOAD, show_default=True,
-              help="Who sends the layers: the engine, or trainimg's registry client (only the layers the registry "
-                   "lacks, whatever this engine remembers: an empty CI runner).")
+@upload_flag
 @pass_ctx
 def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | None, password_stdin: bool,
              upload: str) -> None:
@@ -183,13 +187,14 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
                    "`trainimg promote` moves the tags once every part is in.")
 @click.option("--lock-dir", "lock_dir", metavar="DIR", default=default(ReleaseOptions, "lock_dir"), show_default=True,
               help="Where --stage writes <variant>.json.")
+@upload_flag
 @pass_ctx
 def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | None, ca_bundle: Path | None,
             wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
             cache_from: tuple[str, ...], installer: str, platform: str, replicas: int, nproc_per_node: int,
             timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], registry: str,
             username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None,
-            rebuild: bool, stage: bool, lock_dir: str) -> None:
+            rebuild: bool, stage: bool, lock_dir: str, upload: str) -> None:
     """Build, test, then push every named variant, only if all of them passed; skip unchanged ones."""
     from ..pipeline import release as run_release
     from ..publish.references import RegistryTarget
@@ -201,7 +206,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
                                                installer),
                           test=TestOptions(platform=platform, replicas=replicas, timeout=timeout,
                                            nproc_per_node=nproc_per_node, structure_tests=structure_tests),
-                          lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir)
+                          lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir, upload=upload)
     creds = _credentials(target, username, password_stdin, c.env)
     result = run_release(c.recipes(), _engine(), variants, opts, target=target, credentials=creds, env=c.env,
                          root=c.root, progress=progress, on_suite=_print_suite,
