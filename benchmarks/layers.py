@@ -30,8 +30,8 @@ ROOT = Path(__file__).resolve().parent.parent
 DOCKER = "/usr/bin/docker"
 BASE = "local/debian:bookworm"
 # A completed blob upload in the registry's access log: the PUT that names the digest (uploads of new bytes).
-_UPLOAD_DONE = re.compile(r'"PUT /v2/(?P<repo>\S+)/blobs/uploads/\S*digest=(?P<digest>sha256(?::|%3A)[0-9a-f]{64})\S* '
-                          r'HTTP/[0-9.]+" 201 ')
+_UPLOAD_DONE = re.compile(r'"PUT /v2/\S+/blobs/uploads/\S*?digest=(?P<digest>sha256(?::|%3[Aa])[0-9a-f]{64})\S* '
+                          r'HTTP/[0-9.]+" 20[01] ', re.I)
 _BLOB_GET = re.compile(r'"GET /v2/\S+/blobs/(?P<digest>sha256:[0-9a-f]{64}) HTTP/[0-9.]+" 200 (?P<size>[0-9]+)')
 
 
@@ -82,7 +82,7 @@ def uploaded_bytes(log: Path, since: int, host: str, repository: str) -> int:
     text = log.read_bytes()[since:].decode("utf-8", "replace")
     total = 0
     for m in _UPLOAD_DONE.finditer(text):
-        digest = m.group("digest").replace("%3A", ":")
+        digest = re.sub("%3a", ":", m.group("digest"), flags=re.I)
         head = requests.head(f"http://{host}/v2/{repository}/blobs/{digest}", timeout=30, auth=_auth(host))
         total += int(head.headers.get("Content-Length", 0))
     return total
@@ -105,6 +105,7 @@ def registry_figures(variant: str, extra: list[str], state: Path) -> dict[str, A
     try:
         return _measure(variant, extra, info.host, reg.log_path)
     finally:
+        subprocess.run(["cp", str(reg.log_path), "/tmp/trainimg-bench-layers-registry.log"], check=False)
         reg.stop()
 
 
@@ -130,6 +131,7 @@ def _measure(variant: str, extra: list[str], host: str, log: Path) -> dict[str, 
     out["runtime_change_push"] = round(uploaded_bytes(log, since, host, repository) / total, 4)
     sh(DOCKER, "rmi", "-f", tag, f"{host}/{tag}")
     sh(DOCKER, "builder", "prune", "-af")  # BuildKit's records hold the layers too: the engine is emptied of them
+    sh(DOCKER, "image", "prune", "-af")  # and the images the rebuilds left untagged (this engine is the bench's own)
     since = log.stat().st_size
     start = time.monotonic()
     sh(DOCKER, "pull", f"{host}/{tag}", timeout=7200)
