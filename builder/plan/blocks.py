@@ -118,14 +118,11 @@ def nccl_note(v: Variant, compat: Compat) -> list[str]:
 
 
 def install_groups(v: Variant) -> tuple[str | None, ...]:
-    """The lock's layer groups a variant installs, one RUN each, lowest first; an extending variant installs its
-    whole lock (the parent's pins are there already) in one step, `None`."""
-    if v.extends:
-        return (None,)
-    skip = set(lockgroups.GPU_ONLY) if not (v.gpu and v.framework != "none") else set()
-    if v.framework == "none":
-        skip.add(lockgroups.FRAMEWORK)
-    return tuple(g for g in lockgroups.GROUP_NAMES if g not in skip)
+    """The lock's layer groups, one RUN each, lowest first: every group, always, so no pin of the lock can go
+    uninstalled (an extra's `nvidia-*` pin on a CPU variant too); a group the lock does not fill installs nothing
+    and adds no layer. An extending variant installs its whole lock (the parent's pins are there already) in one
+    step, `None`."""
+    return (None,) if v.extends else lockgroups.GROUP_NAMES
 
 
 def packages(v: Variant, compat: Compat, installer: str) -> Block:
@@ -143,7 +140,7 @@ def packages(v: Variant, compat: Compat, installer: str) -> Block:
     after: dict[str | None, list[str]] = {g: [] for g in groups}
     notes: dict[str | None, list[str]] = {g: [] for g in groups}
     notes[groups[0]] = comment
-    if "nccl" in groups:
+    if v.gpu and v.framework != "none" and not v.extends:
         notes["nccl"] = nccl_note(v, compat)
         nccl_lib = f"{VENV}/lib/python{v.python}/site-packages/nvidia/nccl/lib"
         after["nccl"].append(f"echo {nccl_lib} > /etc/ld.so.conf.d/trainimg-nccl.conf && ldconfig")

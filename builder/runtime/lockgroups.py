@@ -27,7 +27,7 @@ LAYER_GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("hypertune", ("cloudml-hypertune",)),  # tiny, on top
 )
 GROUP_NAMES = tuple(name for name, _ in LAYER_GROUPS)
-GPU_ONLY = ("cuda", "cudnn", "nccl")  # groups a CPU lock never fills (its RUN step is not rendered)
+GPU_ONLY = ("cuda", "cudnn", "nccl")  # groups a CPU variant's own lock does not fill
 
 _REQ = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)(\[[^\]]*\])?\s*(==|===|@|>=|<=|~=|!=|<|>)")
 
