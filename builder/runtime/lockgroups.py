@@ -2,8 +2,8 @@
 
 Docker identifies a layer by its chain (itself and every layer below it): when one layer changes, every layer above
 it is pulled again. So the install is split by how often things change, the most stable and biggest first: the CUDA
-libraries the framework's wheels bring, then NCCL (its own pin), then the framework and its other dependencies,
-then hypertune. `LAYER_GROUPS` is the one rule; the build runs this file inside each install step
+libraries the framework's wheels bring, cuDNN, then NCCL (its own pin), then the framework and its other
+dependencies, then hypertune. `LAYER_GROUPS` is the one rule; the build runs this file inside each install step
 (`python lockgroups.py GROUP LOCK OUT`, standard library only, before trainimg's runtime is in the image) and the
 host imports the same table for tests and benchmarks. Every requirement keeps its `--hash` lines, so each group
 is installed with the lock's hash checking.
