@@ -174,6 +174,10 @@ def released(registry: RegistryLogin, state_env: dict[str, str], client: docker.
     (recipes / f"{TEST_NAME}.yaml").write_text(cpu_recipe(TEST_NAME, f"trainimg-test/{TEST_NAME}"), encoding="utf-8")
     env = {**state_env, "TRAINIMG_REGISTRY_PASSWORD": registry.password, "TRAINIMG_RECIPES": str(recipes)}
     target = f"{registry.host}/glayers{uuid.uuid4().hex[:8]}"
+    # Its lock, compiled once and kept as a committed one is: a lock compiled for each build records the wheel
+    # server's port of that build in its header, and the image keeps the lock.
+    r = trainimg("lock", TEST_VARIANT, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
     r = trainimg("build", TEST_VARIANT, "--no-cache", "--base-image", LOCAL_BASE, "--progress", "plain", env=env)
     assert r.returncode == 0, r.stderr[-3000:]
     layers = client.api.inspect_image(CPU_TAG)["RootFS"]["Layers"]
