@@ -128,7 +128,8 @@ def _measure(variant: str, extra: list[str], host: str, log: Path) -> dict[str, 
         probe.unlink()
     since = log.stat().st_size
     push(tag, host)
-    out["runtime_change_push"] = round(uploaded_bytes(log, since, host, repository) / total, 4)
+    out["runtime_change_push_bytes"] = uploaded_bytes(log, since, host, repository)
+    out["runtime_change_push"] = round(out["runtime_change_push_bytes"] / total, 7)
     sh(DOCKER, "rmi", "-f", tag, f"{host}/{tag}")
     sh(DOCKER, "builder", "prune", "-af")  # BuildKit's records hold the layers too: the engine is emptied of them
     sh(DOCKER, "image", "prune", "-af")  # and the images the rebuilds left untagged (this engine is the bench's own)
