@@ -233,8 +233,9 @@ def test_the_client_push_sends_only_the_layers_the_registry_lacks(released: dict
     assert (again.uploaded, again.bytes_uploaded) == ([], 0)
     fresh = api.target.repository(f"{name}-fresh{uuid.uuid4().hex[:6]}")
     first = push_saved(DockerEngine(), CPU_TAG, api, fresh, tag)
-    assert len(first.uploaded) == first.layers == len(released["layers"])
-    assert first.bytes_uploaded == first.compressed_bytes > 100_000_000
+    # every distinct layer once: the empty layers of the groups a CPU lock does not fill are one blob
+    assert len(first.uploaded) == len(set(released["layers"])) and first.layers == len(released["layers"])
+    assert 100_000_000 < first.bytes_uploaded <= first.compressed_bytes
     second = push_saved(DockerEngine(), CPU_TAG, api, fresh, tag)
     assert (second.uploaded, second.digest) == ([], first.digest)  # deterministic gzip: the same blobs, manifest
     verdict = compare(DockerEngine(), replace(api, target=replace(api.target, prefix="")), CPU_TAG,
