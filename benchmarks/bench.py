@@ -64,11 +64,17 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="measure only ci_noop_release, ci_noop_layer_bytes and ci_one_change (prunes only "
                              "the bench's own images and cache unless TRAINIMG_BENCH_PRUNE_ALL=1); writes "
                              "reports/bench-ci.json")
+    parser.add_argument("--layers", metavar="ARG", nargs=argparse.REMAINDER,
+                        help="only the layer figures (benchmarks/layers.py VARIANT [--allow-missing C]); run on an "
+                             "engine of its own (DOCKER_HOST): it removes the variant's images there")
     return parser.parse_args(argv)
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if args.layers:
+        import layers
+        return layers.main(args.layers)
     if args.installs is not None:
         return installs_only(args.installs or [INSTALLS_VARIANT])
     if args.ci:

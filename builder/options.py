@@ -96,11 +96,19 @@ class BuildOptions:
     inputs_keys: Mapping[str, str] = field(default_factory=dict)
     # What installs the lock in the build: uv (default), or pip (`--installer pip`); both check every hash.
     installer: str = DEFAULT_INSTALLER
+    # Run every step anew, BuildKit's layer cache unused (`verify` rebuilds so; the wheel cache mount still serves).
+    no_cache: bool = False
 
     def __post_init__(self) -> None:
         BUILD_JOBS.check(self.jobs, "--jobs")
         if self.installer not in INSTALLERS:
             raise UserInputError(f"{self.installer!r}: use {' or '.join(INSTALLERS)}", where="--installer")
+
+
+# Who sends an image's layers on `push`: the engine (`docker push`), or trainimg's registry client, which sends only
+# the layers the registry lacks whatever the engine remembers (publish/blobpush.py).
+ENGINE_UPLOAD, CLIENT_UPLOAD = "engine", "client"
+UPLOADS = (ENGINE_UPLOAD, CLIENT_UPLOAD)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -221,12 +229,15 @@ class ReleaseOptions:
     # read, for what to skip and the cache, never written: `trainimg promote` writes it).
     stage: bool = False
     lock_dir: str = DEFAULT_LOCK_DIR
+    upload: str = ENGINE_UPLOAD  # who sends the layers (`--upload`): the engine, or trainimg's registry client
 
     def __post_init__(self) -> None:
         if not self.lock_dir.strip():
             raise UserInputError("give a folder", where="--lock-dir")
         if self.lock_dir != DEFAULT_LOCK_DIR and not self.stage:
             raise UserInputError("--lock-dir is where --stage writes its parts: add --stage", where="--lock-dir")
+        if self.upload not in UPLOADS:
+            raise UserInputError(f"{self.upload!r}: use {' or '.join(UPLOADS)}", where="--upload")
 
 
 @dataclass(frozen=True, kw_only=True)

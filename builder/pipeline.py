@@ -115,7 +115,8 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
         policy.pushed(tag, result)
 
     pushed = push_release(engine, builds, target, credentials, gate=policy.gate, on_pushed=pushed_with_sbom,
-                          kept={d.tag: d.digest for d in kept.values() if d.digest}, moving=not opts.stage)
+                          kept={d.tag: d.digest for d in kept.values() if d.digest}, moving=not opts.stage,
+                          upload=opts.upload)
     attach_records(api, target, _record(opts, engine, recipes, builds, suites, pushed, kept, target), on_record)
     return ReleaseResult(builds, suites, pushed, kept)
 

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from trainimg.plan import blocks
+from trainimg.plan.reproducible import SEAL_BEGIN, SEAL_END
 from trainimg.cli.app import main
 from trainimg.recipe.compat import load_compat
 from trainimg.plan.stages import make_plan, static_labels
@@ -113,7 +114,8 @@ def _no_secrets_in_text(text: str) -> None:
 def test_block_base():
     text = blocks.base().text
     golden("base", text)
-    assert text == 'SHELL ["/bin/bash", "-o", "pipefail", "-c"]'
+    assert text.startswith('SHELL ["/bin/bash", "-o", "pipefail", "-c"]\n')
+    assert text.endswith("\nADD builder/plan/basefiles.tar /")
 
 
 def test_block_python(rs):
@@ -142,12 +144,16 @@ def test_block_packages(rs, compat, golden_name, variant, wanted):
     golden(golden_name, text)
     for w in wanted:
         assert w in text, w
-    assert "--require-hashes --no-deps -r /run/trainimg-build/requirements.lock" in text
+    groups = blocks.install_groups(rs.by_name[variant])
+    for group in groups:  # one hash-checked step per layer group, each from its slice of the same lock
+        assert f"lockgroups.py {group} /dev/trainimg-build/requirements.lock /dev/trainimg-build/{group}.lock" in text
+        assert f"--require-hashes --no-deps -r /dev/trainimg-build/{group}.lock" in text
+    assert text.count("\nRUN ") + text.startswith("RUN ") == len(groups)
     assert f"--mount=type=bind,source=images/{variant}/requirements.lock" in text
     assert "--mount=type=bind,from=installer,source=/opt/trainimg-uv" in text
     assert "python -m pip freeze > /etc/trainimg/constraints.txt" in text
     # uv takes the proxy CA from SSL_CERT_FILE: pointed at the secret mount, it names no value of the host's.
-    _no_secrets_in_text(text.replace("export SSL_CERT_FILE=/run/secrets/ca_bundle;", ""))
+    _no_secrets_in_text(text.replace("export SSL_CERT_FILE=/dev/trainimg-build/secrets/ca_bundle;", ""))
     pip = blocks.packages(rs.by_name[variant], compat, "pip").text
     assert "python -m pip install" in pip and "--require-hashes --no-deps" in pip and "uv" not in pip
 
@@ -169,7 +175,9 @@ def test_block_reduction_server():
 def test_block_runtime(rs):
     text = blocks.runtime(rs.by_name["pytorch-2.14.1-cu130-py3.12"]).text
     golden("runtime", text)
-    assert "COPY builder/runtime/ /opt/trainimg/trainimg_runtime/" in text
+    assert "--mount=type=bind,source=builder/runtime,target=/dev/trainimg-build/runtime" in text
+    assert "cp -R /dev/trainimg-build/runtime /opt/trainimg/trainimg_runtime" in text
+    assert "COPY " not in text  # a COPY would keep the context's times and leave /opt's in the layer
     assert "/opt/venv/lib/python3.12/site-packages/trainimg.pth" in text
     assert "manifest --write /etc/trainimg/manifest.json" in text
     _no_secrets_in_text(text)
@@ -179,10 +187,11 @@ def test_block_labels(rs, compat):
     v = rs.by_name["pytorch-2.14.1-cu130-py3.12"]
     text = blocks.labels(static_labels(v, compat)).text
     golden("labels", text)
-    comment, run, *lines = text.splitlines()
+    comment, begin, run, end, *lines = text.splitlines()
     # The same labels as a file for the in-image selftest: what the image says of itself, in both places.
-    assert run.startswith("RUN mkdir -p /etc/trainimg && printf '%s\\n' ")
-    assert json.loads(shlex.split(run)[7]) == dict(static_labels(v, compat))
+    assert begin == f"RUN {SEAL_BEGIN} \\" and end == f" && {SEAL_END}"
+    assert run.startswith(" && mkdir -p /etc/trainimg && printf '%s\\n' ")
+    assert json.loads(shlex.split(run.removesuffix(" \\"))[7]) == dict(static_labels(v, compat))
     assert lines[0] == "LABEL \\"
     assert all(line.startswith("      ") for line in lines[1:])
     assert all(line.endswith(" \\") for line in lines[:-1]) and not lines[-1].endswith("\\")
@@ -216,11 +225,12 @@ def test_plan_stages(rs, compat):
     assert [b.name for b in cpu.stages[3].blocks] == ["packages"]
     assert cpu.args == (("BASE_IMAGE", "debian:bookworm-slim"),) and cpu.components == ()
     gpu = make_plan(rs.by_name["pytorch-2.14.1-cu130-py3.12"], compat)
-    assert [b.name for b in gpu.stages[3].blocks] == ["reduction_server"]
+    # The Reduction Server (unpinned, from apt) above the framework's layers: its change leaves them as they are.
+    assert [b.name for b in gpu.stages[4].blocks] == ["reduction_server"]
     assert gpu.components == ("google-reduction-server",)
-    assert [s.name for s in gpu.parents] == ["python", "installer", "comms", "framework"]
+    assert [s.name for s in gpu.parents] == ["python", "installer", "framework", "comms"]
     pip = make_plan(rs.by_name["pytorch-2.14.1-cu130-py3.12"], compat, installer="pip")
-    assert [s.name for s in pip.parents] == ["python", "comms", "framework"]  # no uv stage for pip
+    assert [s.name for s in pip.parents] == ["python", "framework", "comms"]  # no uv stage for pip
     none = make_plan(rs.by_name["base-base-cu126-py3.11"], compat)
     assert [s.name for s in none.stages] == ["base", "python", "installer", "comms", "image"]
     assert [b.name for b in none.stages[4].blocks][0] == "packages"
@@ -230,7 +240,7 @@ def test_plan_stages(rs, compat):
     # The parent image is a stage of its own, so a bake named context can replace it by its literal name.
     assert [s.name for s in child.stages] == ["parent", "installer", "image"]
     assert child.stages[0].parent == "${PARENT_IMAGE}" and child.stages[2].parent == "parent"
-    assert [b.name for b in child.stages[2].blocks][:2] == ["packages", "secrets_cleanup"]
+    assert [b.name for b in child.stages[2].blocks] == ["packages", "labels", "sbom"]
     with pytest.raises(ValueError):
         make_plan(child_v, compat)
 

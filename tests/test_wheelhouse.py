@@ -42,7 +42,7 @@ def test_pip_conf_carries_tokens_and_ca_path_but_fails_fast() -> None:
     env = {"PIP_INDEX_URL": "https://__token__:tok@mirror.example/simple"}
     text = pip_conf(["find-links = http://127.0.0.1:1/w0/"], Path("/etc/ssl/certs/ca.pem"), env)
     assert "index-url = https://__token__:tok@mirror.example/simple" in text
-    assert "cert = /run/secrets/ca_bundle" in text  # the path of the secret mount, not the host's file
+    assert "cert = /dev/trainimg-build/secrets/ca_bundle" in text  # the path of the secret mount, not the host's file
     assert "retries = 1" in text
     assert "retries = 4" in pip_conf([], None, {"PIP_RETRIES": "4"})
     assert "retries = 1" in pip_conf([], None, {"PIP_RETRIES": "many; rm -rf /"})

@@ -19,6 +19,7 @@ from . import ci, fleet, gate, images, jobs, locks, registry
 from .context import Ctx
 from .group import TrainimgGroup
 from .sbom import sbom_cmd
+from .verify import verify_cmd
 
 
 @click.group(cls=TrainimgGroup, context_settings={"help_option_names": ["-h", "--help"]}, invoke_without_command=True)
@@ -48,7 +49,7 @@ def cli(ctx: click.Context, recipes: Path | None) -> None:
 
 for _command in (images.list_cmd, images.validate, images.render, locks.lock, images.build, images.bake, gate.test_cmd,
                  gate.push_cmd, gate.release, gate.diff_cmd, registry.registry, jobs.cluster, jobs.spec, jobs.run,
-                 jobs.tune, ci.ci, ci.matrix, sbom_cmd, fleet.promote, fleet.prune):
+                 jobs.tune, ci.ci, ci.matrix, sbom_cmd, fleet.promote, fleet.prune, verify_cmd):
     cli.add_command(_command)
 
 

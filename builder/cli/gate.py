@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import CheckFailed, UserInputError
-from ..options import NPROC_PER_NODE, REPLICAS, ReleaseOptions, TestOptions, default
+from ..options import ENGINE_UPLOAD, NPROC_PER_NODE, REPLICAS, UPLOADS, ReleaseOptions, TestOptions, default
 from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
 from .context import (STDOUT, Callback, Ctx, credentials, docker_engine, emit_json, image_ref, json_option, note,
@@ -107,8 +107,14 @@ def registry_flags(fn: Callback) -> Callback:
     return fn
 
 
+upload_flag = click.option(
+    "--upload", type=click.Choice(UPLOADS), default=ENGINE_UPLOAD, show_default=True,
+    help="Who sends the layers: the engine, or trainimg's registry client (only the layers the registry lacks, "
+         "whatever this engine remembers: an empty CI runner).")
+
+
 def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
-          password_stdin: bool) -> list[PushResult]:
+          password_stdin: bool, upload: str = ENGINE_UPLOAD) -> list[PushResult]:
     from ..publish.policy import PushPolicy
     from ..publish.push import push
     from ..publish.references import RegistryTarget
@@ -127,7 +133,7 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
         def passed(image_id: str, ref: str = tag) -> None:
             policy.gate(image_id, ref)
 
-        result = push(engine, tag, target, tag, credentials=creds, gate=passed)
+        result = push(engine, tag, target, tag, credentials=creds, gate=passed, upload=upload)
         click.echo(f"pushed {result.ref}@{result.digest} ({result.bytes_uploaded} bytes uploaded)")
         policy.pushed(tag, result)
         results.append(result)
@@ -137,19 +143,22 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
 @click.command("push")
 @click.argument("variants", nargs=-1, required=True)
 @registry_flags
+@upload_flag
 @pass_ctx
-def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | None, password_stdin: bool) -> None:
+def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | None, password_stdin: bool,
+             upload: str) -> None:
     """Push variants' images to <registry>/<tag>; refuses images without a passing conformance record.
 
     Reaches the registry (and pushes each image's SBOM beside it); reads each SBOM from the image in a
-    short-lived container first.
+    short-lived container first. `--upload client` sends only the layers the registry lacks.
 
-    \b
+    
     Examples:
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000
       echo "$TOKEN" | trainimg push 'pytorch-*' --registry ghcr.io/team --username bot --password-stdin
+      trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --upload client
     """
-    _push(c, [image_ref(c, v)[0] for v in variants], registry, username, password_stdin)
+    _push(c, [image_ref(c, v)[0] for v in variants], registry, username, password_stdin, upload)
 
 
 @click.command()
@@ -168,22 +177,23 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
                    "`trainimg promote` moves the tags once every part is in.")
 @click.option("--lock-dir", "lock_dir", metavar="DIR", default=default(ReleaseOptions, "lock_dir"), show_default=True,
               help="Where --stage writes <variant>.json.")
+@upload_flag
 @pass_ctx
 def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | None, ca_bundle: Path | None,
             wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
             cache_from: tuple[str, ...], installer: str, platform: str, replicas: int, nproc_per_node: int,
             timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], registry: str,
             username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None,
-            rebuild: bool, stage: bool, lock_dir: str) -> None:
+            rebuild: bool, stage: bool, lock_dir: str, upload: str) -> None:
     """Build, test, then push every named variant, only if all of them passed; skip unchanged ones.
 
     Reaches the registry first (what it holds decides what is skipped), then builds on the engine, starts the
     test containers and pushes.
 
-    \b
+    
     Examples:
       trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --lock images.lock
-      trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d
+      trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d --upload client
     """
     from ..pipeline import release as run_release
     from ..publish.references import RegistryTarget
@@ -195,7 +205,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
                                                installer),
                           test=TestOptions(platform=platform, replicas=replicas, timeout=timeout,
                                            nproc_per_node=nproc_per_node, structure_tests=structure_tests),
-                          lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir)
+                          lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir, upload=upload)
     creds = credentials(target, username, password_stdin, c.env)
     to_err = json_path == STDOUT  # stdout holds the JSON report then; what release says goes to stderr
 

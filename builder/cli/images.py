@@ -193,21 +193,23 @@ def build_flags(fn: Callback) -> Callback:
 @click.option("--locked", is_flag=True, help="Build each root variant on the base its lockfile entry records.")
 @click.option("--lock", "lock_path", metavar="FILE", default=None,
               help="The lockfile --locked reads (default: images.lock).")
+@click.option("--no-cache", is_flag=True, help="Run every step anew (BuildKit's layer cache unused): a cold build.")
 @pass_ctx
 def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: Path | None,
           wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
           cache_from: tuple[str, ...], installer: str, json_path: str | None, locked: bool,
-          lock_path: str | None) -> None:
+          lock_path: str | None, no_cache: bool) -> None:
     """Build VARIANTS (default: all) through the Docker engine, shared parents first.
 
     Starts BuildKit builds on the engine and short-lived containers that read each image's versions back;
     reaches the package indexes (or --wheelhouse folders) and, with --cache-from or --locked, a registry.
 
-    \b
+    
     Examples:
       trainimg build pytorch-2.13.0-cpu-py3.11 --base-image local/debian:bookworm
       trainimg build 'pytorch-*' --jobs 2 --progress plain --json build.json
       trainimg build --locked --lock images.lock
+      trainimg build pytorch-2.13.0-cpu-py3.11 --no-cache
     """
     import dataclasses
 
@@ -218,7 +220,10 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
         raise UserInputError("--lock is read only with --locked", where="--lock")
     if locked and base_image:
         raise UserInputError("--locked builds on the recorded bases; drop --base-image", where="--locked")
-    opts = _build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from, installer)
+    if no_cache and cache_from:
+        raise UserInputError("--no-cache builds without any cache; drop --cache-from", where="--no-cache")
+    opts = dataclasses.replace(_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from,
+                                              installer), no_cache=no_cache)
     recipes, engine = c.recipes(), docker_engine()
     if locked:
         from ..publish.lockedbases import locked_bases

@@ -34,6 +34,7 @@ class BuildRequest:
     # Names the engine gives the image as it stores it: a name held from the first moment, so no other
     # process's cleanup can take the image before its builder reads it (build/litter.py).
     tags: tuple[str, ...] = ()
+    no_cache: bool = False  # every step run anew (`verify`): BuildKit's layer cache unused
 
 
 @dataclass(frozen=True)
@@ -129,6 +130,11 @@ class Engine(ABC):
     @abstractmethod
     def image(self, ref: str) -> ImageInfo | None:
         """The image named `ref` (tag or id), or None when the engine has none."""
+
+    def save(self, ref: str, dest: Path) -> None:
+        """Write image `ref` as `docker save` does (its layer tars uncompressed) to `dest`: `verify` reads the
+        files of its layers. Not abstract: an engine without it cannot verify, and says so."""
+        raise EngineError(f"this engine cannot save {ref}")
 
     @abstractmethod
     def tag(self, image_id: str, ref: str) -> None:

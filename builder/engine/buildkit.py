@@ -104,7 +104,7 @@ class BuildKitCli:
 
 def build_command(cli: str, req: BuildRequest, iidfile: Path) -> list[str]:
     cmd = [cli, "build", "--progress", "plain", "-f", str(req.dockerfile), "--target", req.target,
-           "--iidfile", str(iidfile)]
+           "--iidfile", str(iidfile), *(["--no-cache"] if req.no_cache else [])]
     if req.network_host:
         cmd += ["--network", "host"]
     for key, value in sorted({**req.build_args, INLINE_CACHE_ARG: "1"}.items()):

@@ -12,6 +12,7 @@ import subprocess
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
+from pathlib import Path
 from typing import Any, TypeVar
 
 import docker
@@ -93,6 +94,10 @@ class DockerEngine(Engine):
             size=int(attrs.get("Size") or 0), repo_digests=tuple(attrs.get("RepoDigests") or ()),
             layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
             tags=tuple(t for t in attrs.get("RepoTags") or () if t != "<none>:<none>"))
+
+    def save(self, ref: str, dest: Path) -> None:
+        with _refusals(f"cannot save {ref}"), dest.open("wb") as fh:
+            fh.writelines(self.client.images.get(ref).save(named=False))
 
     def labelled_images(self, label: str) -> list[ImageInfo]:
         with _refusals("cannot list images"):

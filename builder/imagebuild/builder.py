@@ -40,6 +40,7 @@ from ..plan.stages import (
 )
 from ..progress import Progress
 from ..recipe.loading import RecipeSet, Variant
+from ..plan.reproducible import BASE_FILES, base_files_tar, fix_times
 from ..render.dockerfile import render_plan
 from ..runtime.frameworks import DISTRIBUTIONS
 from ..runtime.manifest import distribution_key
@@ -133,10 +134,14 @@ def labels_from_manifest(v: Variant, manifest: Mapping[str, Any], prov: Mapping[
 
 
 def runtime_context(folder: Path) -> Path:
-    """A build context holding only trainimg's runtime, where the Dockerfiles' COPY expects it; `folder` is
-    created and returned."""
+    """A build context holding only what the Dockerfiles take from the repository, where they expect it:
+    trainimg's runtime and the base files' tar. Times and modes are fixed (reproducible.fix_times), so the
+    context is the same on every machine; `folder` is created and returned."""
     shutil.copytree(Path(runtime_pkg.__file__).parent, folder / "builder" / "runtime",
                     ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    (folder / BASE_FILES).parent.mkdir(parents=True, exist_ok=True)
+    (folder / BASE_FILES).write_bytes(base_files_tar())
+    fix_times(folder)
     return folder
 
 
@@ -210,7 +215,7 @@ class Builder:
             if opts.ca_bundle:
                 secrets[CA_SECRET] = opts.ca_bundle
             common: dict[str, Any] = dict(context=ctx, secrets=secrets, network_host=bool(wheelhouses),
-                                          cache_from=opts.cache_from)
+                                          cache_from=opts.cache_from, no_cache=opts.no_cache)
             shared = self._shared_parents(plans)
             done_parents: set[str] = set()
             files: dict[str, Path] = {}
@@ -261,7 +266,10 @@ class Builder:
         self.progress.start(f"{v.name}")
         start = time.monotonic()
         names = (pass_tag(v.name), pass_tag(v.name))
-        req = BuildRequest(df, target=FINAL_STAGE, build_args=args, tags=names[:1], **common)
+        # Without the cache, the shared parents this run built are still to be reused: only a variant with none
+        # runs every step anew.
+        req = BuildRequest(df, target=FINAL_STAGE, build_args=args, tags=names[:1],
+                           **{**common, "no_cache": common["no_cache"] and not used})
         res = self.engine.build(req, lambda line: self.progress.line(v.name, line))
         manifest = json.loads(self.engine.read_file(res.image_id, MANIFEST_PATH))
         base = args.get(BASE_ARG) or args.get(PARENT_ARG, "")
@@ -271,7 +279,7 @@ class Builder:
         labels[LOCK_DIGEST_LABEL] = self.lock_digests[v.name]
         if inputs:
             labels[INPUTS_LABEL] = inputs
-        image_id = self.engine.build(dataclasses.replace(req, labels=labels, tags=names[1:])).image_id
+        image_id = self.engine.build(dataclasses.replace(req, labels=labels, tags=names[1:], no_cache=False)).image_id
         old = self.engine.image(v.tag)
         self.engine.tag(image_id, v.tag)
         release_names(self.engine, names)

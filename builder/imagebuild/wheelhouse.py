@@ -22,6 +22,7 @@ from pathlib import Path
 from urllib.parse import unquote
 
 from ..errors import UserInputError
+from ..plan.installer import SECRETS_DIR
 from ..plan.stages import CA_SECRET
 
 
@@ -115,7 +116,7 @@ def pip_conf(wheelhouse_lines: list[str], ca_bundle: Path | None, env: Mapping[s
         lines.append(f"extra-index-url = {urls}")
     lines += [line for line in wheelhouse_lines if not line.startswith("extra-index-url")]
     if ca_bundle:
-        lines.append(f"cert = /run/secrets/{CA_SECRET}")
+        lines.append(f"cert = {SECRETS_DIR}/{CA_SECRET}")
     lines.append("timeout = 60")
     # pip retries a failed index lookup 5 times with backoff, ~8 s per package when an index's host does not
     # resolve (offline machines, mirrors standing in for download.pytorch.org): one retry, unless the host says.

@@ -27,7 +27,9 @@ from .installer import (
     UV_VERSION,
     WHEEL_CACHE_ID,
 )
+from .reproducible import BASE_FILES, SEAL_BEGIN, SEAL_END, SECRETS_DIR
 from .requirements import LOCK_NAME, variant_requirements
+from ..runtime import lockgroups
 from ..runtime.contract import (
     ABSENT_DIR,
     CONSTRAINTS_PATH,
@@ -77,12 +79,18 @@ def environment() -> jinja2.Environment:
     return env
 
 
+# The runtime's folder in the repository (and in the build context): the runtime step and the lock splitter mount it.
+RUNTIME_SOURCE = "builder/runtime"
+
+
 def _render(template: str, **params: object) -> str:
-    return environment().get_template(f"blocks/{template}.j2").render(**params).rstrip("\n")
+    """A block's text; every block gets the seal of its RUN steps and where mounts and secrets go."""
+    common = dict(seal_begin=SEAL_BEGIN, seal_end=SEAL_END, mounts=BUILD_MOUNTS, secrets=SECRETS_DIR)
+    return environment().get_template(f"blocks/{template}.j2").render(**{**common, **params}).rstrip("\n")
 
 
 def base() -> Block:
-    return Block("base", _render("base"))
+    return Block("base", _render("base", base_files=BASE_FILES))
 
 
 def parent(stage: str) -> Block:
@@ -109,26 +117,41 @@ def nccl_note(v: Variant, compat: Compat) -> list[str]:
     return text.splitlines()
 
 
+def install_groups(v: Variant) -> tuple[str | None, ...]:
+    """The lock's layer groups, one RUN each, lowest first: every group, always, so no pin of the lock can go
+    uninstalled (an extra's `nvidia-*` pin on a CPU variant too); a group the lock does not fill installs nothing
+    and adds no layer. An extending variant installs its whole lock (the parent's pins are there already) in one
+    step, `None`."""
+    return (None,) if v.extends else lockgroups.GROUP_NAMES
+
+
 def packages(v: Variant, compat: Compat, installer: str) -> Block:
-    """Every wheel of the variant's lock, hash-checked, no resolver; then NCCL registered with the loader (GPU)
-    and a pip freeze into the constraints file that holds every version for a team's later `pip install`."""
+    """Every wheel of the variant's lock, hash-checked, no resolver, in one step per layer group (CUDA libraries,
+    NCCL, the framework, hypertune: runtime/lockgroups.py); NCCL registered with the loader after its group (GPU),
+    and after the last a pip freeze into the constraints file that holds every version for a team's later
+    `pip install`."""
     req = variant_requirements(v, compat, parent=None) if not v.extends else None
     wanted = ", ".join(req.requirements) if req else ", ".join(v.extras)
+    groups = install_groups(v)
     comment = [f"Every wheel {LOCK_NAME} pins, checked against its hash, no resolver. Locked from:",
                f"  {wanted}", f"Every installed version is then held by {CONSTRAINTS_PATH}."]
-    after = []
+    if len(groups) > 1:
+        comment.append(f"One step per layer group, in the order they change: {', '.join(map(str, groups))}.")
+    after: dict[str | None, list[str]] = {g: [] for g in groups}
+    notes: dict[str | None, list[str]] = {g: [] for g in groups}
+    notes[groups[0]] = comment
     if v.gpu and v.framework != "none" and not v.extends:
-        comment += nccl_note(v, compat)
+        notes["nccl"] = nccl_note(v, compat)
         nccl_lib = f"{VENV}/lib/python{v.python}/site-packages/nvidia/nccl/lib"
-        after.append(f"echo {nccl_lib} > /etc/ld.so.conf.d/trainimg-nccl.conf && ldconfig")
-    after.append(f"mkdir -p {ETC_DIR} && python -m pip freeze > {CONSTRAINTS_PATH}")
+        after["nccl"].append(f"echo {nccl_lib} > /etc/ld.so.conf.d/trainimg-nccl.conf && ldconfig")
+    after[groups[-1]].append(f"mkdir -p {ETC_DIR} && python -m pip freeze > {CONSTRAINTS_PATH}")
     # The lock stays in the image (one small text file): what it was installed from, the hashes its SBOM lists.
-    after.append(f"cp {BUILD_MOUNTS}/{LOCK_NAME} {IMAGE_LOCK_PATH}")
-    text = _render("install", comment=comment, installer=installer, lock=f"images/{v.name}/{LOCK_NAME}",
-                   mounts=BUILD_MOUNTS, installer_stage=INSTALLER_STAGE, uv_dir=UV_DIR, cache_id=WHEEL_CACHE_ID,
-                   python=f"{VENV}/bin/python", after=after, ca_secret=CA_SECRET,
-                   conf_secret=UV_CONF_SECRET if installer == UV else PIP_CONF_SECRET)
-    return Block("packages", text, mounts=(INSTALLER_STAGE,) if installer == UV else ())
+    after[groups[-1]].append(f"cp {BUILD_MOUNTS}/{LOCK_NAME} {IMAGE_LOCK_PATH}")
+    steps = [_render("install", comment=notes[g], group=g, installer=installer, lock=f"images/{v.name}/{LOCK_NAME}",
+                     splitter=f"{RUNTIME_SOURCE}/lockgroups.py", installer_stage=INSTALLER_STAGE, uv_dir=UV_DIR,
+                     cache_id=WHEEL_CACHE_ID, python=f"{VENV}/bin/python", after=after[g], ca_secret=CA_SECRET,
+                     conf_secret=UV_CONF_SECRET if installer == UV else PIP_CONF_SECRET) for g in groups]
+    return Block("packages", "\n".join(steps), mounts=(INSTALLER_STAGE,) if installer == UV else ())
 
 
 def reduction_server() -> Block:
@@ -137,16 +160,10 @@ def reduction_server() -> Block:
                  components=(REDUCTION_SERVER_PACKAGE,))
 
 
-def secrets_cleanup() -> Block:
-    """BuildKit 0.8 leaves the empty mount points of a RUN's secrets and mounts in its layer; a later RUN without
-    mounts removes them (the root variants' runtime step does this itself)."""
-    return Block("secrets_cleanup", f"RUN rmdir /run/secrets 2>/dev/null || true; rm -rf {BUILD_MOUNTS}")
-
-
 def runtime(v: Variant) -> Block:
     return Block("runtime", _render("runtime", python=v.python, venv=VENV, baked=RUNTIME_BAKED, root=RUNTIME_ROOT,
                                     package=RUNTIME_PACKAGE, launch_bin=LAUNCH_BIN, runtime_bin=RUNTIME_BIN,
-                                    manifest=MANIFEST_PATH, mounts=BUILD_MOUNTS))
+                                    manifest=MANIFEST_PATH, source=RUNTIME_SOURCE))
 
 
 def sbom() -> Block:

@@ -13,9 +13,10 @@ from collections.abc import Sequence
 
 
 from ..options import DEFAULT_INSTALLER, INSTALLERS
+from .reproducible import MOUNT_ROOT, SECRETS_DIR
 
 UV, PIP = INSTALLERS
-__all__ = ["DEFAULT_INSTALLER", "INSTALLERS", "UV", "PIP", "hash_mismatch"]
+__all__ = ["DEFAULT_INSTALLER", "INSTALLERS", "UV", "PIP", "SECRETS_DIR", "hash_mismatch"]
 # uv's wheel for x86_64 Linux (PyPI: uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl); the same
 # version `trainimg lock` resolves with (pyproject.toml pins it), so lock and build agree on what a wheel is.
 UV_VERSION = "0.13.9"
@@ -26,9 +27,9 @@ INSTALLER_STAGE = "installer"
 CA_SECRET = "ca_bundle"
 PIP_CONF_SECRET = "pip_conf"
 UV_CONF_SECRET = "uv_conf"
-# Where the install step mounts what it needs (the lock, uv, the wheel cache): one folder the next RUN removes,
-# since BuildKit 0.8 leaves empty mount points in the layer.
-BUILD_MOUNTS = "/run/trainimg-build"
+# Where the install steps mount what they need (the lock, uv, the wheel cache, the secrets): in /dev, so that
+# BuildKit 0.8's mount points never land in a layer (plan/reproducible.py).
+BUILD_MOUNTS = MOUNT_ROOT
 UV_DIR = "/opt/trainimg-uv"
 WHEEL_CACHE_ID = "trainimg-wheels"
 

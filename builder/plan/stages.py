@@ -94,13 +94,14 @@ def static_labels(v: Variant, compat: Compat) -> list[tuple[str, str]]:
 def make_plan(v: Variant, compat: Compat, parent: Variant | None = None, installer: str = DEFAULT_INSTALLER
               ) -> Plan:
     """Compose the blocks of `v` into stages. Extending variants add one stage on `parent`'s image (and, with uv,
-    the stage uv comes from). Every Python package comes from the variant's lock in one hash-checked step."""
+    the stage uv comes from). Every Python package comes from the variant's lock, hash-checked, one step per layer
+    group (runtime/lockgroups.py)."""
     tool = [(INSTALLER_STAGE, "python", [blocks.installer_stage()])] if installer == UV else []
     if v.extends:
         if parent is None or parent.name != v.extends:
             raise ValueError(f"make_plan needs the parent variant {v.extends!r} of {v.name!r}")
         args = ((PARENT_ARG, parent.tag),)
-        image_blocks = ([blocks.packages(v, compat, installer), blocks.secrets_cleanup()] if v.extras else []) + [
+        image_blocks = ([blocks.packages(v, compat, installer)] if v.extras else []) + [
             blocks.labels(static_labels(v, compat)), blocks.sbom()]
         tool = [(INSTALLER_STAGE, PARENT_STAGE, [blocks.installer_stage()])] if installer == UV and v.extras else []
         on_parent = [(PARENT_STAGE, f"${{{PARENT_ARG}}}", [blocks.parent(PARENT_STAGE)]), *tool,
@@ -113,14 +114,16 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None, install
         ("python", "base", [blocks.python(v)]),
         *tool,
     ]
+    # Layers in the order things change (README, Layers): the OS and Python, the lock's groups (CUDA libraries,
+    # NCCL, the framework, hypertune), the Reduction Server, trainimg's runtime, labels and the SBOM.
     last = "python"
-    if v.reduction_server:
-        spec.append(("comms", last, [blocks.reduction_server()]))
-        last = "comms"
     install = [blocks.packages(v, compat, installer)]
     if v.framework != "none":
         spec.append(("framework", last, install))
         last, install = "framework", []
+    if v.reduction_server:
+        spec.append(("comms", last, [blocks.reduction_server()]))
+        last = "comms"
     spec.append((FINAL_STAGE, last, install + [blocks.runtime(v), blocks.labels(static_labels(v, compat)),
                                                blocks.sbom()]))
     return Plan(v, args, _chain(spec, args))

@@ -21,6 +21,8 @@ from typing import Any
 from ..imagebuild.litter import remove_superseded
 from ..engine.base import Engine, EngineLost
 from ..errors import RegistryError, UserInputError
+from ..options import CLIENT_UPLOAD, ENGINE_UPLOAD
+from .blobpush import push_saved
 from .references import RegistryTarget, split_tag
 from .registryapi import (RegistryAPI, Transient, auth_error, dns_error, redact,
                           unreachable_error)
@@ -139,6 +141,20 @@ def _attempt(engine: Engine, api: RegistryAPI, tag: str, pushed: dict[str, int],
     return remote
 
 
+def _attempt_client(engine: Engine, api: RegistryAPI, tag: str, image_id: str, pushed: dict[str, int]) -> str:
+    """One push through the registry client: the layers the registry lacks, the config, the manifest."""
+    name, tag_part = split_tag(tag)
+    repository = api.target.repository(name)
+    api.check_access()
+    result = push_saved(engine, image_id, api, repository, tag_part)
+    pushed["client"] = pushed.get("client", 0) + result.bytes_uploaded
+    missing = api.missing_blobs(repository, tag_part)
+    if missing:
+        raise Transient(f"registry {api.target.host} lacks {len(missing)} blob(s) of {tag} after the push, "
+                        f"e.g. {missing[0]}")
+    return result.digest
+
+
 def reachable_target(engine: Engine, target: RegistryTarget) -> RegistryTarget:
     """`target`, marked plain http when the engine is set to reach its host so (`insecure-registries`)."""
     if not target.insecure and engine.plain_http(target.host):
@@ -158,6 +174,7 @@ def push(
     on_progress: Callable[[str], None] | None = None,
     gate: Callable[[str], None] | None = None,
     timeout: float = 30.0,
+    upload: str = ENGINE_UPLOAD,
 ) -> PushResult:
     """Push local image `local_ref` to `target` as `tag` (`name:tag`), retrying transient failures.
 
@@ -165,7 +182,8 @@ def push(
     leaves the machine. Retries (at most `retries` more attempts, sleeping `backoff`, 2*`backoff`, ... seconds) cover
     dropped connections, EOF, 5xx and timeouts; auth, DNS and refusals that retrying cannot fix raise at once.
     `timeout` bounds each HTTP call to the registry. The result's digest is what the registry serves and what the
-    engine recorded, and every blob of that manifest answered 200.
+    engine recorded, and every blob of that manifest answered 200. `upload=CLIENT_UPLOAD` sends the layers through
+    trainimg's registry client instead (blobpush.py): only those the registry lacks, whatever the engine remembers.
     """
     image = engine.image(local_ref)
     if image is None:
@@ -183,7 +201,8 @@ def push(
     while True:
         attempts += 1
         try:
-            digest = _attempt(engine, api, tag, pushed, on_progress)
+            digest = (_attempt_client(engine, api, tag, image.id, pushed) if upload == CLIENT_UPLOAD else
+                      _attempt(engine, api, tag, pushed, on_progress))
         except Transient as exc:
             if attempts > retries:
                 raise RegistryError(f"{exc.message} (gave up after {attempts} attempts)") from None

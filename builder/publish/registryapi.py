@@ -16,6 +16,7 @@ import base64
 import hashlib
 import json
 import re
+from pathlib import Path
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin
@@ -200,6 +201,19 @@ class RegistryAPI:
                                 "content")
         return resp.content
 
+    def open_blob(self, repository: str, digest: str) -> requests.Response:
+        """A layer blob as a stream (`with api.open_blob(...) as resp: resp.raw`): gigabytes never held in memory."""
+        url = f"{self.base}/v2/{repository}/blobs/{digest}"
+        scope = f"repository:{repository}:pull"
+        self.request("HEAD", f"/v2/{repository}/blobs/{digest}", scope=scope)  # answers an auth challenge first
+        headers = {"Authorization": self._tokens[scope]} if scope in self._tokens else {}
+        resp = self._send("GET", url, headers, stream=True)
+        if resp.status_code != 200:
+            resp.close()
+            raise RegistryError(f"registry {self.target.host} answered HTTP {resp.status_code} for blob {digest} "
+                                f"of {repository}")
+        return resp
+
     def has_blob(self, repository: str, digest: str) -> bool:
         scope = f"repository:{repository}:pull"
         return self.request("HEAD", f"/v2/{repository}/blobs/{digest}", scope=scope).status_code == 200
@@ -222,6 +236,23 @@ class RegistryAPI:
             raise RegistryError(f"registry {self.target.host} answered HTTP {done.status_code} to the upload of "
                                 f"blob {digest} to {repository}")
         return digest
+
+    def upload_file(self, repository: str, path: Path, digest: str) -> None:
+        """Upload the file `path` as blob `digest` (monolithic POST then PUT, the body streamed from disk)."""
+        scope = f"repository:{repository}:pull,push"
+        start = self.request("POST", f"/v2/{repository}/blobs/uploads/", scope=scope)
+        if start.status_code != 202 or "Location" not in start.headers:
+            raise RegistryError(f"registry {self.target.host} answered HTTP {start.status_code} to a blob upload "
+                                f"to {repository}")
+        location = start.headers["Location"]
+        url = location if location.startswith("http") else self.base + location
+        url += ("&" if "?" in url else "?") + "digest=" + digest
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(path.stat().st_size)}
+        with path.open("rb") as body:
+            done = self.request("PUT", url, scope=scope, headers=headers, data=body)  # type: ignore[arg-type]
+        if done.status_code != 201:
+            raise RegistryError(f"registry {self.target.host} answered HTTP {done.status_code} to the upload of "
+                                f"blob {digest} to {repository}")
 
     def put_manifest(self, repository: str, reference: str, body: bytes, media_type: str) -> str:
         """Store a manifest under a tag or its digest; returns the digest the registry names it by."""

@@ -1,0 +1,166 @@
+"""The layer figures of issue 34, on this machine, counted by the engine and the registry (not estimated).
+
+- `layers_reproducible`: two builds of a variant with no layer cache (`trainimg build --no-cache`): how many of
+  its layers (`RootFS.Layers`) have the same digest, n/N;
+- `largest_layer_share`: the variant pushed to a fresh local registry (Debian's docker-registry, access log on):
+  its biggest layer's compressed bytes ÷ the image's, from the manifest the registry holds;
+- `runtime_change_push`: one file of trainimg's runtime changed, the variant rebuilt and pushed again: bytes of
+  the layer blobs the registry's access log shows uploaded ÷ the image's compressed bytes (`unchanged_push`: the
+  same with nothing changed, on the engine that pushed the first: its layer bytes);
+- `cold_pull_seconds`: the image removed from the engine (only the base's layer stays) and pulled again from the
+  local registry; the layer bytes its access log shows served.
+
+Run it on an engine of its own (`DOCKER_HOST`): it removes the variant's images there. Usage:
+`python3 benchmarks/layers.py VARIANT [--allow-missing COMPONENT]...`; prints `name: value` lines and the JSON.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+DOCKER = "/usr/bin/docker"
+BASE = "local/debian:bookworm"
+# A completed blob upload in the registry's access log: the PUT that names the digest (uploads of new bytes).
+_UPLOAD_DONE = re.compile(r'"PUT /v2/\S+/blobs/uploads/\S*?digest=(?P<digest>sha256(?::|%3[Aa])[0-9a-f]{64})\S* '
+                          r'HTTP/[0-9.]+" 20[01] ', re.I)
+_BLOB_GET = re.compile(r'"GET /v2/\S+/blobs/(?P<digest>sha256:[0-9a-f]{64}) HTTP/[0-9.]+" 200 (?P<size>[0-9]+)')
+
+
+def sh(*cmd: str, timeout: float = 3600) -> str:
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, timeout=timeout, cwd=ROOT).stdout
+
+
+def tag_of(variant: str) -> str:
+    listed = json.loads(sh("trainimg", "list", "--json"))
+    return next(v["tag"] for v in listed if v["name"] == variant)
+
+
+def build(variant: str, extra: list[str]) -> tuple[list[str], float]:
+    start = time.monotonic()
+    sh("trainimg", "build", variant, "--no-cache", "--base-image", BASE, "--progress", "quiet", *extra)
+    layers = json.loads(sh(DOCKER, "image", "inspect", "-f", "{{json .RootFS.Layers}}", tag_of(variant)))
+    return layers, time.monotonic() - start
+
+
+def reproducible(variant: str, extra: list[str]) -> dict[str, Any]:
+    first, s1 = build(variant, extra)
+    second, s2 = build(variant, extra)
+    same = sum(a == b for a, b in zip(first, second))
+    return {"layers_reproducible": f"{same}/{max(len(first), len(second))}", "build_seconds": [round(s1), round(s2)],
+            "differing_layers": [i + 1 for i, (a, b) in enumerate(zip(first, second)) if a != b]}
+
+
+def layer_sizes(host: str, repository: str, tag: str) -> list[int]:
+    import requests
+
+    resp = requests.get(f"http://{host}/v2/{repository}/manifests/{tag}", timeout=30, auth=_auth(host),
+                        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    resp.raise_for_status()
+    return [layer["size"] for layer in resp.json()["layers"]]
+
+
+_AUTH: dict[str, tuple[str, str]] = {}
+
+
+def _auth(host: str) -> tuple[str, str]:
+    return _AUTH[host]
+
+
+def uploaded_bytes(log: Path, since: int, host: str, repository: str) -> int:
+    """Bytes of the layer blobs whose upload the registry's access log shows completed after `since`."""
+    import requests
+
+    text = log.read_bytes()[since:].decode("utf-8", "replace")
+    total = 0
+    for m in _UPLOAD_DONE.finditer(text):
+        digest = re.sub("%3a", ":", m.group("digest"), flags=re.I)
+        head = requests.head(f"http://{host}/v2/{repository}/blobs/{digest}", timeout=30, auth=_auth(host))
+        total += int(head.headers.get("Content-Length", 0))
+    return total
+
+
+def push(tag: str, host: str) -> None:
+    sh(DOCKER, "tag", tag, f"{host}/{tag}")
+    sh(DOCKER, "push", f"{host}/{tag}", timeout=7200)
+
+
+def registry_figures(variant: str, extra: list[str], state: Path) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    from trainimg.publish.localregistry import LocalRegistry
+
+    reg = LocalRegistry(state, port=5029, access_log=True)
+    info = reg.start()
+    _AUTH[info.host] = (info.username, info.password)
+    subprocess.run([DOCKER, "login", info.host, "-u", info.username, "--password-stdin"], input=info.password,
+                   text=True, check=True, capture_output=True)
+    try:
+        return _measure(variant, extra, info.host, reg.log_path)
+    finally:
+        subprocess.run(["cp", str(reg.log_path), "/tmp/trainimg-bench-layers-registry.log"], check=False)
+        reg.stop()
+
+
+def _measure(variant: str, extra: list[str], host: str, log: Path) -> dict[str, Any]:
+    tag = tag_of(variant)
+    repository, ref = tag.split(":")
+    push(tag, host)
+    sizes = layer_sizes(host, repository, ref)
+    total = sum(sizes)
+    out: dict[str, Any] = {"compressed_bytes": total, "layer_bytes": sizes,
+                           "largest_layer_share": round(max(sizes) / total, 3)}
+    since = log.stat().st_size
+    push(tag, host)
+    out["unchanged_push_bytes"] = uploaded_bytes(log, since, host, repository)
+    probe = ROOT / "builder" / "runtime" / "_bench_change.py"
+    probe.write_text(f"# a runtime-only change for benchmarks/layers.py, {time.time()}\n")
+    try:
+        sh("trainimg", "build", variant, "--base-image", BASE, "--progress", "quiet", *extra)
+    finally:
+        probe.unlink()
+    since = log.stat().st_size
+    push(tag, host)
+    out["runtime_change_push_bytes"] = uploaded_bytes(log, since, host, repository)
+    out["runtime_change_push"] = round(out["runtime_change_push_bytes"] / total, 7)
+    sh(DOCKER, "rmi", "-f", tag, f"{host}/{tag}")
+    sh(DOCKER, "builder", "prune", "-af")  # BuildKit's records hold the layers too: the engine is emptied of them
+    sh(DOCKER, "image", "prune", "-af")  # and the images the rebuilds left untagged (this engine is the bench's own)
+    since = log.stat().st_size
+    start = time.monotonic()
+    sh(DOCKER, "pull", f"{host}/{tag}", timeout=7200)
+    out["cold_pull_seconds"] = round(time.monotonic() - start, 1)
+    text = log.read_bytes()[since:].decode("utf-8", "replace")
+    out["cold_pull_layer_bytes"] = sum(int(m.group("size")) for m in _BLOB_GET.finditer(text))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("variant")
+    parser.add_argument("--allow-missing", action="append", default=[])
+    parser.add_argument("--skip-reproducible", action="store_true")
+    args = parser.parse_args(argv)
+    extra = [a for c in args.allow_missing for a in ("--allow-missing", c)]
+    report: dict[str, Any] = {"variant": args.variant}
+    if not args.skip_reproducible:
+        report.update(reproducible(args.variant, extra))
+    with tempfile.TemporaryDirectory(prefix="trainimg-bench-layers-") as tmp:
+        report.update(registry_figures(args.variant, extra, Path(tmp)))
+    for key in ("layers_reproducible", "largest_layer_share", "unchanged_push_bytes", "runtime_change_push",
+                "cold_pull_seconds"):
+        if key in report:
+            print(f"{key}: {report[key]}")
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

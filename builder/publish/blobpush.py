@@ -1,0 +1,125 @@
+"""Pushing a saved image through trainimg's registry client: only the layers the registry lacks are sent.
+
+Docker 20.10 asks the registry about a layer only when its own metadata store maps that layer to a registry digest;
+an engine that never pushed or pulled it (an ephemeral CI runner) gzips and uploads every layer, even those the
+registry holds (moby `distribution/push_v2.go`; shared/reference/layers.md). Here the registry is asked instead:
+the image it holds under the tag (and any other references given) maps each layer's diff ID to its blob, so a
+layer it has is neither compressed nor sent (`HEAD /v2/<name>/blobs/<digest>` confirms it). The other layers are
+read from `docker save` and gzipped deterministically (`DETERMINISTIC_GZIP`: level 6, header time 0, no file name),
+so an unchanged layer compresses to the same blob on every machine running the same zlib; then the image config
+(its exact bytes: the pulled image keeps the local image ID) and a Docker schema 2 manifest.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import json
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, Any
+
+from ..engine.base import Engine
+from ..errors import RegistryError, UserInputError
+from .registryapi import RegistryAPI
+
+MANIFEST_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
+CONFIG_TYPE = "application/vnd.docker.container.image.v1+json"
+LAYER_TYPE = "application/vnd.docker.image.rootfs.diff.tar.gzip"
+DETERMINISTIC_GZIP: dict[str, Any] = {"compresslevel": 6, "mtime": 0, "filename": ""}
+
+
+@dataclass
+class BlobPush:
+    """What a client push sent: the manifest digest, and per layer whether it was uploaded."""
+
+    digest: str
+    layers: int
+    uploaded: list[str] = field(default_factory=list)  # blob digests of the layers sent
+    bytes_uploaded: int = 0
+    compressed_bytes: int = 0  # the image's layers, compressed, as the manifest lists them
+
+
+class _Hashing:
+    """A file writer that hashes and counts what passes through (the gzip stream's sink)."""
+
+    def __init__(self, fh: IO[bytes]) -> None:
+        self.fh, self.sha, self.size = fh, hashlib.sha256(), 0
+
+    def write(self, data: bytes) -> int:
+        self.sha.update(data)
+        self.size += len(data)
+        return self.fh.write(data)
+
+    def flush(self) -> None:
+        self.fh.flush()
+
+
+def gzip_layer(src: IO[bytes], dest: Path) -> tuple[str, int]:
+    """Compress a layer tar into `dest` deterministically; returns its blob digest and size."""
+    with dest.open("wb") as raw:
+        sink = _Hashing(raw)
+        with gzip.GzipFile(fileobj=sink, mode="wb", **DETERMINISTIC_GZIP) as gz:
+            shutil.copyfileobj(src, gz, 1 << 20)
+    return f"sha256:{sink.sha.hexdigest()}", sink.size
+
+
+def known_layers(api: RegistryAPI, repository: str, references: Iterable[str]) -> dict[str, tuple[str, int]]:
+    """diff ID -> (blob digest, size) of every layer of the image manifests `references` name in `repository`."""
+    known: dict[str, tuple[str, int]] = {}
+    for ref in references:
+        got = api.manifest_json(repository, ref)
+        if got is None or got[1] != MANIFEST_TYPE:
+            continue
+        manifest = json.loads(got[0])
+        config = json.loads(api.blob(repository, manifest["config"]["digest"]))
+        for diff_id, layer in zip(config["rootfs"]["diff_ids"], manifest["layers"]):
+            known[diff_id] = (layer["digest"], int(layer["size"]))
+    return known
+
+
+def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str, tag: str,
+               also_known: Iterable[str] = ()) -> BlobPush:
+    """Push local image `local_ref` as `repository:tag`, sending only the layers the registry lacks."""
+    info = engine.image(local_ref)
+    if info is None:
+        raise UserInputError(f"no local image {local_ref}: build it first")
+    known = known_layers(api, repository, [tag, *also_known])
+    layers: list[dict[str, Any]] = []
+    result = BlobPush("", len(info.layers))
+    with tempfile.TemporaryDirectory(prefix="trainimg-push-") as tmp:
+        saved = Path(tmp) / "image.tar"
+        engine.save(local_ref, saved)
+        with tarfile.open(saved) as outer:
+            (entry,) = json.load(_member(outer, "manifest.json"))
+            config = _member(outer, entry["Config"]).read()
+            diff_ids = json.loads(config)["rootfs"]["diff_ids"]
+            for diff_id, name in zip(diff_ids, entry["Layers"]):
+                digest, size = known.get(diff_id, ("", 0))
+                if not digest or not api.has_blob(repository, digest):
+                    gz = Path(tmp) / "layer.tar.gz"
+                    digest, size = gzip_layer(_member(outer, name), gz)
+                    if not api.has_blob(repository, digest):
+                        api.upload_file(repository, gz, digest)
+                        result.uploaded.append(digest)
+                        result.bytes_uploaded += size
+                    gz.unlink()
+                layers.append({"mediaType": LAYER_TYPE, "size": size, "digest": digest})
+    config_digest = api.put_blob(repository, config)
+    manifest = {"schemaVersion": 2, "mediaType": MANIFEST_TYPE,
+                "config": {"mediaType": CONFIG_TYPE, "size": len(config), "digest": config_digest},
+                "layers": layers}
+    result.digest = api.put_manifest(repository, tag, json.dumps(manifest, indent=3).encode(), MANIFEST_TYPE)
+    result.compressed_bytes = sum(layer["size"] for layer in layers)
+    return result
+
+
+def _member(outer: tarfile.TarFile, name: str) -> IO[bytes]:
+    fh = outer.extractfile(name)
+    if fh is None:
+        raise RegistryError(f"the saved image has no file {name}")
+    return fh

@@ -1,0 +1,101 @@
+"""`trainimg verify VARIANT --registry R`: is the pushed image what this checkout's recipe and lock build?
+
+The variant is rebuilt from this checkout with no layer cache (layers are reproducible: plan/reproducible.py), and
+its layers (`RootFS.Layers`, uncompressed digests) are compared one by one with the `rootfs.diff_ids` of the image
+config the registry holds under the variant's tag. A layer that differs is explained file by file (layerfiles.py):
+the registry's layer blob is streamed and read beside the rebuild's from `docker save`. Compression is left out of
+the comparison: the same layer gzipped by another engine or tool has another blob digest, the same diff ID.
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import IO, cast
+
+from ..engine.base import Engine
+from ..errors import RegistryError
+from .layerfiles import Entry, differences, entries, saved_layer_entries
+from .references import split_tag
+from .registryapi import RegistryAPI
+
+MANIFEST_TYPES = ("application/vnd.docker.distribution.manifest.v2+json",
+                  "application/vnd.oci.image.manifest.v1+json")
+
+
+@dataclass
+class LayerReport:
+    index: int
+    rebuilt: str | None  # the rebuild's diff ID (None: the registry's image has more layers)
+    registry: str | None
+    files: list[str] = field(default_factory=list)  # one line per differing file
+
+
+@dataclass
+class Verdict:
+    ref: str
+    layers: int
+    differing: list[LayerReport]
+
+    @property
+    def identical(self) -> bool:
+        return not self.differing
+
+
+def registry_image(api: RegistryAPI, repository: str, tag: str) -> tuple[list[str], list[str]]:
+    """The (diff IDs, layer blob digests) of the image manifest `repository:tag` in the registry."""
+    got = api.manifest_json(repository, tag)
+    if got is None:
+        raise RegistryError(f"registry {api.target.host} has no {repository}:{tag}: push or release it first")
+    body, media_type, _ = got
+    manifest = json.loads(body)
+    if media_type not in MANIFEST_TYPES or "config" not in manifest:
+        raise RegistryError(f"registry {api.target.host} serves {repository}:{tag} as {media_type or 'no type'}, "
+                            "not one image manifest")
+    config = json.loads(api.blob(repository, manifest["config"]["digest"]))
+    return list(config["rootfs"]["diff_ids"]), [layer["digest"] for layer in manifest["layers"]]
+
+
+def compare(engine: Engine, api: RegistryAPI, local_ref: str, variant_tag: str) -> Verdict:
+    """Compare the local image `local_ref` with the registry's image of `variant_tag`, layer by layer."""
+    name, tag = split_tag(variant_tag)
+    repository = api.target.repository(name)
+    remote_ids, blobs = registry_image(api, repository, tag)
+    info = engine.image(local_ref)
+    if info is None:
+        raise RegistryError(f"no local image {local_ref} to compare")
+    local_ids = list(info.layers)
+    count = max(len(local_ids), len(remote_ids))
+    differing = [LayerReport(i, _at(local_ids, i), _at(remote_ids, i)) for i in range(count)
+                 if _at(local_ids, i) != _at(remote_ids, i)]
+    if differing:
+        with tempfile.TemporaryDirectory(prefix="trainimg-verify-") as tmp:
+            saved = Path(tmp) / "image.tar"
+            engine.save(local_ref, saved)
+            for report in differing:
+                ours = saved_layer_entries(saved, report.index) if report.rebuilt else {}
+                theirs = _registry_entries(api, repository, blobs, report.index) if report.registry else {}
+                report.files = differences(ours, theirs)
+    return Verdict(f"{api.target.host}/{repository}:{tag}", count, differing)
+
+
+def _at(items: list[str], index: int) -> str | None:
+    return items[index] if index < len(items) else None
+
+
+def _registry_entries(api: RegistryAPI, repository: str, blobs: list[str], index: int) -> dict[str, Entry]:
+    with api.open_blob(repository, blobs[index]) as resp:
+        return entries(cast(IO[bytes], resp.raw))  # the gzip blob as sent; `entries` decompresses it
+
+
+def report_lines(verdict: Verdict) -> list[str]:
+    """What `verify` prints: one line per differing layer, then its differing files indented."""
+    if verdict.identical:
+        return [f"{verdict.ref}: identical, {verdict.layers} of {verdict.layers} layers"]
+    lines = [f"{verdict.ref}: {len(verdict.differing)} of {verdict.layers} layers differ from the rebuild"]
+    for r in verdict.differing:
+        lines.append(f"layer {r.index + 1}: rebuild {r.rebuilt or 'none'}, registry {r.registry or 'none'}")
+        lines += [f"  {line}" for line in r.files]
+    return lines

@@ -1,0 +1,307 @@
+"""Layers (issue 34): the lock's layer groups, every RUN sealed, and two cold builds giving the same layers.
+
+The group and seal checks are generated from the tables (runtime/lockgroups.py, plan/reproducible.py) over every
+shipped variant. The engine test builds the CPU variant with no cache, releases it to the compose registry, and
+`trainimg verify` rebuilds it with no cache: every layer identical. A tampered image under the tag is then named
+layer by layer and file by file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import hashlib
+import io
+import json
+import re
+import subprocess
+import sys
+import tarfile
+import uuid
+from dataclasses import replace
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import docker
+import pytest
+from conftest import LOCAL_BASE, ROOT, cpu_recipe, remove_image, trainimg
+from conftest_registry import RegistryLogin
+
+from trainimg.plan import blocks
+from trainimg.plan.reproducible import BASE_FILES, LAYER_EPOCH, MOUNT_ROOT, SEAL_BEGIN, SEAL_END, base_files_tar
+from trainimg.plan.stages import INSTALLER_STAGE, plans
+from trainimg.engine.docker import DockerEngine
+from trainimg.publish.layerfiles import differences, entries, saved_layer_entries, saved_layers
+from trainimg.publish.blobpush import gzip_layer, push_saved
+from trainimg.publish.references import RegistryTarget
+from trainimg.publish.verify import compare
+from trainimg.publish.registryapi import RegistryAPI, sha256_digest
+from trainimg.recipe.loading import load_recipes
+from trainimg.render.dockerfile import render_plan
+from trainimg.runtime import lockgroups
+
+SHIPPED = load_recipes(ROOT / "recipes")
+LOCKED = [v for v in SHIPPED.variants if (ROOT / "images" / v.name / "requirements.lock").is_file()]
+CPU_VARIANT = "pytorch-2.13.0-cpu-py3.11"
+# The engine tests build a copy of the shipped CPU recipe under a name of their own (tests/conftest.py cpu_recipe):
+# no-cache builds make new image IDs, and the shipped tag is what other tests on the same engine gate and push.
+TEST_NAME = "layerstest"
+TEST_VARIANT = TEST_NAME  # a one-entry matrix: the variant is named as the recipe
+CPU_TAG = f"trainimg-test/{TEST_NAME}:2.13.0-cpu-py3.11"
+
+
+# -- the lock's layer groups ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("variant", LOCKED, ids=lambda v: v.name)
+def test_every_lock_entry_is_in_exactly_one_group(variant: Any) -> None:
+    lock = (ROOT / "images" / variant.name / "requirements.lock").read_text(encoding="utf-8")
+    names = [name for name, _ in lockgroups.entries(lock)]
+    grouped = {g: [n for n, _ in lockgroups.entries(lockgroups.select(lock, g))] for g in lockgroups.GROUP_NAMES}
+    assert sorted(n for ns in grouped.values() for n in ns) == sorted(names)
+    assert "".join(lockgroups.select(lock, g) for g in lockgroups.GROUP_NAMES).count("--hash=sha256:") == \
+        lock.count("--hash=sha256:")  # every hash line kept: each group installs with the lock's checking
+    filled = {g for g, ns in grouped.items() if ns}
+    if variant.gpu and variant.framework != "none":
+        assert {"cuda", "nccl", lockgroups.FRAMEWORK} <= filled, grouped
+        assert all(n.startswith("nvidia-nccl") for n in grouped["nccl"])
+    else:
+        assert not filled & set(lockgroups.GPU_ONLY), grouped
+    # every group has its step: no pin of a lock can go uninstalled (a framework-less variant's extras included)
+    assert set(blocks.install_groups(variant)) == set(lockgroups.GROUP_NAMES)
+
+
+@pytest.mark.parametrize("group, pattern", [(g, p) for g, ps in lockgroups.LAYER_GROUPS for p in ps])
+def test_each_pattern_of_the_table_names_its_group(group: str, pattern: str) -> None:
+    name = pattern.replace("*", "x-lib")
+    assert lockgroups.group_of(name) == group
+    assert lockgroups.group_of(name.upper().replace("-", "_")) == group  # names are compared normalised
+
+
+def test_an_unmatched_name_is_the_framework_group() -> None:
+    assert lockgroups.group_of("torch") == lockgroups.FRAMEWORK
+
+
+def test_the_splitter_runs_as_the_build_runs_it(tmp_path: Path) -> None:
+    """`python lockgroups.py GROUP LOCK OUT` with the standard library only, as the install steps mount it."""
+    lock = ROOT / "images" / "pytorch-2.14.1-cu130-py3.11" / "requirements.lock"
+    out = tmp_path / "nccl.lock"
+    script = ROOT / "builder" / "runtime" / "lockgroups.py"
+    r = subprocess.run([sys.executable, "-I", str(script), "nccl", str(lock), str(out)], capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    assert out.read_text().startswith("nvidia-nccl-cu13==2.30.7 \\\n    --hash=sha256:")
+    bad = subprocess.run([sys.executable, "-I", str(script), "nccl"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+# -- every RUN of every image sealed -------------------------------------------------------------------------------
+
+
+def _instructions(text: str) -> list[tuple[str, str]]:
+    """(stage, instruction) for each instruction of a Dockerfile, continuation lines joined."""
+    out, stage = [], ""
+    for line in text.replace("\\\n", " ").splitlines():
+        if not line or line.startswith("#"):
+            continue
+        if line.startswith("FROM "):
+            stage = line.split()[-1]
+        out.append((stage, line))
+    return out
+
+
+@pytest.mark.parametrize("plan", plans(SHIPPED), ids=lambda p: p.variant.name)
+def test_every_run_in_the_image_is_sealed_and_mounts_under_dev(plan: Any) -> None:
+    steps = [(s, i) for s, i in _instructions(render_plan(plan)) if s != INSTALLER_STAGE]
+    runs = [i for _, i in steps if i.startswith("RUN ")]
+    assert runs
+    for run in runs:
+        # a step's own mounts, then the seal: everything it writes gets LAYER_EPOCH
+        assert re.sub(r"^RUN (--mount=\S+\s+)*", "", run).startswith(SEAL_BEGIN.split(" && ")[0]), run[:200]
+        assert run.rstrip().endswith(SEAL_END), run[-200:]
+        for target in re.findall(r"--mount=\S*target=([^,\s]+)", run):
+            assert target.startswith(f"{MOUNT_ROOT}/"), target  # no mount point ever lands in a layer
+        assert "/run/secrets" not in run and "rmdir" not in run  # nothing removed from a lower layer
+    copies = [i for _, i in steps if i.startswith(("COPY ", "ADD "))]
+    assert copies == [f"ADD {BASE_FILES} /"] or (plan.variant.extends and copies == [])
+
+
+def test_the_committed_base_files_are_what_the_code_makes() -> None:
+    assert (ROOT / BASE_FILES).read_bytes() == base_files_tar()
+    with tarfile.open(ROOT / BASE_FILES) as tar:
+        assert {m.name: m.mtime for m in tar} == {"etc": LAYER_EPOCH, "etc/hosts": LAYER_EPOCH}
+
+
+# -- deterministic compression, file differences -------------------------------------------------------------------
+
+
+def _layer_tar(files: dict[str, tuple[bytes, int]]) -> bytes:
+    out = io.BytesIO()
+    with tarfile.open(fileobj=out, mode="w", format=tarfile.PAX_FORMAT) as tar:
+        for name, (data, mtime) in files.items():
+            info = tarfile.TarInfo(name)
+            info.size, info.mtime, info.mode = len(data), mtime, 0o644
+            tar.addfile(info, io.BytesIO(data))
+    return out.getvalue()
+
+
+def test_a_layer_compresses_to_the_same_blob_every_time(tmp_path: Path) -> None:
+    layer = _layer_tar({"etc/a": (b"a" * 100_000, LAYER_EPOCH)})
+    digests = {gzip_layer(io.BytesIO(layer), tmp_path / f"{i}.gz") for i in range(2)}
+    assert len(digests) == 1
+    header = (tmp_path / "0.gz").read_bytes()[:10]
+    assert header[4:8] == b"\0\0\0\0" and not header[3] & 0x08  # no time, no file name in the gzip header
+    assert gzip.decompress((tmp_path / "0.gz").read_bytes()) == layer
+
+
+def test_differences_name_path_size_mode_time_and_content() -> None:
+    ours = entries(io.BytesIO(_layer_tar({"etc/a": (b"one", LAYER_EPOCH), "etc/b": (b"same", LAYER_EPOCH)})))
+    theirs = entries(io.BytesIO(gzip.compress(_layer_tar({"etc/a": (b"three", 1), "etc/b": (b"same", LAYER_EPOCH),
+                                                          "etc/c": (b"", LAYER_EPOCH)}))))
+    lines = differences(ours, theirs)
+    assert lines[0].startswith("etc/a: size 3 != 5, mtime 315532800 != 1, content sha256:")
+    assert lines[1:] == ["etc/c: only in the registry's layer"]
+
+
+# -- two cold builds, a release and `verify` on the engine and the compose registry --------------------------------
+
+
+@pytest.fixture(scope="module")
+def released(registry: RegistryLogin, state_env: dict[str, str], client: docker.DockerClient,
+             tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
+    """The test's CPU variant built with no cache, gated and pushed under a prefix of this module."""
+    recipes = tmp_path_factory.mktemp("layers") / "recipes"
+    recipes.mkdir()
+    (recipes / f"{TEST_NAME}.yaml").write_text(cpu_recipe(TEST_NAME, f"trainimg-test/{TEST_NAME}"), encoding="utf-8")
+    env = {**state_env, "TRAINIMG_REGISTRY_PASSWORD": registry.password, "TRAINIMG_RECIPES": str(recipes)}
+    target = f"{registry.host}/glayers{uuid.uuid4().hex[:8]}"
+    # Its lock, compiled once and kept as a committed one is: a lock compiled for each build records the wheel
+    # server's port of that build in its header, and the image keeps the lock.
+    r = trainimg("lock", TEST_VARIANT, env=env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = trainimg("build", TEST_VARIANT, "--no-cache", "--base-image", LOCAL_BASE, "--progress", "plain", env=env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    layers = client.api.inspect_image(CPU_TAG)["RootFS"]["Layers"]
+    r = trainimg("test", TEST_VARIANT, "--replicas", "2", "--progress", "quiet", env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = trainimg("push", TEST_VARIANT, "--registry", target, "--username", registry.username, env=env, timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    api = RegistryAPI(RegistryTarget.parse(target), {"username": registry.username, "password": registry.password})
+    yield {"env": env, "target": target, "layers": layers, "api": api}
+    remove_image(client, f"{target}/{CPU_TAG}")
+    remove_image(client, CPU_TAG)
+
+
+def verify(released: dict[str, Any], registry: RegistryLogin) -> subprocess.CompletedProcess[str]:
+    return trainimg("verify", TEST_VARIANT, "--registry", released["target"], "--username", registry.username,
+                    "--base-image", LOCAL_BASE, "--progress", "quiet", env=released["env"], timeout=1200)
+
+
+def test_push_upload_client_sends_no_layer_the_registry_holds(released: dict[str, Any],
+                                                              registry: RegistryLogin) -> None:
+    """`trainimg push --upload client` of the released image again: every layer is in the registry, 0 bytes. (Before
+    `verify`, whose rebuild is a new image ID without a conformance record, which push then refuses.)"""
+    r = trainimg("push", TEST_VARIANT, "--registry", released["target"], "--username", registry.username,
+                 "--upload", "client", env=released["env"], timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert re.search(r"^pushed \S+@sha256:[0-9a-f]{64} \(0 bytes uploaded\)$", r.stdout, re.M), r.stdout
+
+
+def test_a_cold_rebuild_verifies_identical_layer_for_layer(released: dict[str, Any], registry: RegistryLogin,
+                                                           client: docker.DockerClient) -> None:
+    """The core of the issue: two builds without cache give the same digest for every layer (and `verify`,
+    rebuilding with no cache, says so, exit 0)."""
+    r = verify(released, registry)
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    count = len(released["layers"])
+    assert count >= 7 and f": identical, {count} of {count} layers" in r.stdout
+    assert client.api.inspect_image(CPU_TAG)["RootFS"]["Layers"] == released["layers"]
+
+
+def test_no_layer_deletes_a_file_of_a_lower_one(released: dict[str, Any], client: docker.DockerClient,
+                                                tmp_path: Path) -> None:
+    """Add-only layers: a whiteout (`.wh.<name>`) carries the time of the deletion. Opaque-folder markers
+    (`.wh..wh..opq`, a folder made anew) are written with time 0 and stay."""
+    saved = tmp_path / "image.tar"
+    DockerEngine(client).save(CPU_TAG, saved)
+    whiteouts = []
+    with saved_layers(saved) as (names, _):
+        count = len(names)
+    for index in range(count):
+        whiteouts += [f"layer {index + 1}: {p}" for p in saved_layer_entries(saved, index)
+                      if p.rsplit("/", 1)[-1].startswith(".wh.") and not p.endswith(".wh..wh..opq")]
+    assert whiteouts == []
+
+
+def test_the_client_push_sends_only_the_layers_the_registry_lacks(released: dict[str, Any]) -> None:
+    """A runner with an empty engine: the rebuilt image's layers are all in the registry (the release pushed
+    them), so pushing it under another tag sends none; into a repository that has none it sends every layer,
+    and a second push nothing. The registry then holds the same diff IDs as the engine (`compare`)."""
+    api = released["api"]
+    name, tag = CPU_TAG.split(":")
+    repository = api.target.repository(name)
+    again = push_saved(DockerEngine(), CPU_TAG, api, repository, f"{tag}-client", also_known=[tag])
+    assert (again.uploaded, again.bytes_uploaded) == ([], 0)
+    fresh = api.target.repository(f"{name}-fresh{uuid.uuid4().hex[:6]}")
+    first = push_saved(DockerEngine(), CPU_TAG, api, fresh, tag)
+    # every distinct layer once: the empty layers of the groups a CPU lock does not fill are one blob
+    assert len(first.uploaded) == len(set(released["layers"])) and first.layers == len(released["layers"])
+    assert 100_000_000 < first.bytes_uploaded <= first.compressed_bytes
+    second = push_saved(DockerEngine(), CPU_TAG, api, fresh, tag)
+    assert (second.uploaded, second.digest) == ([], first.digest)  # deterministic gzip: the same blobs, manifest
+    verdict = compare(DockerEngine(), replace(api, target=replace(api.target, prefix="")), CPU_TAG,
+                      f"{fresh}:{tag}")
+    assert verdict.identical, verdict
+
+
+def _tamper_last_layer(api: RegistryAPI, repository: str, tag: str, path: str) -> None:
+    """Put under `tag` an image whose last layer holds `path` with one byte more: a new layer blob, config and
+    manifest through the registry's own API (what someone with push rights could do)."""
+    body, media_type, _ = api.manifest_json(repository, tag)  # type: ignore[misc]
+    manifest = json.loads(body)
+    config = json.loads(api.blob(repository, manifest["config"]["digest"]))
+    with api.open_blob(repository, manifest["layers"][-1]["digest"]) as resp:
+        layer = gzip.decompress(resp.content)
+    out = io.BytesIO()
+    with tarfile.open(fileobj=io.BytesIO(layer)) as src, tarfile.open(fileobj=out, mode="w", format=src.format) as dst:
+        for member in src:
+            data = src.extractfile(member).read() if member.isfile() else None  # type: ignore[union-attr]
+            if member.name.lstrip("./") == path:
+                data = (data or b"") + b" "
+                member.size = len(data)
+            dst.addfile(member, io.BytesIO(data) if data is not None else None)
+    raw = out.getvalue()
+    packed = gzip.compress(raw, mtime=0)
+    config["rootfs"]["diff_ids"][-1] = "sha256:" + hashlib.sha256(raw).hexdigest()
+    config_bytes = json.dumps(config).encode()
+    manifest["config"].update(digest=api.put_blob(repository, config_bytes), size=len(config_bytes))
+    manifest["layers"][-1].update(digest=api.put_blob(repository, packed), size=len(packed))
+    api.put_manifest(repository, tag, json.dumps(manifest).encode(), media_type)
+    assert sha256_digest(packed) == manifest["layers"][-1]["digest"]
+
+
+def test_a_tampered_image_is_named_layer_and_file(released: dict[str, Any], registry: RegistryLogin) -> None:
+    sbom = "etc/trainimg/sbom.cdx.json"
+    api = released["api"]
+    name, tag = CPU_TAG.split(":")
+    _tamper_last_layer(api, api.target.repository(name), tag, sbom)
+    r = verify(released, registry)
+    assert r.returncode == 1, (r.stdout[-3000:], r.stderr[-3000:])
+    count = len(released["layers"])
+    assert f": 1 of {count} layers differ from the rebuild" in r.stdout
+    assert f"layer {count}: rebuild {released['layers'][-1]}, registry sha256:" in r.stdout
+    files = [line.strip() for line in r.stdout.splitlines() if line.startswith("  ")]
+    assert len(files) == 1 and files[0].startswith(f"{sbom}: size ") and " content sha256:" in files[0], files
+    assert r.stderr.count("\n") == 1 and "1 of" in r.stderr  # one line naming the failed check
+
+
+@pytest.mark.parametrize("args, words", [
+    (("nosuch", "--registry", "localhost:5000"), ("no variant named 'nosuch'",)),
+    ((CPU_VARIANT, "--registry", "http://x"), ("--registry", "drop the scheme")),
+    (("pytorch-*", "--registry", "localhost:5000"),
+     (f"names {sum(v.name.startswith('pytorch-') for v in SHIPPED.variants)} variants; name one",)),
+    ((CPU_VARIANT,), ("Missing option '--registry'",)),
+])
+def test_verify_bad_input_is_one_line_exit_2(args: tuple[str, ...], words: tuple[str, ...]) -> None:
+    r = trainimg("verify", *args, timeout=60)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, (r.returncode, r.stderr)
+    assert all(w in r.stderr for w in words), r.stderr
