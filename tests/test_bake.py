@@ -30,7 +30,9 @@ import pytest
 from conftest import LOCAL_BASE, ROOT, trainimg
 
 from trainimg.engine.docker import BuildRequest, DockerEngine
-from trainimg.plan.requirements import pins
+from trainimg.plan.requirements import lock_states, pins
+from trainimg.recipe.compat import load_compat
+from trainimg.recipe.loading import load_recipes
 
 CPU_VARIANTS = ["jax-0.10.2-cpu-py3.11", "pytorch-2.13.0-cpu-py3.11", "tensorflow-2.21.0-cpu-py3.11"]
 CHILD = "baketest-child"
@@ -105,14 +107,34 @@ def secret_files(target: dict[str, Any]) -> dict[str, Path]:
     return {p["id"]: Path(p["src"]) for p in pairs}
 
 
+def unlockable(recipes: Path) -> set[str]:
+    """Variants whose committed lock says they cannot be locked on this machine (their index is unreachable): a
+    bake of every variant refuses them in one line, as build does, so the bake below names the others."""
+    shipped = load_recipes(recipes)
+    return {s.variant for s in lock_states(shipped.variants, load_compat(), recipes.parent) if s.state == "unlockable"}
+
+
+def test_a_bake_of_every_variant_refuses_one_that_cannot_be_locked_here(recipes: Path,
+                                                                         state_env: dict[str, str]) -> None:
+    out = recipes.parent / "all.json"
+    r = trainimg("--recipes", str(recipes), "bake", "--output", str(out), env=state_env, timeout=120)
+    if not unlockable(recipes):
+        assert r.returncode == 0, r.stderr
+        return
+    assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "not lockable here" in r.stderr and not out.exists()
+
+
 def test_bake_file_targets_groups_secrets_and_contexts(recipes: Path, state_env: dict[str, str]) -> None:
-    data = bake(recipes, state_env)
     listed = json.loads(trainimg("--recipes", str(recipes), "list", "--json", env=state_env).stdout)
-    variants = [v["name"] for v in listed]
+    refused = unlockable(recipes)
+    variants = [v["name"] for v in listed if v["name"] not in refused]
+    data = bake(recipes, state_env, *variants)
     targets = data["target"]
     assert data["group"]["default"]["targets"] == variants
     for framework in ("pytorch", "tensorflow", "jax"):
-        assert data["group"][framework]["targets"] == [v["name"] for v in listed if v["framework"] == framework]
+        assert data["group"][framework]["targets"] == [v["name"] for v in listed
+                                                       if v["framework"] == framework and v["name"] in variants]
     # One target per variant and one per stage that two or more variants share, not one per parent stage: for
     # each group of variants on one base and Python (CPU, CUDA 12, CUDA 13), its python stage and the stage uv
     # comes from. (comms, the Reduction Server, sits above the framework's layers, which no two variants share.)

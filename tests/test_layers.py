@@ -28,6 +28,8 @@ from conftest import LOCAL_BASE, ROOT, cpu_recipe, remove_image, trainimg
 from conftest_registry import RegistryLogin
 
 from trainimg.plan import blocks
+from trainimg.recipe.compat import load_compat
+from trainimg.plan.requirements import lock_states
 from trainimg.plan.reproducible import BASE_FILES, LAYER_EPOCH, MOUNT_ROOT, SEAL_BEGIN, SEAL_END, base_files_tar
 from trainimg.plan.stages import INSTALLER_STAGE, plans
 from trainimg.engine.docker import DockerEngine
@@ -41,7 +43,9 @@ from trainimg.render.dockerfile import render_plan
 from trainimg.runtime import lockgroups
 
 SHIPPED = load_recipes(ROOT / "recipes")
-LOCKED = [v for v in SHIPPED.variants if (ROOT / "images" / v.name / "requirements.lock").is_file()]
+# Every variant with a lock of pins (one marked not lockable here holds none: its build refuses it).
+LOCKED = [v for v in SHIPPED.variants if v.name in {s.variant for s in lock_states(SHIPPED.variants, load_compat(), ROOT)
+                                                   if s.state not in ("missing", "unlockable")}]
 CPU_VARIANT = "pytorch-2.13.0-cpu-py3.11"
 # The engine tests build a copy of the shipped CPU recipe under a name of their own (tests/conftest.py cpu_recipe):
 # no-cache builds make new image IDs, and the shipped tag is what other tests on the same engine gate and push.
