@@ -18,7 +18,7 @@ import json
 import re
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import Any
+from typing import IO, Any
 from urllib.parse import urljoin
 
 import requests
@@ -104,7 +104,7 @@ class RegistryAPI:
         return f"{self.target.scheme}://{self.target.host}"
 
     def request(self, method: str, path: str, *, scope: str = "", headers: dict[str, str] | None = None,
-                data: bytes | None = None) -> requests.Response:
+                data: bytes | IO[bytes] | None = None) -> requests.Response:
         """Send one request, answering a 401 challenge once; transport failures become RegistryError."""
         url = path if path.startswith("http") else self.base + path
         headers = dict(headers or {})
@@ -223,22 +223,17 @@ class RegistryAPI:
         digest = sha256_digest(data)
         if self.has_blob(repository, digest):
             return digest
-        scope = f"repository:{repository}:pull,push"
-        start = self.request("POST", f"/v2/{repository}/blobs/uploads/", scope=scope)
-        if start.status_code != 202 or "Location" not in start.headers:
-            raise RegistryError(f"registry {self.target.host} answered HTTP {start.status_code} to a blob upload "
-                                f"to {repository}")
-        location = start.headers["Location"]
-        url = location if location.startswith("http") else self.base + location
-        url += ("&" if "?" in url else "?") + "digest=" + digest
-        done = self.request("PUT", url, scope=scope, headers={"Content-Type": "application/octet-stream"}, data=data)
-        if done.status_code != 201:
-            raise RegistryError(f"registry {self.target.host} answered HTTP {done.status_code} to the upload of "
-                                f"blob {digest} to {repository}")
+        self._upload(repository, digest, data, {"Content-Type": "application/octet-stream"})
         return digest
 
     def upload_file(self, repository: str, path: Path, digest: str) -> None:
         """Upload the file `path` as blob `digest` (monolithic POST then PUT, the body streamed from disk)."""
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(path.stat().st_size)}
+        with path.open("rb") as body:
+            self._upload(repository, digest, body, headers)
+
+    def _upload(self, repository: str, digest: str, body: bytes | IO[bytes], headers: dict[str, str]) -> None:
+        """One monolithic upload (POST for a location, then PUT of the whole body with its digest)."""
         scope = f"repository:{repository}:pull,push"
         start = self.request("POST", f"/v2/{repository}/blobs/uploads/", scope=scope)
         if start.status_code != 202 or "Location" not in start.headers:
@@ -247,9 +242,7 @@ class RegistryAPI:
         location = start.headers["Location"]
         url = location if location.startswith("http") else self.base + location
         url += ("&" if "?" in url else "?") + "digest=" + digest
-        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(path.stat().st_size)}
-        with path.open("rb") as body:
-            done = self.request("PUT", url, scope=scope, headers=headers, data=body)  # type: ignore[arg-type]
+        done = self.request("PUT", url, scope=scope, headers=headers, data=body)
         if done.status_code != 201:
             raise RegistryError(f"registry {self.target.host} answered HTTP {done.status_code} to the upload of "
                                 f"blob {digest} to {repository}")
