@@ -78,9 +78,8 @@ def spec(c: Ctx, **flags: Any) -> None:
       trainimg spec --platform vertex --image ... --replicas 2 --machine-type n1-standard-8 -- python train.py
       trainimg spec --platform jobset --image ... --replicas 4 --gpus 8 --conformance
     """
-    from ..jobs.aiplatform import SHUTDOWN_NOTE
-    from ..jobs.vertex import REGION_NOTE, reducer_pool
     from ..jobs.clusterspec import cluster_spec
+    from ..jobs.platforms import job_platform
     from ..jobs.spec import job_spec
     from ..jobs.specflags import check_given, spec_options
 
@@ -93,10 +92,8 @@ def spec(c: Ctx, **flags: Any) -> None:
         return
     form = flags["form"] or "rest"
     body = job_spec(opts, form)
-    if platform == "aiplatform":
-        click.echo(f"trainimg: {SHUTDOWN_NOTE}", err=True)
-    if platform == "vertex" and opts.region is not None and not reducer_pool(body):
-        click.echo(f"trainimg: {REGION_NOTE}", err=True)
+    for note in job_platform(platform).notes(opts, body):
+        click.echo(f"trainimg: {note}", err=True)
     if form == "gcloud":
         click.echo(yaml.safe_dump(body, sort_keys=False, default_flow_style=False), nl=False)
     else:

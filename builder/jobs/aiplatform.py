@@ -18,9 +18,12 @@ from __future__ import annotations
 
 from typing import Any
 
+from ..errors import UserInputError
 from ..runtime.contract import AIPLATFORM
 from .fields import GOOGLE_CLOUD_FLAGS
 from .flagdecl import Flag
+from .jobplatform import JobPlatform
+from .machines import check_machine_series, google_gpu_of, google_gpu_request
 from .shape import JobShape
 
 PLATFORM = AIPLATFORM
@@ -31,6 +34,8 @@ FLAGS = (*GOOGLE_CLOUD_FLAGS, USE_CHIEF_IN_TF_CONFIG)
 SHUTDOWN_NOTE = ("AI Platform Training was shut down on 2025-01-31; this spec is for old tooling that still reads "
                  "its format (new jobs: --platform vertex)")
 DEFAULT_REGION = "us-central1"
+JOB_ID_LIMIT = 128  # AI Platform's jobId, counted in characters
+_JOB_ID_CHARS = "letters, digits and underscores"
 
 
 def training_input(job: JobShape) -> dict[str, Any]:
@@ -75,3 +80,23 @@ def _config(job: JobShape, *, gpu: bool, nproc: int) -> dict[str, Any]:
     if job.args:
         cfg["containerArgs"] = list(job.args)
     return cfg
+
+
+def job_id(name: str) -> str:
+    """trainimg's made-up name as a jobId: every character outside ASCII letters and digits becomes ``_``."""
+    return "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in name)[:JOB_ID_LIMIT]
+
+
+def check_job_id(given: str) -> None:
+    """A jobId starts with a letter and holds only letters, digits and underscores."""
+    if not (given[0].isascii() and given[0].isalpha()
+            and all(ch.isascii() and (ch.isalnum() or ch == "_") for ch in given)):
+        raise UserInputError(f"an AI Platform job id starts with a letter and holds only {_JOB_ID_CHARS} "
+                             f"(at most {JOB_ID_LIMIT}), got {given!r}", where="--display-name")
+
+
+#: What `trainimg spec` reads of AI Platform (`jobplatform`): every body comes with the shutdown note.
+JOB = JobPlatform(name=PLATFORM, flags=FLAGS, body=lambda job, form: ml_job(job) if form == "rest"
+                  else gcloud_config(job), notes=lambda opts, body: (SHUTDOWN_NOTE,),
+                  gpu_request=google_gpu_request, gpu_of=google_gpu_of, check_names=check_machine_series,
+                  made_name=job_id, check_name=check_job_id)

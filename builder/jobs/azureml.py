@@ -30,7 +30,11 @@ from pydantic import BaseModel, ConfigDict
 from ..errors import UserInputError
 from ..runtime.contract import AZUREML, MPI
 from .flagdecl import GPUS, Flag
+from .gputable import section
+from .jobplatform import ClusterJob, JobPlatform
 from .kubernetes import MAX_LABEL, dump_yaml
+from .nearest import did_you_mean
+from .shape import SpecOptions
 
 PLATFORM = AZUREML
 SCHEMA = "https://azuremlschemas.azureedge.net/latest/commandJob.schema.json"
@@ -130,3 +134,34 @@ def command_job(*, name: str, image: str, compute: str, nodes: int, nproc: int, 
            "environment": {"image": image}, "compute": f"azureml:{compute}", "resources": {"instance_count": nodes},
            "distribution": shape, "environment_variables": dict(ENVIRONMENT)}
     return dump_yaml([job])
+
+
+def gpu_of(vm_size: str) -> str | None:
+    """The GPU a VM size carries (`vm_sizes`), None for a size without one."""
+    carried = vm_sizes().get(vm_size.lower())
+    return carried[0] if carried else None
+
+
+def check_vm_size(opts: SpecOptions) -> None:
+    """An Azure N-series (GPU) size must be in the VM size table; other series carry no GPU and pass."""
+    prefix: str = section("azureml_gpu_prefix", str)
+    vm_size = opts.vm_size
+    if not vm_size or not vm_size.lower().startswith(prefix.lower()) or gpu_of(vm_size) is not None:
+        return
+    text = resources.files(__package__).joinpath("data/azure_vm_sizes.yaml").read_text(encoding="utf-8")
+    sizes = list(yaml.safe_load(text)["sizes"])
+    raise UserInputError(f"{vm_size} is no Azure GPU VM size trainimg knows (jobs/data/azure_vm_sizes.yaml); "
+                         f"{did_you_mean(vm_size, sizes, fallback=sizes)}", where="--vm-size")
+
+
+def _write(opts: SpecOptions, job: ClusterJob) -> str:
+    return command_job(name=job.name, image=job.image, compute=check_compute(opts.compute), nodes=job.nodes,
+                       nproc=job.gpus or 1, command=job.command,
+                       distribution=distribution_of(opts.distribution, job.framework))
+
+
+#: What `trainimg spec` reads of Azure ML (`jobplatform`): the VM size, when given, says the processes per node.
+JOB = JobPlatform(name=PLATFORM, flags=FLAGS, name_limit=NAME_LIMIT, write=_write,
+                  gpus_per_node=lambda opts, gpus: processes_per_node(opts.vm_size, gpus),
+                  gpu_request=lambda opts: (VM_SIZE.name, opts.vm_size) if opts.vm_size else None,
+                  gpu_of=gpu_of, check_names=check_vm_size)

@@ -1,51 +1,45 @@
-"""Cluster job specs: the same `SpecOptions` -> a Kubernetes manifest (TrainJob, PyTorchJob, TFJob, JobSet), a
-Slurm sbatch script or an Azure ML command job (`azureml`), checked before anything queues for GPUs.
+"""Cluster job specs: the same `SpecOptions` -> the file a cluster platform takes (Kubernetes manifests, an sbatch
+script, a command job, a training job request), checked before anything queues for GPUs.
 
 Why beside `spec` and not inside it: these platforms have nodes and GPUs per node, no machine types, pools or
-regions, and their output is a file a person hands to ``kubectl apply -f`` or ``sbatch``, not an API body. The image
-checks are the cloud platforms' own (`clusterimage`: pullable by a cluster, no GPUs for a CPU build), and so is the
-program (`spec.program`): the user's command behind the launcher, or the in-image conformance check.
+regions, and their output is a file a person hands to ``kubectl apply -f``, ``sbatch`` or the platform's CLI, not a
+cloud API body. The image checks are the cloud platforms' own (`clusterimage`: pullable by a cluster, no GPUs for a
+CPU build), and so is the program (`spec.program`): the user's command behind the launcher, or the in-image
+conformance check. What differs per platform (the processes per node, the name limit, the writer) is its module's
+`jobplatform.JobPlatform`; this module names no platform.
 
-The launcher's ``--nproc-per-node`` is written only where the platform does not say it itself (a JobSet, a TFJob's
-TF_CONFIG): Slurm starts one task per process, a TrainJob and a PyTorchJob hand torchrun's ``PET_NPROC_PER_NODE``,
-and TensorFlow runs one process per node anyway.
+The launcher's ``--nproc-per-node`` is written only where the platform does not say it itself (the runtime
+platform modules' ``STARTS``): a platform that starts every process, or hands torchrun its ``PET_NPROC_PER_NODE``,
+gets none, and TensorFlow runs one process per node anyway.
 """
 
 from __future__ import annotations
 
 import hashlib
 import re
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
 
 from ..errors import UserInputError
-from ..runtime.contract import AZUREML, SAGEMAKER, SLURM
+from ..runtime.contract import SLURM  # noqa: F401 - re-exported: tests/test_cluster_spec.py imports it here
 from ..runtime.platforms import STARTS
 from ..runtime.topology import refusal
-from . import azureml, jobset, pytorchjob, sagemaker, slurm, tfjob, trainjob
 from .clusterimage import check_gpu_image, check_pullable
 from .fields import count
 from .gpucheck import check_gpus
-from .k8s_shape import K8sJob
-from .kubernetes import dump_yaml
+from .jobplatform import ClusterJob
+from .platforms import PLATFORMS, job_platform
 from .shape import LAUNCHER, SpecOptions
 from .spec import program
 from .specflags import check_options
 
-# platform -> the manifest writer; slurm writes a script instead (`_sbatch`).
-K8S_WRITERS: dict[str, Callable[[K8sJob], list[dict[str, Any]]]] = {
-    trainjob.PLATFORM: trainjob.manifests,
-    pytorchjob.PLATFORM: pytorchjob.manifests,
-    tfjob.PLATFORM: tfjob.manifests,
-    jobset.PLATFORM: jobset.manifests,
-}
-CLUSTER_PLATFORMS = (*K8S_WRITERS, SLURM, AZUREML, SAGEMAKER)
-# The platform hands its own process count on (Azure ML and Slurm start every process themselves).
+# platform -> its Kubernetes manifests (what its writer dumps as YAML), for the platforms that write them.
+K8S_WRITERS = {platform.name: platform.manifests for platform in PLATFORMS if platform.manifests is not None}
+CLUSTER_PLATFORMS = tuple(platform.name for platform in PLATFORMS if platform.write is not None)
+# The platforms that hand their own process count on (or start every process themselves).
 _SAYS_NPROC = tuple(name for name, said in STARTS.items() if said is not None)
 # platform -> the longest job name it takes where trainimg makes one up (each platform module's fact).
-NAME_LIMITS = {trainjob.PLATFORM: trainjob.NAME_LIMIT, pytorchjob.PLATFORM: pytorchjob.NAME_LIMIT,
-               tfjob.PLATFORM: tfjob.NAME_LIMIT, jobset.PLATFORM: jobset.NAME_LIMIT, SLURM: slurm.NAME_LIMIT,
-               AZUREML: azureml.NAME_LIMIT, SAGEMAKER: sagemaker.NAME_LIMIT}
+NAME_LIMITS = {platform.name: platform.name_limit for platform in PLATFORMS
+               if platform.write is not None and platform.name_limit is not None}
 HASH_CHARS = 6  # of the image reference's sha256, in a made-up job name: what tells two variants' jobs apart
 
 
@@ -59,35 +53,19 @@ def cluster_spec(opts: SpecOptions) -> str:
     if why is not None:
         raise UserInputError(f"{opts.image} is a {framework} image; {why}", where="--image")
     check_gpus(opts)
+    platform = job_platform(opts.platform)
     nodes = count(opts.replicas, "--replicas", minimum=1)
-    gpus = count(opts.gpus, "--gpus", minimum=0)
-    if opts.platform == AZUREML:
-        gpus = azureml.processes_per_node(opts.vm_size, gpus)
-    if opts.platform == SAGEMAKER:
-        gpus = sagemaker.gpus_per_instance(opts.instance_type)
-    check_gpu_image(opts.image, opts.facts, gpus, where="--instance-type" if opts.platform == SAGEMAKER else "--gpus")
+    gpus = platform.gpus_per_node(opts, count(opts.gpus, "--gpus", minimum=0))
+    check_gpu_image(opts.image, opts.facts, gpus, where=platform.gpus_flag)
     opts = program(opts)
     if opts.command is None:
         raise UserInputError("a cluster job runs a program: give it after `--` (e.g. -- python train.py), or "
                              "--conformance", where="command")
-    command = _launcher(opts.platform, framework, gpus or 1, opts.command)
-    name = _name(opts)
-    if opts.platform == AZUREML:
-        return azureml.command_job(name=name, image=opts.image, compute=azureml.check_compute(opts.compute),
-                                   nodes=nodes, nproc=gpus or 1, command=command,
-                                   distribution=azureml.distribution_of(opts.distribution, framework))
-    if opts.platform == SAGEMAKER:
-        return sagemaker.training_job(name=name, image=opts.image, instance_type=str(opts.instance_type), nodes=nodes,
-                                      role_arn=opts.role_arn, output_path=opts.output_path, command=command,
-                                      args=opts.args, volume_gb=opts.volume_size, max_runtime_s=opts.max_runtime)
-    if opts.platform == SLURM:
-        return slurm.sbatch_script(name=name, image=opts.image, nodes=nodes, tasks_per_node=gpus or 1,
-                                   gpus_per_node=gpus, command=command,
-                                   container_runtime=opts.container_runtime or slurm.CONTAINER_RUNTIMES[0],
-                                   partition=opts.partition)
-    job = K8sJob(name=name, image=opts.image, nodes=nodes, gpus_per_node=gpus, command=command,
-                 framework=framework or "pytorch", namespace=opts.namespace)
-    return dump_yaml(K8S_WRITERS[opts.platform](job))
+    if platform.write is None:
+        raise UserInputError(f"{platform.name} takes a cloud job body, not a cluster job", where="--platform")
+    job = ClusterJob(name=_name(opts), image=opts.image, nodes=nodes, gpus=gpus, framework=framework,
+                     command=_launcher(opts.platform, framework, gpus or 1, opts.command))
+    return platform.write(opts, job)
 
 
 def _launcher(platform: str, framework: str | None, nproc: int, program: Sequence[str]) -> list[str]:

@@ -1,8 +1,7 @@
 """How a platform declares the `trainimg spec` flags it reads (`Flag`), and the flags every platform reads.
 
-Why declarations and not a list of refusals: each platform module (`vertex`, `aiplatform`, `trainjob`,
-`pytorchjob`, `tfjob`, `jobset`, `slurm`, `azureml`, `sagemaker`) names in its ``FLAGS`` the flags it reads; the CLI
-builds ``spec``'s options from those declarations (`specflags`), so a flag that the chosen platform does not
+Why declarations and not a list of refusals: each platform module (`platforms.MODULES`) names in its ``FLAGS``
+the flags it reads; the CLI builds ``spec``'s options from those declarations (`specflags`), so a flag that the chosen platform does not
 declare is refused by construction, with the platforms that do take it. Nothing lists what to refuse, and a new
 flag cannot be dropped silently by a platform that forgot to refuse it.
 

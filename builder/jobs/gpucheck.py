@@ -1,13 +1,15 @@
 """The GPU a job asks for against the image that runs on it: a GPU its framework build has kernels for, named in
 the platform's own tables.
 
-Why: every platform accepts ``NVIDIA_TESLA_V100`` with a CUDA 13 PyTorch image, ``ml.p3.2xlarge`` with it on
-SageMaker and ``Standard_NC6s_v3`` on Azure ML; the job queues for its GPUs and then fails at its first kernel
-(CUDA 13 builds have no Volta kernels). And a mistyped ``--machine-type``, ``--instance-type`` or ``--vm-size`` is
-a valid-looking string that fails only at submission, or, for Azure (where the job names a cluster, not the size),
+Why: every platform accepts a Volta GPU's name (``NVIDIA_TESLA_V100``, an ``ml.p3`` instance type, a
+``Standard_NC6s_v3`` VM size) with a CUDA 13 PyTorch image; the job queues for its GPUs and then fails at its first
+kernel (CUDA 13 builds have no Volta kernels). And a mistyped machine type, instance type or VM size is a
+valid-looking string that fails only at submission, or, where the job names a cluster rather than the size,
 quietly turns a GPU job into a CPU one. The facts are tables with their sources: the GPU behind each platform's
-accelerator name and its compute capability (``data/gpus.yaml``), the architectures each framework build holds
-(compat data, `recipe.gpuarch`, which also holds the one rule that says what runs where).
+accelerator name and its compute capability (``data/gpus.yaml``, `gputable`), the architectures each framework
+build holds (compat data, `recipe.gpuarch`, which also holds the one rule that says what runs where). Which flag
+names the GPU, the GPU behind a name and the check of a name are each platform module's hooks
+(`jobplatform.JobPlatform`): this module holds the rule, not the platforms.
 
 `check_gpus` is what `spec` calls, on every platform; an image whose architectures are unknown (a reference known
 only by ``--framework``) is let through, as `clusterimage.check_gpu_image` lets an unknown CUDA through.
@@ -17,68 +19,25 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import replace
-from functools import cache
-from importlib import resources
-
-import yaml
-from pydantic import BaseModel, ConfigDict
 
 from ..errors import UserInputError
-from ..recipe.gpuarch import Capability, archs_of, describe, parse_capability, runs_on, show, why_missing
+from ..recipe.gpuarch import archs_of, describe, runs_on, show, why_missing
 from ..recipe.loading import Variant
-from ..runtime.contract import AZUREML, CUDA_ARCHS_LABEL, FRAMEWORK_LABEL, RECIPE_VERSION_PREFIX, SAGEMAKER, VERSION_PREFIX
-from . import azureml, sagemaker
-from .machines import machines
-from .nearest import did_you_mean
+from ..runtime.contract import CUDA_ARCHS_LABEL, FRAMEWORK_LABEL, RECIPE_VERSION_PREFIX, VERSION_PREFIX
+from .gputable import capability
+from .platforms import job_platform
 from .shape import ImageFacts, SpecOptions
-
-GOOGLE = ("vertex", "aiplatform")
-
-
-class GpuTable(BaseModel):
-    """``data/gpus.yaml``: GPU -> compute capability, and each platform's names -> GPU."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    gpus: dict[str, str]
-    google: dict[str, str | None]
-    sagemaker: dict[str, str]
-    azureml_gpu_prefix: str
-    google_other_series: tuple[str, ...]
-
-
-@cache
-def gpu_table() -> GpuTable:
-    text = resources.files(__package__).joinpath("data/gpus.yaml").read_text(encoding="utf-8")
-    return GpuTable.model_validate(yaml.safe_load(text))
-
-
-def capability(gpu: str) -> Capability:
-    return parse_capability(gpu_table().gpus[gpu])
 
 
 def gpu_of(platform: str, name: str) -> str | None:
     """The GPU behind `name` on `platform` (an accelerator type, an instance type, a VM size), or None for a name
     with no CUDA GPU (a TPU, a CPU instance or size)."""
-    table = gpu_table()
-    if platform in GOOGLE:
-        return table.google.get(name)
-    if platform == SAGEMAKER:
-        return table.sagemaker.get(name.rpartition(".")[0])
-    if platform == AZUREML:
-        carried = azureml.vm_sizes().get(name.lower())
-        return carried[0] if carried else None
-    return None
+    return job_platform(platform).gpu_of(name)
 
 
 def requested(opts: SpecOptions) -> tuple[str, str] | None:
     """(flag, name) of what names the job's GPU on its platform, or None where nothing does."""
-    if opts.platform in GOOGLE and isinstance(opts.accelerator, str):
-        return "--accelerator", opts.accelerator.partition(":")[0]
-    if opts.platform == SAGEMAKER and opts.instance_type:
-        return "--instance-type", opts.instance_type
-    if opts.platform == AZUREML and opts.vm_size:
-        return "--vm-size", opts.vm_size
-    return None
+    return job_platform(opts.platform).gpu_request(opts)
 
 
 def check_gpus(opts: SpecOptions) -> None:
@@ -104,35 +63,8 @@ def check_gpus(opts: SpecOptions) -> None:
 
 
 def check_names(opts: SpecOptions) -> None:
-    """The machine type (Google), instance type (SageMaker) or VM size (Azure ML) must be one the tables know."""
-    if opts.platform in GOOGLE and isinstance(opts.machine_type, str):
-        _check_machine_series(opts.machine_type)
-    if opts.platform == SAGEMAKER and opts.instance_type:
-        sagemaker.check_instance_type(opts.instance_type)
-    if opts.platform == AZUREML and opts.vm_size:
-        _check_vm_size(opts.vm_size)
-
-
-def _check_machine_series(machine_type: str) -> None:
-    """A Google machine type belongs to a series the machine table names or a CPU series training runs."""
-    known = machines()
-    series = {name.partition("-")[0] for name in known} | set(gpu_table().google_other_series)
-    if machine_type in known or machine_type.partition("-")[0] in series:
-        return
-    hint = did_you_mean(machine_type, [*known, *(f"{s}-standard-8" for s in gpu_table().google_other_series)])
-    raise UserInputError(f"{machine_type!r} is no Google Cloud machine type training runs (series: "
-                         f"{', '.join(sorted(series))}){'; ' + hint if hint else ''}", where="--machine-type")
-
-
-def _check_vm_size(vm_size: str) -> None:
-    """An Azure N-series (GPU) size must be in the VM size table; other series carry no GPU and pass."""
-    prefix = gpu_table().azureml_gpu_prefix
-    if not vm_size.lower().startswith(prefix.lower()) or gpu_of(AZUREML, vm_size) is not None:
-        return
-    text = resources.files(__package__).joinpath("data/azure_vm_sizes.yaml").read_text(encoding="utf-8")
-    sizes = list(yaml.safe_load(text)["sizes"])
-    raise UserInputError(f"{vm_size} is no Azure GPU VM size trainimg knows (jobs/data/azure_vm_sizes.yaml); "
-                         f"{did_you_mean(vm_size, sizes, fallback=sizes)}", where="--vm-size")
+    """The machine type (Google), instance type or VM size must be one the platform's tables know."""
+    job_platform(opts.platform).check_names(opts)
 
 
 def with_alternatives(resolved: tuple[str, ImageFacts | None], variants: Mapping[str, Variant]

@@ -19,6 +19,7 @@ from ..runtime.contract import JOBSET
 from ..runtime.platforms import jobset as launcher
 from ..runtime.platforms.jobset import REPLICATED_JOB as JOBSET_REPLICATED_JOB
 from ..runtime.world import DEFAULT_MASTER_PORT
+from .jobplatform import kubernetes_platform
 from .k8s_shape import K8sJob
 from .kubernetes import INDEX_DIGITS, K8S_FLAGS, MAX_LABEL, container, derived_name, metadata, pod_template
 
@@ -82,3 +83,7 @@ def check_pod_names(jobset: str, replicated_job: str, nodes: int) -> None:
     """Refuse a JobSet name whose last pod name (job 0, pod ``nodes - 1``) would not be a DNS label."""
     longest = f"{jobset}-{replicated_job}-0-{nodes - 1}{_POD_SUFFIX_STAND_IN}"
     derived_name(jobset, longest, "the last pod's name", "name")
+
+
+#: What `trainimg spec` reads of it (`jobplatform`).
+JOB = kubernetes_platform(PLATFORM, FLAGS, manifests, NAME_LIMIT)

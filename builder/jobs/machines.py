@@ -26,6 +26,9 @@ import yaml
 from pydantic import BaseModel, ConfigDict
 
 from ..errors import UserInputError
+from .gputable import section
+from .nearest import did_you_mean
+from .shape import SpecOptions
 
 Accelerator = tuple[str, int]  # (type, count), as `fields.parse_accelerator` returns it
 
@@ -206,3 +209,28 @@ def _accelerator(row: str) -> Accelerator:
 
 def _show(accelerator: Accelerator) -> str:
     return f"{accelerator[0]}:{accelerator[1]}"
+
+
+def google_gpu_of(accelerator: str) -> str | None:
+    """The GPU behind a Vertex or AI Platform accelerator type (``data/gpus.yaml``'s ``google``), None for a TPU."""
+    names: dict[str, str | None] = section("google", dict[str, str | None])
+    return names.get(accelerator)
+
+
+def google_gpu_request(opts: SpecOptions) -> tuple[str, str] | None:
+    """``--accelerator TYPE:COUNT`` names the GPU of a Google Cloud job."""
+    return ("--accelerator", opts.accelerator.partition(":")[0]) if isinstance(opts.accelerator, str) else None
+
+
+def check_machine_series(opts: SpecOptions) -> None:
+    """A Google machine type belongs to a series the machine table names or a CPU series training runs."""
+    machine_type = opts.machine_type
+    if not isinstance(machine_type, str):
+        return
+    known, other = machines(), section("google_other_series", tuple[str, ...])
+    series = {name.partition("-")[0] for name in known} | set(other)
+    if machine_type in known or machine_type.partition("-")[0] in series:
+        return
+    hint = did_you_mean(machine_type, [*known, *(f"{s}-standard-8" for s in other)])
+    raise UserInputError(f"{machine_type!r} is no Google Cloud machine type training runs (series: "
+                         f"{', '.join(sorted(series))}){'; ' + hint if hint else ''}", where="--machine-type")

@@ -11,6 +11,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..runtime.contract import PYTORCHJOB
+from .jobplatform import kubernetes_platform
 from .k8s_shape import K8sJob
 from .kubernetes import K8S_FLAGS, container, operator_name_limit, operator_job, operator_replicas, pod_template
 
@@ -28,3 +29,7 @@ def manifests(job: K8sJob) -> list[dict[str, Any]]:
     template = pod_template(container(CONTAINER, job.image, job.command, job.gpus_per_node))
     replicas = operator_replicas(job.name, [(MASTER, 1), (WORKER, job.nodes - 1)], template)
     return [operator_job(KIND, job.name, job.namespace, "pytorchReplicaSpecs", replicas, nprocPerNode=str(job.nproc))]
+
+
+#: What `trainimg spec` reads of it (`jobplatform`).
+JOB = kubernetes_platform(PLATFORM, FLAGS, manifests, NAME_LIMIT)

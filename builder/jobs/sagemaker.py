@@ -26,7 +26,10 @@ from ..errors import UserInputError
 from ..runtime.contract import SAGEMAKER
 from .fields import count
 from .flagdecl import Flag
+from .gputable import section
+from .jobplatform import ClusterJob, JobPlatform
 from .nearest import did_you_mean
+from .shape import SpecOptions
 
 PLATFORM = SAGEMAKER
 NAME_LIMIT = 63  # botocore's CreateTrainingJob TrainingJobName max (tests read it back from the model)
@@ -151,3 +154,30 @@ def _strings(values: Sequence[str], flag: str, field: str) -> list[str]:
         raise UserInputError(f"{len(values)} words; SageMaker's {field} takes {shape.metadata['max']} at most",
                              where=flag)
     return [_within(value, flag, f"{field} item", shape.member.metadata) for value in values]
+
+
+def gpu_of(instance_type: str) -> str | None:
+    """The GPU behind an instance type (its family, ``ml.p4d``, in ``data/gpus.yaml``), None for a CPU type."""
+    gpus: dict[str, str] = section(SAGEMAKER, dict[str, str])
+    return gpus.get(instance_type.rpartition(".")[0])
+
+
+def _request(opts: SpecOptions) -> tuple[str, str] | None:
+    return (INSTANCE_TYPE.name, opts.instance_type) if opts.instance_type else None
+
+
+def _check_names(opts: SpecOptions) -> None:
+    if opts.instance_type:
+        check_instance_type(opts.instance_type)
+
+
+def _write(opts: SpecOptions, job: ClusterJob) -> str:
+    return training_job(name=job.name, image=job.image, instance_type=str(opts.instance_type), nodes=job.nodes,
+                        role_arn=opts.role_arn, output_path=opts.output_path, command=job.command, args=opts.args,
+                        volume_gb=opts.volume_size, max_runtime_s=opts.max_runtime)
+
+
+#: What `trainimg spec` reads of SageMaker (`jobplatform`): the instance type says the GPUs, not ``--gpus``.
+JOB = JobPlatform(name=PLATFORM, flags=FLAGS, name_limit=NAME_LIMIT, write=_write,
+                  gpus_per_node=lambda opts, gpus: gpus_per_instance(opts.instance_type),
+                  gpus_flag=INSTANCE_TYPE.name, gpu_request=_request, gpu_of=gpu_of, check_names=_check_names)

@@ -58,18 +58,20 @@ class SpecOptions:
     conformance: bool = False
     display_name: str | None = None
     use_chief_in_tf_config: bool = False
-    gpus: int = 0  # Kubernetes and Slurm: GPUs per node (the cloud platforms take --accelerator)
-    namespace: str | None = None  # Kubernetes
-    container_runtime: str | None = None  # Slurm: how srun runs the image (jobs.slurm.CONTAINER_RUNTIMES)
-    partition: str | None = None  # Slurm
-    compute: str | None = None  # Azure ML: the compute cluster's name
-    vm_size: str | None = None  # Azure ML: that cluster's VM size, for the GPU check
-    distribution: str | None = None  # Azure ML: pytorch, tensorflow or mpi (default: the framework's)
-    instance_type: str | None = None  # SageMaker: ResourceConfig.InstanceType (ml.p4d.24xlarge)
-    role_arn: str | None = None  # SageMaker: the IAM role the job runs as
-    output_path: str | None = None  # SageMaker: OutputDataConfig.S3OutputPath
-    volume_size: int | None = None  # SageMaker: ResourceConfig.VolumeSizeInGB (default jobs.sagemaker's)
-    max_runtime: int | None = None  # SageMaker: StoppingCondition.MaxRuntimeInSeconds
+    # The cluster platforms' own flags: the module whose ``FLAGS`` declares one says what it means (`specflags`
+    # refuses each on every other platform).
+    gpus: int = 0  # GPUs per node (a cloud platform takes --accelerator)
+    namespace: str | None = None
+    container_runtime: str | None = None  # how srun runs the image
+    partition: str | None = None
+    compute: str | None = None  # the compute cluster's name
+    vm_size: str | None = None  # that cluster's VM size, for the GPU check
+    distribution: str | None = None  # who starts the processes (default: the framework's)
+    instance_type: str | None = None  # ResourceConfig.InstanceType (ml.p4d.24xlarge)
+    role_arn: str | None = None  # the IAM role the job runs as
+    output_path: str | None = None  # OutputDataConfig.S3OutputPath
+    volume_size: int | None = None  # ResourceConfig.VolumeSizeInGB
+    max_runtime: int | None = None  # StoppingCondition.MaxRuntimeInSeconds
 
 
 @dataclass(frozen=True, kw_only=True)

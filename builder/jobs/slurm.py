@@ -28,6 +28,8 @@ from ..errors import UserInputError
 from ..recipe.grammar import is_reference
 from ..runtime.contract import SLURM
 from .flagdecl import GPUS, Flag
+from .jobplatform import ClusterJob, JobPlatform
+from .shape import SpecOptions
 
 PLATFORM = SLURM
 PYXIS = "pyxis"
@@ -132,3 +134,14 @@ def _check(name: str, image: str, nodes: int, tasks_per_node: int, gpus_per_node
         problems.append(f"time limit {time_limit!r} is not one of sbatch's forms (M, H:M:S, D-H:M:S, UNLIMITED...)")
     if problems:
         raise UserInputError("slurm job: " + "; ".join(problems))
+
+
+def _write(opts: SpecOptions, job: ClusterJob) -> str:
+    """One task per GPU (one on a CPU node), started by srun in the container runtime asked for."""
+    return sbatch_script(name=job.name, image=job.image, nodes=job.nodes, tasks_per_node=job.gpus or 1,
+                         gpus_per_node=job.gpus, command=list(job.command),
+                         container_runtime=opts.container_runtime or CONTAINER_RUNTIMES[0], partition=opts.partition)
+
+
+#: What `trainimg spec` reads of Slurm (`jobplatform`).
+JOB = JobPlatform(name=PLATFORM, flags=FLAGS, name_limit=NAME_LIMIT, write=_write)

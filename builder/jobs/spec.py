@@ -30,17 +30,16 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import UserInputError
 from ..recipe.compat import floor_of, load_compat
-from . import aiplatform, vertex
 from .clusterimage import check_gpu_image, check_pullable
 from .fields import FORMATS, check_machine_type, check_platform, check_region, count, parse_accelerator, strings
 from .gpucheck import check_gpus
 from .machines import check_machine_accelerator, comes_with_accelerators
+from .platforms import job_platform
 from .reducers import reducers_for
 from .shape import ImageFacts, JobShape, SpecOptions
 from .specflags import check_options
 
 MAX_NAME_CHARS = 128  # Vertex displayName and AI Platform jobId, both counted in characters
-_JOB_ID_CHARS = "letters, digits and underscores"
 
 
 def job_spec(opts: SpecOptions, form: str = "rest") -> dict[str, Any]:
@@ -51,9 +50,10 @@ def job_spec(opts: SpecOptions, form: str = "rest") -> dict[str, Any]:
     if form not in FORMATS:
         raise UserInputError(f"expected one of {', '.join(FORMATS)}, got {form!r}", where="--format")
     job = validate(opts)
-    if opts.platform == "aiplatform":
-        return aiplatform.ml_job(job) if form == "rest" else aiplatform.gcloud_config(job)
-    return vertex.custom_job(job) if form == "rest" else vertex.custom_job_spec(job)
+    body = job_platform(opts.platform).body
+    if body is None:
+        raise UserInputError(f"{opts.platform} takes a cluster job, not a cloud job body", where="--platform")
+    return body(job, form)
 
 
 def validate(opts: SpecOptions) -> JobShape:
@@ -128,21 +128,16 @@ def _conformance(opts: SpecOptions) -> list[str]:
 
 
 def _name(opts: SpecOptions) -> str:
-    """Vertex's displayName (1..128 UTF-8 characters) or AI Platform's jobId (a letter, then letters, digits,
-    underscores; at most 128). Both APIs count characters, not bytes."""
+    """Vertex's displayName (1..128 UTF-8 characters) or AI Platform's jobId (its grammar: the platform's
+    `made_name` and `check_name`). Both APIs count characters, not bytes."""
+    platform = job_platform(opts.platform)
     given = opts.display_name
     if given is None:
         stem = "trainimg-" + (f"{opts.facts.name}-" if opts.facts and opts.facts.name else "")
-        given = stem + ("conformance" if opts.conformance else "job")
-        if opts.platform == "aiplatform":
-            given = "".join(ch if ch.isascii() and ch.isalnum() else "_" for ch in given)[:MAX_NAME_CHARS]
+        given = platform.made_name(stem + ("conformance" if opts.conformance else "job"))
     if not isinstance(given, str) or not given.strip() or len(given) > MAX_NAME_CHARS or not _is_utf8(given):
         raise UserInputError(f"a name is 1..{MAX_NAME_CHARS} UTF-8 characters, got {given!r}", where="--display-name")
-    if opts.platform == "aiplatform" and not (
-        given[0].isascii() and given[0].isalpha() and all(ch.isascii() and (ch.isalnum() or ch == "_") for ch in given)
-    ):
-        raise UserInputError(f"an AI Platform job id starts with a letter and holds only {_JOB_ID_CHARS} "
-                             f"(at most {MAX_NAME_CHARS}), got {given!r}", where="--display-name")
+    platform.check_name(given)
     return given
 
 

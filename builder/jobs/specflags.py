@@ -13,15 +13,12 @@ from dataclasses import fields
 from typing import Any
 
 from ..errors import UserInputError
-from . import aiplatform, azureml, jobset, pytorchjob, sagemaker, slurm, tfjob, trainjob, vertex
 from .flagdecl import COMMON, Flag
+from .platforms import PLATFORMS
 from .shape import SpecOptions
 
 #: platform -> the flags it reads besides `flagdecl.COMMON`, in `--platform`'s order (cloud first).
-PLATFORM_FLAGS: dict[str, tuple[Flag, ...]] = {
-    module.PLATFORM: module.FLAGS
-    for module in (vertex, aiplatform, trainjob, pytorchjob, tfjob, jobset, slurm, azureml, sagemaker)
-}
+PLATFORM_FLAGS: dict[str, tuple[Flag, ...]] = {platform.name: platform.flags for platform in PLATFORMS}
 SPEC_PLATFORMS = tuple(PLATFORM_FLAGS)
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from ..runtime.contract import TFJOB
+from .jobplatform import kubernetes_platform
 from .k8s_shape import K8sJob
 from .kubernetes import K8S_FLAGS, container, operator_name_limit, operator_job, operator_replicas, pod_template
 
@@ -27,3 +28,7 @@ def manifests(job: K8sJob) -> list[dict[str, Any]]:
     template = pod_template(container(CONTAINER, job.image, job.command, job.gpus_per_node))
     replicas = operator_replicas(job.name, [(CHIEF, 1), (WORKER, job.nodes - 1)], template)
     return [operator_job(KIND, job.name, job.namespace, "tfReplicaSpecs", replicas)]
+
+
+#: What `trainimg spec` reads of it (`jobplatform`).
+JOB = kubernetes_platform(PLATFORM, FLAGS, manifests, NAME_LIMIT)

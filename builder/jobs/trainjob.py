@@ -21,6 +21,7 @@ from ..runtime.contract import TRAINJOB
 from ..runtime.platforms.trainjob import TRAINER_NODE
 from . import tfjob
 from .jobset import check_pod_names, indexed_job, name_limit
+from .jobplatform import kubernetes_platform
 from .k8s_shape import K8sJob
 from .kubernetes import K8S_FLAGS, ManifestInputError, container, gpu_resources, metadata
 
@@ -78,3 +79,7 @@ def train_job(job: K8sJob) -> dict[str, Any]:
         "metadata": metadata(job.name, job.namespace),
         "spec": {"runtimeRef": {"apiGroup": GROUP, "kind": RUNTIME_KIND, "name": job.name}, "trainer": trainer},
     }
+
+
+#: What `trainimg spec` reads of it (`jobplatform`).
+JOB = kubernetes_platform(PLATFORM, FLAGS, manifests, NAME_LIMIT)

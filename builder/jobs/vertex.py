@@ -14,8 +14,10 @@ from typing import Any
 from ..runtime.contract import VERTEX
 from .fields import GOOGLE_CLOUD_FLAGS
 from .flagdecl import Flag
+from .jobplatform import JobPlatform
+from .machines import check_machine_series, google_gpu_of, google_gpu_request
 from .reducers import DEFAULT_REDUCER_MACHINE, REDUCTION_SERVER_IMAGE, reduction_server_image
-from .shape import JobShape
+from .shape import JobShape, SpecOptions
 
 PLATFORM = VERTEX
 REDUCTION_SERVERS = Flag("--reduction-servers", "Reduction Server replicas in worker pool 2 (a count, or auto to "
@@ -79,3 +81,13 @@ def _machine(job: JobShape, *, gpu: bool) -> dict[str, Any]:
         spec["acceleratorType"] = accelerator[0]
         spec["acceleratorCount"] = accelerator[1]
     return spec
+
+
+def _notes(opts: SpecOptions, body: dict[str, Any]) -> tuple[str, ...]:
+    return (REGION_NOTE,) if opts.region is not None and not reducer_pool(body) else ()
+
+
+#: What `trainimg spec` reads of Vertex (`jobplatform`): ``rest`` is the CustomJob, ``gcloud`` its spec.
+JOB = JobPlatform(name=PLATFORM, flags=FLAGS, body=lambda job, form: custom_job(job) if form == "rest"
+                  else custom_job_spec(job), notes=_notes, gpu_request=google_gpu_request, gpu_of=google_gpu_of,
+                  check_names=check_machine_series)

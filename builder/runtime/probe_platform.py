@@ -234,14 +234,14 @@ def _scheduler_samples() -> list[tuple[str, dict[str, str], dict[str, object]]]:
 def check_cluster_parsing(expect: dict) -> tuple[str, str, dict]:
     try:
         from .cluster import parse_cluster  # noqa: PLC0415 - written alongside; imported only here
-        from .platforms import sagemaker  # noqa: PLC0415
+        from .platforms import elsewhere  # noqa: PLC0415
     except ImportError as err:
         return FAILED, f"the runtime's cluster parser is not importable: {err}", {}
     details: dict = {}
     problems = []
     for label, env, want in _cluster_samples():
         try:
-            info = parse_cluster(sagemaker.elsewhere(env))  # not this container's own SageMaker file
+            info = parse_cluster(elsewhere(env))  # not this container's own platform file
         except Exception as err:  # noqa: BLE001 - any failure to parse a platform's sample is the finding
             problems.append(f"{label}: {type(err).__name__}: {err}")
             details[label] = {"error": str(err)}

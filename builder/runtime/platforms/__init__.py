@@ -6,7 +6,8 @@ SageMaker's resource config; empty when it is not there) and ``read(env, reducti
 missing or wrong variable is a `ClusterError` naming it), and for the host's replay of it (`topology.replica_specs`,
 which dispatches through this registry): ``replicas(job)`` (its replicas as the platform lays them out), ``PORT``
 (its default port), ``STARTS`` (who starts a node's processes, `starts`), ``NO_TF_CONFIG`` (why it refuses
-TensorFlow, or None) and ``NOT_EMULATED`` (why selftest cannot stand in for it on 127.0.0.1, or None). Adding a
+TensorFlow, or None) and ``NOT_EMULATED`` (why selftest cannot stand in for it on 127.0.0.1, or None); a
+module that reads a file it is told by also gives ``elsewhere(env)`` (`env` pointed away from that file). Adding a
 platform is adding a module to `PLATFORMS`, its name to the contract's `PLATFORMS`, its `jobs/` module and its
 tests.
 
@@ -51,6 +52,18 @@ _STRAYS = {
     jobset.INDEX: "a Kubernetes Indexed Job sets it, but nothing gives the world: a JobSet's pods need the JOBSET_* "
                   "variables (trainimg spec --platform jobset writes them), a TrainJob's its runtime's PET_*",
 }
+
+
+def elsewhere(env: Mapping[str, str]) -> dict[str, str]:
+    """`env` read as if no platform's file lay on this machine: each module that reads a file it is told by gives
+    ``elsewhere(env)``, pointing it away, so a sample of another platform's variables parsed inside such a
+    platform's container (the probe's) does not meet the container's own file."""
+    out = dict(env)
+    for module in PLATFORMS:
+        hide = getattr(module, "elsewhere", None)
+        if hide is not None:
+            out = hide(out)
+    return out
 
 
 def who_starts(platform: str, framework: str | None) -> str | None:
