@@ -99,13 +99,20 @@ def compile_lock(req: Requirements, opts: LockOptions, env: Mapping[str, str], p
         proc = subprocess.run(cmd, cwd=folder, env={**os.environ, **env}, capture_output=True, text=True)
         if proc.returncode != 0:
             unreachable = [i for i in req.indexes if i not in used]
-            if unreachable:  # never resolved from another index: the build only that index serves, or nothing
+            if unreachable and _index_build_missing(req, proc.stderr):  # never from another index: that build, or nothing
                 raise IndexUnreachable(unreachable[0], f"{not_lockable_reason(req.variant, unreachable[0])} (no "
                                        "wheel folder holds it either)", where=f"lock {req.variant}")
             said = [ln for ln in proc.stderr.splitlines() if ln.strip()]
             raise CheckFailed(f"uv could not resolve {', '.join(req.requirements)}: "
                               f"{' '.join(said[-6:])[:600]}", where=f"lock {req.variant}")
         return lock_header(req, used, UV) + out.read_text(encoding="utf-8")
+
+
+def _index_build_missing(req: Requirements, said: str) -> bool:
+    """Whether uv's failure is about a build only an extra index serves (a local label: `torch==2.14.1+cu126`), not
+    about another pin (`six==0.0.999` from PyPI fails the same resolve and must be named as itself)."""
+    labelled = [r.split(";")[0].strip() for r in req.requirements if "+" in r.split(";")[0]]
+    return not labelled or any(r in said for r in labelled)
 
 
 def lock_variants(recipes: RecipeSet, names: list[str], root: Path, opts: LockOptions, env: Mapping[str, str],
