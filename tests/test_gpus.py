@@ -167,7 +167,13 @@ def test_host_refusal_takes_the_engines_gpus(tmp_path: Path, monkeypatch: pytest
     with pytest.raises(UserInputError) as err:
         refuse_too_many_processes(engine, True, 3)
     assert str(err.value).startswith("--nproc-per-node 3: this engine's machine has 2 GPU(s)")
-    # This machine's real engine has no NVIDIA runtime: its containers get no GPU, so gloo, whatever nvidia-smi says.
+
+
+def test_an_engine_without_gpu_support_never_refuses(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                                      docker_engine: str) -> None:
+    """This machine's real engine has no NVIDIA runtime: its containers get no GPU, so gloo, whatever nvidia-smi
+    says."""
+    monkeypatch.setenv("PATH", f"{fake_smi(tmp_path, H100, SECOND)}{os.pathsep}{os.environ['PATH']}")
     refuse_too_many_processes(DockerEngine(), True, 3)
 
 
