@@ -133,7 +133,14 @@ class Engine(ABC):
 
     def save(self, ref: str, dest: Path) -> None:
         """Write image `ref` as `docker save` does (its layer tars uncompressed) to `dest`: `verify` reads the
-        files of its layers. Not abstract: an engine without it cannot verify, and says so."""
+        files of its layers."""
+        with dest.open("wb") as fh:
+            fh.writelines(self.save_stream(ref))
+
+    def save_stream(self, ref: str) -> Iterable[bytes]:
+        """Image `ref` as `docker save` writes it, in chunks as the engine sends them: a client push reads it once,
+        without a copy of the whole image on disk. Not abstract: an engine without it cannot verify or push through
+        the client, and says so."""
         raise EngineError(f"this engine cannot save {ref}")
 
     @abstractmethod

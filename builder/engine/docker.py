@@ -12,7 +12,6 @@ import subprocess
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
-from pathlib import Path
 from typing import Any, TypeVar
 
 import docker
@@ -95,9 +94,9 @@ class DockerEngine(Engine):
             layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
             tags=tuple(t for t in attrs.get("RepoTags") or () if t != "<none>:<none>"))
 
-    def save(self, ref: str, dest: Path) -> None:
-        with _refusals(f"cannot save {ref}"), dest.open("wb") as fh:
-            fh.writelines(self.client.images.get(ref).save(named=False))
+    def save_stream(self, ref: str) -> Iterator[bytes]:
+        with _refusals(f"cannot save {ref}"):
+            yield from self.client.images.get(ref).save(named=False)
 
     def labelled_images(self, label: str) -> list[ImageInfo]:
         with _refusals("cannot list images"):

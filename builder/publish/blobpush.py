@@ -4,8 +4,9 @@ Docker 20.10 asks the registry about a layer only when its own metadata store ma
 an engine that never pushed or pulled it (an ephemeral CI runner) gzips and uploads every layer, even those the
 registry holds (moby `distribution/push_v2.go`; shared/reference/layers.md). Here the registry is asked instead:
 the image it holds under the tag (and any other references given) maps each layer's diff ID to its blob, so a
-layer it has is neither compressed nor sent (`HEAD /v2/<name>/blobs/<digest>` confirms it). The other layers are
-read from `docker save` and gzipped deterministically (`DETERMINISTIC_GZIP`: level 6, header time 0, no file name),
+layer it has is neither compressed nor sent (`HEAD /v2/<name>/blobs/<digest>` confirms it). The image is streamed
+from the engine's `docker save` (one layer on disk at a time, not a copy of a 10 GB image); the layers the registry
+lacks are gzipped deterministically (`DETERMINISTIC_GZIP`: level 6, header time 0, no file name),
 so an unchanged layer compresses to the same blob on every machine running the same zlib; then the image config
 (its exact bytes: the pulled image keeps the local image ID) and a Docker schema 2 manifest.
 """
@@ -14,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import shutil
 import tarfile
@@ -89,37 +91,77 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
     if info is None:
         raise UserInputError(f"no local image {local_ref}: build it first")
     known = known_layers(api, repository, [tag, *also_known])
-    layers: list[dict[str, Any]] = []
     result = BlobPush("", len(info.layers))
+    blobs: dict[str, tuple[str, int]] = {}  # the saved tar's layer member -> (blob digest, compressed size)
+    entry: dict[str, Any] = {}
+    config = b""
     with tempfile.TemporaryDirectory(prefix="trainimg-push-") as tmp:
-        saved = Path(tmp) / "image.tar"
-        engine.save(local_ref, saved)
-        with tarfile.open(saved) as outer:
-            (entry,) = json.load(_member(outer, "manifest.json"))
-            config = _member(outer, entry["Config"]).read()
-            diff_ids = json.loads(config)["rootfs"]["diff_ids"]
-            for diff_id, name in zip(diff_ids, entry["Layers"]):
-                digest, size = known.get(diff_id, ("", 0))
-                if not digest or not api.has_blob(repository, digest):
-                    gz = Path(tmp) / "layer.tar.gz"
-                    digest, size = gzip_layer(_member(outer, name), gz)
-                    if not api.has_blob(repository, digest):
-                        api.upload_file(repository, gz, digest)
-                        result.uploaded.append(digest)
-                        result.bytes_uploaded += size
-                    gz.unlink()
-                layers.append({"mediaType": LAYER_TYPE, "size": size, "digest": digest})
+        with tarfile.open(fileobj=_ChunkReader(engine.save_stream(local_ref)), mode="r|") as outer:
+            for member in outer:
+                if member.name.endswith("/layer.tar"):
+                    blobs[member.name] = _layer_blob(api, repository, _member(outer, member), Path(tmp), known,
+                                                     result)
+                elif member.name == "manifest.json":
+                    (entry,) = json.load(_member(outer, member))
+                elif member.name.endswith(".json") and "/" not in member.name:
+                    config = _member(outer, member).read()  # the image config: `<digest>.json` at the top
+    if not entry or not config:
+        raise RegistryError(f"the engine's save of {local_ref} has no manifest.json or image config")
+    layers: list[dict[str, Any]] = [{"mediaType": LAYER_TYPE, "size": blobs[name][1], "digest": blobs[name][0]}
+                                    for name in entry["Layers"]]
     config_digest = api.put_blob(repository, config)
     manifest = {"schemaVersion": 2, "mediaType": MANIFEST_TYPE,
                 "config": {"mediaType": CONFIG_TYPE, "size": len(config), "digest": config_digest},
                 "layers": layers}
     result.digest = api.put_manifest(repository, tag, json.dumps(manifest, indent=3).encode(), MANIFEST_TYPE)
-    result.compressed_bytes = sum(layer["size"] for layer in layers)
+    result.compressed_bytes = sum(int(layer["size"]) for layer in layers)
     return result
 
 
-def _member(outer: tarfile.TarFile, name: str) -> IO[bytes]:
-    fh = outer.extractfile(name)
+def _layer_blob(api: RegistryAPI, repository: str, layer: IO[bytes], tmp: Path,
+                known: dict[str, tuple[str, int]], result: BlobPush) -> tuple[str, int]:
+    """One layer tar of the saved stream -> its blob in the registry: reused when the registry holds it (its diff ID,
+    the tar's digest, is known), else gzipped and uploaded. Only this layer is ever on disk, uncompressed."""
+    plain, sha = tmp / "layer.tar", hashlib.sha256()
+    with plain.open("wb") as fh:
+        while chunk := layer.read(1 << 20):
+            sha.update(chunk)
+            fh.write(chunk)
+    digest, size = known.get(f"sha256:{sha.hexdigest()}", ("", 0))
+    if not digest or not api.has_blob(repository, digest):
+        gz = tmp / "layer.tar.gz"
+        with plain.open("rb") as src:
+            digest, size = gzip_layer(src, gz)
+        if not api.has_blob(repository, digest):
+            api.upload_file(repository, gz, digest)
+            result.uploaded.append(digest)
+            result.bytes_uploaded += size
+        gz.unlink()
+    plain.unlink()
+    return digest, size
+
+
+class _ChunkReader(io.RawIOBase):
+    """The engine's `docker save` chunks as a readable stream, for tarfile's stream mode (`r|`)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks, self._rest = iter(chunks), b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._rest:
+            self._rest = next(self._chunks, b"")
+            if not self._rest:
+                return 0
+        n = min(len(buffer), len(self._rest))
+        buffer[:n], self._rest = self._rest[:n], self._rest[n:]
+        return n
+
+
+def _member(outer: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
+    fh = outer.extractfile(member)
     if fh is None:
-        raise RegistryError(f"the saved image has no file {name}")
+        raise RegistryError(f"the saved image's {member.name} is not a file")
     return fh
