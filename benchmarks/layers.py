@@ -8,10 +8,18 @@
   the layer blobs the registry's access log shows uploaded ÷ the image's compressed bytes (`unchanged_push`: the
   same with nothing changed, on the engine that pushed the first: its layer bytes);
 - `cold_pull_seconds`: the image removed from the engine (only the base's layer stays) and pulled again from the
-  local registry; the layer bytes its access log shows served.
+  local registry; the layer bytes its access log shows served;
+- with `--swap-pin DIST==VERSION` (a real release from PyPI, e.g. `nvidia-nccl-cu13==2.31.2`), instead of the above:
+  `push_after_one_change`: the image released through trainimg's registry client (`--upload client`), the lock's pin
+  of DIST swapped for VERSION (its hashes from PyPI's JSON API), the variant rebuilt with no cache and released
+  again: bytes of the blobs the access log shows uploaded ÷ the new image's compressed bytes. The client asks the
+  registry what it holds, so the engine's memory does not enter (an emptied engine uploads the same); and
+  `node_repull_after_one_change`: both images taken off the engine, the first pulled (a node that ran it), then the
+  second: bytes the access log shows served ÷ its compressed bytes.
 
 Run it on an engine of its own (`DOCKER_HOST`): it removes the variant's images there. Usage:
-`python3 benchmarks/layers.py VARIANT [--allow-missing COMPONENT]...`; prints `name: value` lines and the JSON.
+`python3 benchmarks/layers.py VARIANT [--allow-missing COMPONENT]... [--swap-pin DIST==VERSION]`; prints
+`name: value` lines and the JSON.
 """
 
 from __future__ import annotations
@@ -23,6 +31,8 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +103,7 @@ def push(tag: str, host: str) -> None:
     sh(DOCKER, "push", f"{host}/{tag}", timeout=7200)
 
 
-def registry_figures(variant: str, extra: list[str], state: Path) -> dict[str, Any]:
+def registry_figures(variant: str, extra: list[str], state: Path, pin: str | None = None) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from trainimg.publish.localregistry import LocalRegistry
 
@@ -103,6 +113,8 @@ def registry_figures(variant: str, extra: list[str], state: Path) -> dict[str, A
     subprocess.run([DOCKER, "login", info.host, "-u", info.username, "--password-stdin"], input=info.password,
                    text=True, check=True, capture_output=True)
     try:
+        if pin:
+            return one_change(variant, extra, pin, info.host, reg.log_path)
         return _measure(variant, extra, info.host, reg.log_path)
     finally:
         subprocess.run(["cp", str(reg.log_path), "/tmp/trainimg-bench-layers-registry.log"], check=False)
@@ -142,20 +154,82 @@ def _measure(variant: str, extra: list[str], host: str, log: Path) -> dict[str, 
     return out
 
 
+def pypi_hashes(name: str, version: str) -> list[str]:
+    """The SHA-256 of every Linux x86-64 wheel PyPI lists for `name==version` (its JSON API, through the proxy)."""
+    import requests
+
+    resp = requests.get(f"https://pypi.org/pypi/{name}/json", timeout=60)
+    resp.raise_for_status()
+    return [f["digests"]["sha256"] for f in resp.json()["releases"][version]
+            if f["filename"].endswith(".whl") and ("x86_64" in f["filename"] or "-none-any" in f["filename"])]
+
+
+@contextmanager
+def swapped_pin(variant: str, pin: str) -> Iterator[None]:
+    """The variant's lock with `pin`'s distribution at that version and PyPI's hashes; the lock restored after."""
+    name, version = pin.split("==")
+    lock = ROOT / "images" / variant / "requirements.lock"
+    original = lock.read_text()
+    entry = re.compile(rf"^{re.escape(name)}==\S+ \\\n(?:    --hash=sha256:[0-9a-f]{{64}}(?: \\)?\n)+", re.M)
+    hashes = " \\\n".join(f"    --hash=sha256:{h}" for h in pypi_hashes(name, version))
+    text, found = entry.subn(lambda _: f"{name}=={version} \\\n{hashes}\n", original)
+    if found != 1:
+        raise SystemExit(f"layers: {lock} has no entry {name}==...")
+    lock.write_text(text)
+    try:
+        yield
+    finally:
+        lock.write_text(original)
+
+
+def one_change(variant: str, extra: list[str], pin: str, host: str, log: Path) -> dict[str, Any]:
+    """`push_after_one_change` and `node_repull_after_one_change` for one real pin change (module docstring)."""
+    sys.path.insert(0, str(ROOT))
+    from trainimg.engine.docker import DockerEngine
+    from trainimg.publish.blobpush import push_saved
+    from trainimg.publish.references import RegistryTarget
+    from trainimg.publish.registryapi import RegistryAPI
+
+    tag = tag_of(variant)
+    repository, ref = tag.split(":")
+    user, password = _auth(host)
+    api = RegistryAPI(RegistryTarget.parse(host), {"username": user, "password": password})
+    first = push_saved(DockerEngine(), tag, api, repository, ref)
+    with swapped_pin(variant, pin):
+        build(variant, extra)
+    since = log.stat().st_size
+    second = push_saved(DockerEngine(), tag, api, repository, ref)
+    uploaded = uploaded_bytes(log, since, host, repository)
+    out: dict[str, Any] = {"swap_pin": pin, "compressed_bytes": second.compressed_bytes,
+                           "push_after_one_change_bytes": uploaded, "client_counted_bytes": second.bytes_uploaded,
+                           "push_after_one_change": round(uploaded / second.compressed_bytes, 4)}
+    sh(DOCKER, "rmi", "-f", tag)
+    sh(DOCKER, "pull", f"{host}/{repository}@{first.digest}", timeout=7200)  # the node ran the previous image
+    since = log.stat().st_size
+    sh(DOCKER, "pull", f"{host}/{tag}", timeout=7200)
+    text = log.read_bytes()[since:].decode("utf-8", "replace")
+    served = sum(int(m.group("size")) for m in _BLOB_GET.finditer(text))
+    out["node_repull_after_one_change_bytes"] = served
+    out["node_repull_after_one_change"] = round(served / second.compressed_bytes, 4)
+    sh(DOCKER, "rmi", "-f", f"{host}/{tag}", f"{host}/{repository}@{first.digest}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("variant")
     parser.add_argument("--allow-missing", action="append", default=[])
     parser.add_argument("--skip-reproducible", action="store_true")
+    parser.add_argument("--swap-pin", metavar="DIST==VERSION", help="measure one real pin change instead")
     args = parser.parse_args(argv)
     extra = [a for c in args.allow_missing for a in ("--allow-missing", c)]
     report: dict[str, Any] = {"variant": args.variant}
-    if not args.skip_reproducible:
+    if not args.skip_reproducible and not args.swap_pin:
         report.update(reproducible(args.variant, extra))
     with tempfile.TemporaryDirectory(prefix="trainimg-bench-layers-") as tmp:
-        report.update(registry_figures(args.variant, extra, Path(tmp)))
+        report.update(registry_figures(args.variant, extra, Path(tmp), args.swap_pin))
     for key in ("layers_reproducible", "largest_layer_share", "unchanged_push_bytes", "runtime_change_push",
-                "cold_pull_seconds"):
+                "cold_pull_seconds", "push_after_one_change", "node_repull_after_one_change"):
         if key in report:
             print(f"{key}: {report[key]}")
     print(json.dumps(report, indent=1))
