@@ -60,7 +60,7 @@ from ..runtime.contract import (
 )
 from .litter import pass_tag, release_names, remove_superseded
 from .lockcompile import locks_into
-from .wheelhouse import check_dirs, pip_conf, serve, uv_conf, write_secret
+from .wheelhouse import Wheelhouse, check_dirs, pip_conf, serve, uv_conf, write_secret
 
 ALLOW_MISSING_ARG = "TRAINIMG_ALLOW_MISSING"  # the components a build may miss (`--allow-missing`)
 
@@ -177,6 +177,13 @@ def _waves(plans: list[Plan]) -> list[list[Plan]]:
     return [[p for p in plans if depth[p.variant.name] == d] for d in sorted(set(depth.values()))]
 
 
+def _dockerfile(tmp: Path, plan: Plan) -> Path:
+    """`plan` rendered into the build's temporary folder (the build reads it there, not from images/)."""
+    path = tmp / f"{plan.variant.name}.Dockerfile"
+    path.write_text(render_plan(plan), encoding="utf-8")
+    return path
+
+
 class Builder:
     def __init__(self, recipes: RecipeSet, engine: Engine, progress: Progress, env: Mapping[str, str],
                  repo_root: Path, compat: Compat | None = None) -> None:
@@ -189,8 +196,20 @@ class Builder:
         return plans_of(self.recipes, variants, compat=self.compat, installer=installer)
 
     def build(self, names: list[str], opts: BuildOptions) -> list[VariantBuild]:
+        """Build `names` (and the variants they extend): check the options, put the locks and secrets in a build
+        context, build the parent stages several variants share once, then the variants, wave by wave."""
         chosen = self.recipes.with_parents(self.recipes.select(names))
         plans = self.plans(chosen, opts.installer)
+        wheelhouses = self._checked(plans, opts)
+        prov = provenance(self.repo_root, self.env)
+        with tempfile.TemporaryDirectory(prefix="trainimg-ctx-") as tmp, serve(wheelhouses) as lines:
+            common = self._context(Path(tmp), chosen, opts, lines, bool(wheelhouses))
+            files = {p.variant.name: _dockerfile(Path(tmp), p) for p in plans}
+            used = self._build_parents(plans, files, opts, common)
+            return self._build_waves(plans, files, used, opts, common, prov)
+
+    def _checked(self, plans: list[Plan], opts: BuildOptions) -> tuple[Wheelhouse, ...]:
+        """The options' mistakes, before anything starts: components, wheel folders, the CA bundle."""
         known = sorted({c for p in plans for c in p.components})
         for name in opts.allow_missing:
             if name not in known:
@@ -199,50 +218,58 @@ class Builder:
         wheelhouses = check_dirs(opts.wheelhouses)
         if opts.ca_bundle is not None and not opts.ca_bundle.is_file():
             raise UserInputError(f"{opts.ca_bundle} is not a file", where="--ca-bundle")
-        prov = provenance(self.repo_root, self.env)
-        with tempfile.TemporaryDirectory(prefix="trainimg-ctx-") as tmp, serve(wheelhouses) as lines:
-            ctx = runtime_context(Path(tmp) / "context")
-            self.progress.start("lock")
-            self.lock_digests = locks_into(ctx, self.recipes, chosen, self.repo_root,
-                                           LockOptions(wheelhouses=opts.wheelhouses), self.env,
-                                           functools.partial(self.progress.line, "lock"), self.compat)
-            self.progress.done("lock", f"{len(self.lock_digests)} locks in the build context")
-            secrets_dir = Path(tmp) / "secrets"
-            secrets_dir.mkdir(mode=0o700)
-            secrets = {PIP_CONF_SECRET: write_secret(secrets_dir, PIP_CONF_SECRET,
-                                                     pip_conf(lines, opts.ca_bundle, self.env)),
-                       UV_CONF_SECRET: write_secret(secrets_dir, UV_CONF_SECRET, uv_conf(lines, self.env))}
-            if opts.ca_bundle:
-                secrets[CA_SECRET] = opts.ca_bundle
-            common: dict[str, Any] = dict(context=ctx, secrets=secrets, network_host=bool(wheelhouses),
-                                          cache_from=opts.cache_from, no_cache=opts.no_cache)
-            shared = self._shared_parents(plans)
-            done_parents: set[str] = set()
-            files: dict[str, Path] = {}
-            used: dict[str, list[str]] = {}
-            for plan in plans:
-                df = files[plan.variant.name] = Path(tmp) / f"{plan.variant.name}.Dockerfile"
-                df.write_text(render_plan(plan), encoding="utf-8")
-                used[plan.variant.name] = [f"{s.name}:{s.key[:12]}" for s in plan.parents if s.key in shared]
-                for stage in plan.parents:
-                    if stage.key in shared and stage.key not in done_parents:
-                        self._build_shared(stage, shared[stage.key], df, build_args(plan, opts, {}), common)
-                        done_parents.add(stage.key)
-            # Then the variants, concurrently once their shared parents are in the cache: BuildKit runs the
-            # framework installs side by side. A variant that extends another waits for the wave before it.
-            # variant name -> its tag, for variants that extend it: BuildKit (20.10) reads `FROM sha256:<id>` as
-            # the Docker Hub image library/sha256 (see publish/lockedbases.py), but resolves a local tag; this run set it.
-            built: dict[str, str] = {}
-            by_name: dict[str, VariantBuild] = {}
-            for wave in _waves(plans):
-                with ThreadPoolExecutor(max_workers=max(1, min(opts.jobs, len(wave)))) as pool:
-                    futures = {p.variant.name: pool.submit(self._build_variant, p, files[p.variant.name],
-                                                           build_args(p, opts, built), common,
-                                                           used[p.variant.name], prov,
-                                                           opts.inputs_keys.get(p.variant.name)) for p in wave}
-                    for name, future in futures.items():
-                        by_name[name] = future.result()
-                        built[name] = by_name[name].tag
+        return wheelhouses
+
+    def _context(self, tmp: Path, chosen: list[Variant], opts: BuildOptions, lines: list[str],
+                 served: bool) -> dict[str, Any]:
+        """The build context (the runtime, the variants' locks) and secrets: the arguments every build shares."""
+        ctx = runtime_context(tmp / "context")
+        self.progress.start("lock")
+        self.lock_digests = locks_into(ctx, self.recipes, chosen, self.repo_root,
+                                       LockOptions(wheelhouses=opts.wheelhouses), self.env,
+                                       functools.partial(self.progress.line, "lock"), self.compat)
+        self.progress.done("lock", f"{len(self.lock_digests)} locks in the build context")
+        secrets_dir = tmp / "secrets"
+        secrets_dir.mkdir(mode=0o700)
+        secrets = {PIP_CONF_SECRET: write_secret(secrets_dir, PIP_CONF_SECRET, pip_conf(lines, opts.ca_bundle, self.env)),
+                   UV_CONF_SECRET: write_secret(secrets_dir, UV_CONF_SECRET, uv_conf(lines, self.env))}
+        if opts.ca_bundle:
+            secrets[CA_SECRET] = opts.ca_bundle
+        return dict(context=ctx, secrets=secrets, network_host=served, cache_from=opts.cache_from,
+                    no_cache=opts.no_cache)
+
+    def _build_parents(self, plans: list[Plan], files: Mapping[str, Path], opts: BuildOptions,
+                       common: dict[str, Any]) -> dict[str, list[str]]:
+        """Build each parent stage that several variants share, once; returns, per variant, the shared parents it
+        uses (``name:key``)."""
+        shared = self._shared_parents(plans)
+        done: set[str] = set()
+        used: dict[str, list[str]] = {}
+        for plan in plans:
+            used[plan.variant.name] = [f"{s.name}:{s.key[:12]}" for s in plan.parents if s.key in shared]
+            for stage in plan.parents:
+                if stage.key in shared and stage.key not in done:
+                    self._build_shared(stage, shared[stage.key], files[plan.variant.name], build_args(plan, opts, {}),
+                                       common)
+                    done.add(stage.key)
+        return used
+
+    def _build_waves(self, plans: list[Plan], files: Mapping[str, Path], used: Mapping[str, list[str]],
+                     opts: BuildOptions, common: dict[str, Any], prov: Mapping[str, str]) -> list[VariantBuild]:
+        """The variants, concurrently once their shared parents are in the cache (BuildKit runs the framework
+        installs side by side); a variant that extends another waits for the wave before it. `built` maps a
+        variant to its tag for the variants that extend it: BuildKit (20.10) reads `FROM sha256:<id>` as the Docker
+        Hub image library/sha256 (see publish/lockedbases.py), but resolves a local tag this run set."""
+        built: dict[str, str] = {}
+        by_name: dict[str, VariantBuild] = {}
+        for wave in _waves(plans):
+            with ThreadPoolExecutor(max_workers=max(1, min(opts.jobs, len(wave)))) as pool:
+                futures = {p.variant.name: pool.submit(self._build_variant, p, files[p.variant.name],
+                                                       build_args(p, opts, built), common, used[p.variant.name], prov,
+                                                       opts.inputs_keys.get(p.variant.name)) for p in wave}
+                for name, future in futures.items():
+                    by_name[name] = future.result()
+                    built[name] = by_name[name].tag
         return [by_name[p.variant.name] for p in plans]
 
     def _build_shared(self, stage: Any, users: int, df: Path, args: dict[str, str],
