@@ -20,6 +20,7 @@ from conftest_registry import RegistryLogin
 from faultproxy import FaultProxy
 from trainimg.engine.docker import DockerEngine
 from trainimg.errors import RegistryError, UserInputError
+from trainimg.options import ENGINE_UPLOAD, UPLOADS
 from trainimg.publish.credentials import resolve_credentials
 from trainimg.publish.localregistry import LocalRegistry
 from trainimg.publish.push import (
@@ -135,16 +136,17 @@ def test_half_credentials_are_user_errors(tmp_path: Path) -> None:
 # -- pushing to the real registry -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("upload", UPLOADS)
 def test_push_then_push_again(registry_client: docker.DockerClient, registry: RegistryLogin,
                               registry_image: Callable[[], str], caplog: pytest.LogCaptureFixture,
-                              capsys: pytest.CaptureFixture[str]) -> None:
+                              capsys: pytest.CaptureFixture[str], upload: str) -> None:
     caplog.set_level(logging.DEBUG)
     image_id = registry_image()
     target = RegistryTarget.parse(f"{registry.host}/team")
     gated: list[str] = []
     lines: list[str] = []
     first = push(DockerEngine(registry_client), image_id, target, "trainimg/pushtest:v1", credentials=_creds(registry),
-                 gate=gated.append, on_progress=lines.append)
+                 upload=upload, gate=gated.append, on_progress=lines.append)
     assert gated == [image_id]
     assert first.ref == f"{registry.host}/team/trainimg/pushtest:v1"
     assert first.digest == remote_digest(target, "trainimg/pushtest:v1", _creds(registry))
@@ -152,7 +154,8 @@ def test_push_then_push_again(registry_client: docker.DockerClient, registry: Re
     assert "v1" in remote_tags(target, "trainimg/pushtest", _creds(registry))
     assert missing_blobs(target, "trainimg/pushtest:v1", _creds(registry)) == []
 
-    again = push(DockerEngine(registry_client), image_id, target, "trainimg/pushtest:v1", credentials=_creds(registry))
+    again = push(DockerEngine(registry_client), image_id, target, "trainimg/pushtest:v1", credentials=_creds(registry),
+                 upload=upload)
     assert again == PushResult(first.ref, first.digest, 0, 1)
     assert registry.password not in caplog.text + capsys.readouterr().out + "\n".join(lines)
 
@@ -216,27 +219,29 @@ def _assert_registry_consistent(registry: RegistryLogin, repo: str) -> None:
         assert missing_blobs(target, f"{repo}:{tag}", _creds(registry)) == [], tag
 
 
+@pytest.mark.parametrize("upload", UPLOADS)
 def test_push_retries_through_503s(registry_client: docker.DockerClient, registry: RegistryLogin,
                                    registry_image: Callable[[], str], fault_proxy: FaultProxy,
-                                   caplog: pytest.LogCaptureFixture) -> None:
+                                   caplog: pytest.LogCaptureFixture, upload: str) -> None:
     caplog.set_level(logging.DEBUG)
-    fault_proxy.fail(BLOB_OR_MANIFEST, status=503, times=2)  # the engine retries these layers itself
-    fault_proxy.fail(r"^PUT /v2/.+/manifests/", status=500, times=1)  # the engine gives up: push() must retry
+    fault_proxy.fail(BLOB_OR_MANIFEST, status=503, times=2)  # the engine retries these layers itself; the client not
+    fault_proxy.fail(r"^PUT /v2/.+/manifests/", status=500, times=1)  # neither retries this: push() must
     target = RegistryTarget.parse(fault_proxy.address)
     result = push(DockerEngine(registry_client), registry_image(), target, "trainimg/flaky:v1", credentials=_creds(registry),
-                  backoff=0.5)
-    assert fault_proxy.fired("error") == 3 and result.attempts == 2
+                  upload=upload, backoff=0.5)
+    assert fault_proxy.fired("error") == 3 and result.attempts == (2 if upload == ENGINE_UPLOAD else 4)
     assert result.digest == remote_digest(RegistryTarget.parse(registry.host), "trainimg/flaky:v1", _creds(registry))
     assert registry.password not in caplog.text
 
 
+@pytest.mark.parametrize("upload", UPLOADS)
 def test_connection_dropped_mid_blob(registry_client: docker.DockerClient, registry: RegistryLogin,
-                                     registry_image: Callable[[], str], fault_proxy: FaultProxy) -> None:
+                                     registry_image: Callable[[], str], fault_proxy: FaultProxy, upload: str) -> None:
     fault_proxy.drop(BLOB_UPLOAD, after_bytes=256 * 1024, times=1)
     target = RegistryTarget.parse(fault_proxy.address)
     try:
         result = push(DockerEngine(registry_client), registry_image(), target, "trainimg/dropped:v1", credentials=_creds(registry),
-                      backoff=0.5)
+                      upload=upload, backoff=0.5)
     except RegistryError as exc:
         assert f"registry {fault_proxy.address}" in str(exc)
     else:
@@ -245,13 +250,14 @@ def test_connection_dropped_mid_blob(registry_client: docker.DockerClient, regis
     _assert_registry_consistent(registry, "trainimg/dropped")
 
 
+@pytest.mark.parametrize("upload", UPLOADS)
 def test_stalled_registry_is_bounded(registry_client: docker.DockerClient, registry: RegistryLogin,
-                                     registry_image: Callable[[], str], fault_proxy: FaultProxy) -> None:
+                                     registry_image: Callable[[], str], fault_proxy: FaultProxy, upload: str) -> None:
     fault_proxy.stall(r"^GET /v2/$", seconds=90, times=1)
     target = RegistryTarget.parse(fault_proxy.address)
     started = time.monotonic()
     result = push(DockerEngine(registry_client), registry_image(), target, "trainimg/stalled:v1", credentials=_creds(registry),
-                  backoff=0.5, timeout=3.0)
+                  upload=upload, backoff=0.5, timeout=3.0)
     assert time.monotonic() - started < 60  # the 3 s timeout ended the stall; waiting it out takes 90 s
     assert fault_proxy.fired("stall") == 1 and result.attempts == 2
     _assert_registry_consistent(registry, "trainimg/stalled")

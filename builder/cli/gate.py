@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import CheckFailed, UserInputError
-from ..options import ENGINE_UPLOAD, NPROC_PER_NODE, REPLICAS, UPLOADS, ReleaseOptions, TestOptions, default
+from ..options import DEFAULT_UPLOAD, NPROC_PER_NODE, REPLICAS, UPLOADS, ReleaseOptions, TestOptions, default
 from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
 from .context import (STDOUT, Callback, Ctx, credentials, docker_engine, emit_json, image_ref, json_option, note,
@@ -108,13 +108,13 @@ def registry_flags(fn: Callback) -> Callback:
 
 
 upload_flag = click.option(
-    "--upload", type=click.Choice(UPLOADS), default=ENGINE_UPLOAD, show_default=True,
-    help="Who sends the layers: the engine, or trainimg's registry client (only the layers the registry lacks, "
-         "whatever this engine remembers: an empty CI runner).")
+    "--upload", type=click.Choice(UPLOADS), default=DEFAULT_UPLOAD, show_default=True,
+    help="Who sends the layers: trainimg's registry client (only the layers the registry lacks, whatever this "
+         "engine remembers: an empty CI runner sends nothing the registry holds), or the engine (`docker push`).")
 
 
 def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
-          password_stdin: bool, upload: str = ENGINE_UPLOAD) -> list[PushResult]:
+          password_stdin: bool, upload: str = DEFAULT_UPLOAD) -> list[PushResult]:
     from ..publish.policy import PushPolicy
     from ..publish.push import push
     from ..publish.references import RegistryTarget
@@ -150,13 +150,13 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
     """Push variants' images to <registry>/<tag>; refuses images without a passing conformance record.
 
     Reaches the registry (and pushes each image's SBOM beside it); reads each SBOM from the image in a
-    short-lived container first. `--upload client` sends only the layers the registry lacks.
+    short-lived container first. Only the layers the registry lacks are sent (`--upload engine`: the engine pushes).
 
     
     Examples:
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000
       echo "$TOKEN" | trainimg push 'pytorch-*' --registry ghcr.io/team --username bot --password-stdin
-      trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --upload client
+      trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --upload engine
     """
     _push(c, [image_ref(c, v)[0] for v in variants], registry, username, password_stdin, upload)
 
@@ -193,7 +193,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
     
     Examples:
       trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --lock images.lock
-      trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d --upload client
+      trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d
     """
     from ..pipeline import release as run_release
     from ..publish.references import RegistryTarget

@@ -21,7 +21,7 @@ from typing import Any
 from ..imagebuild.litter import remove_superseded
 from ..engine.base import Engine, EngineLost
 from ..errors import RegistryError, UserInputError
-from ..options import CLIENT_UPLOAD, ENGINE_UPLOAD
+from ..options import CLIENT_UPLOAD, DEFAULT_UPLOAD
 from .blobpush import push_saved
 from .references import RegistryTarget, split_tag
 from .registryapi import (RegistryAPI, Transient, auth_error, dns_error, redact,
@@ -174,7 +174,7 @@ def push(
     on_progress: Callable[[str], None] | None = None,
     gate: Callable[[str], None] | None = None,
     timeout: float = 30.0,
-    upload: str = ENGINE_UPLOAD,
+    upload: str = DEFAULT_UPLOAD,
 ) -> PushResult:
     """Push local image `local_ref` to `target` as `tag` (`name:tag`), retrying transient failures.
 
@@ -182,8 +182,9 @@ def push(
     leaves the machine. Retries (at most `retries` more attempts, sleeping `backoff`, 2*`backoff`, ... seconds) cover
     dropped connections, EOF, 5xx and timeouts; auth, DNS and refusals that retrying cannot fix raise at once.
     `timeout` bounds each HTTP call to the registry. The result's digest is what the registry serves and what the
-    engine recorded, and every blob of that manifest answered 200. `upload=CLIENT_UPLOAD` sends the layers through
-    trainimg's registry client instead (blobpush.py): only those the registry lacks, whatever the engine remembers.
+    engine recorded, and every blob of that manifest answered 200. By default (`DEFAULT_UPLOAD`) the layers go through
+    trainimg's registry client (blobpush.py): only those the registry lacks, whatever the engine remembers;
+    `upload=ENGINE_UPLOAD` has the engine push them.
     """
     image = engine.image(local_ref)
     if image is None:
