@@ -20,7 +20,6 @@ import re
 from collections.abc import Sequence
 
 from ..errors import UserInputError
-from ..runtime.contract import SLURM  # noqa: F401 - re-exported: tests/test_cluster_spec.py imports it here
 from ..runtime.platforms import STARTS
 from ..runtime.topology import refusal
 from .clusterimage import check_gpu_image, check_pullable
