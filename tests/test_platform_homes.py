@@ -33,7 +33,6 @@ SHARED: dict[tuple[str, str], str] = {
     # Kubeflow Trainer runs a TrainJob (and its MPI runtime's nodes) as a JobSet: their pods are named as one's.
     ("jobset", "runtime/platforms/trainjob.py"): "a TrainJob's pods are a JobSet's",
     ("jobset", "runtime/platforms/mpi.py"): "the Trainer MPI runtime's node pods are a JobSet's",
-    ("trainjob", "runtime/platforms/jobset.py"): "an Indexed Job's stray index names what a TrainJob needs",
     # The Reduction Server is a Vertex AI service: its image lives in Vertex's registry, its sizing is Vertex's.
     ("vertex", "jobs/reducers.py"): "Vertex AI's Reduction Server",
     # AI Platform Training was shut down: its note points to its successor.

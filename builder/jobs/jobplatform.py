@@ -4,7 +4,7 @@ Why one interface: the code that checks and writes a job (`spec`, `clusterspec`,
 used to branch on platform names (``if opts.platform == NAME``) and keep one dict per fact (writers, name
 limits); a new platform touched each. Now a platform module declares, in one `JobPlatform`, its flags, its name
 limit, how it writes its job, and the hooks the shared checks call; every hook has a default that says "nothing to
-add", so a platform names only what it does differently. `platforms.MODULES` is the one list of the modules.
+add", so a platform names only what it does differently. `platforms.MODULES` imports them by the contract's names.
 
 Two kinds of writer: a cluster platform's `write` takes the shared options and the `ClusterJob` that
 `clusterspec` resolved (name, nodes, GPUs per node, launcher command) and returns the file's text; a cloud

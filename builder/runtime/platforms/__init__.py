@@ -80,8 +80,17 @@ def samples() -> list[tuple[str, dict[str, str], dict[str, object]]]:
     return [sample for module in PLATFORMS for sample in getattr(module, "SAMPLES", ())]
 
 
-# Variables that only a platform sets but that describe no world alone -> what would (each module's ``STRAYS``).
-_STRAYS: dict[str, str] = {variable: why for module in READERS for variable, why in getattr(module, "STRAYS", {}).items()}
+# Variables that only a platform sets but that describe no world alone -> what would, by each module that knows
+# (its ``STRAYS``).
+def _strays() -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for module in READERS:
+        for variable, why in getattr(module, "STRAYS", {}).items():
+            found.setdefault(variable, []).append(why)
+    return found
+
+
+_STRAYS = _strays()
 
 
 def elsewhere(env: Mapping[str, str]) -> dict[str, str]:
@@ -123,6 +132,7 @@ def detect(env: Mapping[str, str], platform: str | None = None, *, reduction_ser
     if kept:
         return kept[0].read(env, reduction_server=reduction_server)
     for variable in present(env, tuple(_STRAYS)):
-        raise ClusterError(variable, _STRAYS[variable])
+        raise ClusterError(variable, "only a platform sets it, but nothing gives the world: "
+                                     + "; ".join(_STRAYS[variable]))
     return local_world()
 

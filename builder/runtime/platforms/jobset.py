@@ -40,10 +40,7 @@ VARIABLES: dict[str, str | None] = {
 REQUIRED = (INDEX, *VARIABLES)
 RECOGNISED = REQUIRED  # what `platforms.VARIABLES` gathers
 #: A variable only a platform sets but that describes no world alone -> what would (`platforms.detect`'s rule 4).
-STRAYS = {
-    INDEX: "a Kubernetes Indexed Job sets it, but nothing gives the world: a JobSet's pods need the JOBSET_* "
-           "variables (trainimg spec --platform jobset writes them), a TrainJob's its runtime's PET_*",
-}
+STRAYS = {INDEX: "a JobSet's pods need the JOBSET_* variables (trainimg spec --platform jobset writes them)"}
 
 
 def claims(env: Mapping[str, str]) -> tuple[str, ...]:

@@ -11,6 +11,10 @@
 ``CLUSTER_SPEC`` wins when both are set: it is the platform's own description, while ``TF_CONFIG`` may be an older
 or rewritten copy. A ``TF_CONFIG`` without a cluster (``{}``, ``{"cluster": {}}``) is one machine, as TensorFlow's
 ``TFConfigClusterResolver`` reads it; a task index written as a string of digits is read as TensorFlow reads it.
+
+Why one module for several platforms: their variables are one family, so detection asks one parser (the
+``READER`` of `vertex`, `aiplatform`, `uai` and `tfjob`, whose own modules hold their replays); `cloud` lays out
+the two cloud dialects those modules choose between.
 """
 
 from __future__ import annotations

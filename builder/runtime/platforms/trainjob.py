@@ -31,6 +31,8 @@ TRAINER_NODE = "node"  # kubeflow/trainer pkg/constants Node: the trainer's repl
 TORCH = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 TORCH_OPTIONAL = ("PET_NPROC_PER_NODE",)
 JAX = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS")
+#: Its pods are an Indexed Job's: the index alone -> what would give the world (`platforms.detect`'s rule 4).
+STRAYS = {jobset.INDEX: "a TrainJob's pods need its runtime's PET_* (or JAX_*)"}
 RECOGNISED = (*TORCH, *TORCH_OPTIONAL, *JAX)  # what `platforms.VARIABLES` gathers
 
 
