@@ -94,6 +94,8 @@ def homes(name: str) -> set[str]:
 
 @pytest.mark.parametrize("name", contract.PLATFORMS)
 def test_a_platform_is_named_only_in_its_homes(name: str) -> None:
+    module = BY_NAME[name]
+    assert module.NAME == name and Path(module.__file__).stem == name  # the registry's module is the name's own
     allowed = homes(name) | {where for (platform, where) in SHARED if platform == name}
     outside = {}
     for path in sorted(BUILDER.rglob("*.py")):
