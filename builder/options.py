@@ -15,7 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from .errors import UserInputError
-from .runtime.contract import DEFAULT_TEST_TIMEOUT, PLATFORMS, TEST_TIMEOUT_RANGE, VERTEX
+from .runtime.contract import DEFAULT_PLATFORM, DEFAULT_TEST_TIMEOUT, PLATFORMS, TEST_TIMEOUT_RANGE
 from .runtime.platforms import FORCEABLE
 
 LOCAL = "local"  # a job without a platform: one container, no cluster env
@@ -121,7 +121,7 @@ class TestOptions:
 
     __test__ = False  # not a pytest test class, whatever its name says
 
-    platform: str = VERTEX
+    platform: str = DEFAULT_PLATFORM
     replicas: int = 2
     timeout: float = DEFAULT_TEST_TIMEOUT
     nproc_per_node: int = 1

@@ -15,7 +15,7 @@ import pytest
 from test_platforms import PRINT_ENV, REPO, launch, printed
 
 from trainimg.runtime.cluster import parse_cluster
-from trainimg.runtime.platforms import FORCEABLE, PLATFORMS, azureml, envworld, ompi, tfconfig
+from trainimg.runtime.platforms import FORCEABLE, PLATFORMS, azureml, envworld, mpi, tfconfig
 from trainimg.runtime.topology import process_start, replica_specs
 from trainimg.runtime.world import ClusterError
 
@@ -137,13 +137,13 @@ MPI_PROCESS = {**RUN, "OMPI_COMM_WORLD_RANK": "5", "OMPI_COMM_WORLD_SIZE": "8", 
 ], ids=["multi-node", "job-port", "one-node"])
 def test_mpi_distribution_reads_open_mpi_with_azure_mls_master(env: dict[str, str],
                                                                expected: tuple[object, ...]) -> None:
-    """mpirun's OMPI_* ranks (read by `platforms.ompi`), the master host from AZ_BATCH_MASTER_NODE (or, on one node,
+    """mpirun's OMPI_* ranks (read by `platforms.mpi`), the master host from AZ_BATCH_MASTER_NODE (or, on one node,
     AZ_BATCHAI_MPI_MASTER_NODE) and the port Azure ML's cheatsheet gives torch; the ranks kept, never relaunched."""
     info = parse_cluster(env)
     assert (info.master_addr, info.master_port, info.process_rank, info.local_rank, info.world_size_processes,
             info.nproc_per_node, info.node_rank) == expected
     assert (info.platform, info.started_by) == ("azureml", "azureml")
-    assert set(azureml.claims(env)) > set(ompi.claims(env)) and ompi.claims(env)  # Azure ML wins over plain mpirun
+    assert set(azureml.claims(env)) > set(mpi.claims(env)) and mpi.claims(env)  # Azure ML wins over plain mpirun
 
 
 def test_mpi_distribution_without_its_master_names_it() -> None:

@@ -17,8 +17,9 @@ import yaml
 from k8sconsumers import check
 
 from trainimg.cli.app import main
-from trainimg.jobs.clusterspec import CLUSTER_PLATFORMS, SLURM
+from trainimg.jobs.clusterspec import CLUSTER_PLATFORMS
 from trainimg.jobs.slurm import CONTAINER_RUNTIMES
+from trainimg.runtime.contract import SLURM
 from trainimg.runtime.topology import refusal
 
 REGISTRY = "europe-docker.pkg.dev/acme/ml"

@@ -1,5 +1,5 @@
 """The all-reduce under a real ``mpirun``, laid out as Kubeflow Trainer's MPI runtime lays it out
-(`platforms.ompi.mpirun_job`): node containers ``<job>-node-0-<i>`` (reached as ``<job>-node-0-<i>.<job>``) waiting
+(`platforms.mpi.mpirun_job`): node containers ``<job>-node-0-<i>`` (reached as ``<job>-node-0-<i>.<job>``) waiting
 in Debian's ``sshd``, a launcher container with the hostfile at ``/etc/mpi/hostfile`` and the Trainer's
 ``OMPI_MCA_*`` env, whose Open MPI ``mpirun`` starts every rank over ssh under ``trainimg-launch``; each rank runs
 the in-image all-reduce and the exact sum is checked on all of them. The ssh key is made for each run, in its temp
@@ -18,8 +18,8 @@ import pytest
 from trainimg.conformance import inimage
 from trainimg.conformance.replicas import ReplicaJob, ReplicaRunner
 from trainimg.engine.docker import DockerEngine
-from trainimg.runtime.platforms.ompi import ENV_LIST
-from trainimg.runtime.platforms.ompi import HOSTFILE_PATH, NODE, mpirun_job
+from trainimg.runtime.platforms.mpi import ENV_LIST
+from trainimg.runtime.platforms.mpi import HOSTFILE_PATH, NODE, mpirun_job
 from trainimg.runtime.topology_spec import ReplicaSpec
 from trainimg.runtime.verdict import judge_allreduce
 

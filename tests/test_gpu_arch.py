@@ -148,9 +148,10 @@ def options(platform: str, name: str, variant: str) -> SpecOptions | None:
     common = {"platform": platform, "image": IMAGE, "replicas": 2, "facts": facts(variant),
               "command": ("python", "t.py")}
     if platform == "sagemaker":
-        return SpecOptions(**common, instance_type=name, role_arn=ROLE, output_path="s3://acme/jobs")
+        return SpecOptions(**common, platform_flags={"instance_type": name, "role_arn": ROLE,
+                                                     "output_path": "s3://acme/jobs"})
     if platform == "azureml":
-        return SpecOptions(**common, vm_size=name, compute="gpu-cluster")
+        return SpecOptions(**common, platform_flags={"vm_size": name, "compute": "gpu-cluster"})
     placed = google_machine(platform, name)
     if placed is None:
         return None  # a name no machine type carries (K80, TPU v4): tests/test_machines.py refuses it
@@ -207,11 +208,12 @@ def test_a_mistyped_name_is_refused_with_the_name_it_meant(platform: str) -> Non
         if platform == "vertex":
             opts = SpecOptions(platform=platform, image=IMAGE, replicas=1, machine_type=wrong)
         elif platform == "sagemaker":
-            opts = SpecOptions(platform=platform, image=IMAGE, replicas=1, instance_type=wrong, role_arn=ROLE,
-                               output_path="s3://acme/jobs", command=("python", "t.py"))
+            opts = SpecOptions(platform=platform, image=IMAGE, replicas=1, command=("python", "t.py"),
+                               platform_flags={"instance_type": wrong, "role_arn": ROLE,
+                                               "output_path": "s3://acme/jobs"})
         else:
-            opts = SpecOptions(platform=platform, image=IMAGE, replicas=1, vm_size=wrong, compute="gpu-cluster",
-                               command=("python", "t.py"))
+            opts = SpecOptions(platform=platform, image=IMAGE, replicas=1, command=("python", "t.py"),
+                               platform_flags={"vm_size": wrong, "compute": "gpu-cluster"})
         said = outcome(opts)
         assert said is not None and said.startswith(f"{flag}: ") and "did you mean" in said, (wrong, said)
         assert name in said.partition("did you mean")[2], (wrong, said)
@@ -219,8 +221,8 @@ def test_a_mistyped_name_is_refused_with_the_name_it_meant(platform: str) -> Non
 
 def test_cpu_names_outside_the_gpu_tables_still_pass() -> None:
     for size in AZURE_CPU:
-        assert outcome(SpecOptions(platform="azureml", image=IMAGE, replicas=1, vm_size=size, compute="gpu-cluster",
-                                   command=("python", "t.py"))) is None
+        assert outcome(SpecOptions(platform="azureml", image=IMAGE, replicas=1, command=("python", "t.py"),
+                                   platform_flags={"vm_size": size, "compute": "gpu-cluster"})) is None
     for machine in ("e2-standard-8", "n2-highmem-16", "c3-standard-88", "n1-standard-1"):
         assert outcome(SpecOptions(platform="vertex", image=IMAGE, replicas=1, machine_type=machine)) is None
 

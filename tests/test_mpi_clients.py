@@ -18,7 +18,7 @@ from test_platform_clients import Row, judge, node_count, port, read, run_client
 
 from trainimg.runtime.hostfile import format_hostfile
 from trainimg.runtime.launch import launch_env
-from trainimg.runtime.platforms import azureml, ompi
+from trainimg.runtime.platforms import azureml, mpi
 from trainimg.runtime.world import ClusterInfo, split_address
 
 CASES = 420  # environments generated; the excused (JAX pointed at a launcher pod) do not count towards LEAST
@@ -42,15 +42,15 @@ def job(rng: random.Random, tmp: Path, number: int) -> list[tuple[dict[str, Any]
     reach.setdefault(hnp, -1)  # -1: the launcher pod, where no rank runs
     job_id = rng.randint(1, 2**19) * 2**12
     uri = f"{job_id}.0;tcp://{hnp}{',172.17.0.1' if rng.random() < .3 else ''}:{rng.randint(1024, 65535)}"
-    shared = {ompi.SIZE: str(nodes * nproc), ompi.LOCAL_SIZE: str(nproc), ompi.HNP_URI: uri}
+    shared = {mpi.SIZE: str(nodes * nproc), mpi.LOCAL_SIZE: str(nproc), mpi.HNP_URI: uri}
     if shape != "one-node":
-        shared.update({ompi.KEEP_FQDN: "true", ompi.DEFAULT_SLOTS: str(nproc)})
+        shared.update({mpi.KEEP_FQDN: "true", mpi.DEFAULT_SLOTS: str(nproc)})
         if shape == "plain" and rng.random() < .5:
             hostfile = tmp / f"hostfile{number}"
             hostfile.write_text(format_hostfile(hosts, nproc))
-            shared[ompi.HOSTFILE] = str(hostfile)
+            shared[mpi.HOSTFILE] = str(hostfile)
         else:
-            shared[ompi.HOSTFILE] = "/etc/mpi/hostfile"  # on the launcher pod only: not readable here
+            shared[mpi.HOSTFILE] = "/etc/mpi/hostfile"  # on the launcher pod only: not readable here
             shared["MASTER_ADDR"] = rng.choice((hosts[0], addresses[0]))
     if rng.random() < .4:
         shared["MASTER_PORT"] = str(port(rng, 29500))
@@ -59,7 +59,7 @@ def job(rng: random.Random, tmp: Path, number: int) -> list[tuple[dict[str, Any]
     out = []
     for rank in sorted({0, nodes * nproc - 1, *rng.sample(range(nodes * nproc), min(2, nodes * nproc))}):
         node, local = divmod(rank, nproc)
-        env = {**shared, ompi.RANK: str(rank), ompi.LOCAL_RANK: str(local), "OMPI_COMM_WORLD_NODE_RANK": str(local)}
+        env = {**shared, mpi.RANK: str(rank), mpi.LOCAL_RANK: str(local), "OMPI_COMM_WORLD_NODE_RANK": str(local)}
         facts = {"shape": shape, "node": node, "reach": {**reach, "127.0.0.1": node if nodes == 1 else -2}}
         out.append((facts, env))
     return out
@@ -97,9 +97,9 @@ def jax_rows(cases: list[tuple[dict[str, Any], dict[str, str]]], platform: str, 
         client = jax_view(facts, theirs.get("coordinator"), theirs.get("num_processes"), theirs.get("process_id"),
                           ids[0] if ids else None)
         # The port JAX documents: JAX_COORDINATOR_PORT, else the job id's (jax._src.clusters.ompi_cluster).
-        jax_port = int(env.get("JAX_COORDINATOR_PORT") or int(env[ompi.HNP_URI].split(".")[0]) // 4096 % 4096 + 61440)
-        truth = {"detected": True, "process_count": int(env[ompi.SIZE]), "process_id": int(env[ompi.RANK]),
-                 "local_process_id": int(env[ompi.LOCAL_RANK]), "coordinator": {"node": 0, "port": jax_port}}
+        jax_port = int(env.get("JAX_COORDINATOR_PORT") or int(env[mpi.HNP_URI].split(".")[0]) // 4096 % 4096 + 61440)
+        truth = {"detected": True, "process_count": int(env[mpi.SIZE]), "process_id": int(env[mpi.RANK]),
+                 "local_process_id": int(env[mpi.LOCAL_RANK]), "coordinator": {"node": 0, "port": jax_port}}
         excuse = ("JAX's OmpiCluster takes mpirun's host from OMPI_MCA_orte_hnp_uri: the Trainer's launcher pod, "
                   "where no rank runs" if facts["shape"] == "separate-launcher" else None)
         rows.append(Row(f"{label}-{i} {facts['shape']}", own, client, truth, excuse))
@@ -107,7 +107,7 @@ def jax_rows(cases: list[tuple[dict[str, Any], dict[str, str]]], platform: str, 
 
 
 def test_jax_ompi_cluster_agrees(tmp_path: Path) -> None:
-    judge("Open MPI: JAX's OmpiCluster", jax_rows(batch(tmp_path), ompi.NAME, "mpi"))
+    judge("Open MPI: JAX's OmpiCluster", jax_rows(batch(tmp_path), mpi.NAME, "mpi"))
 
 
 def test_launcher_hands_torch_the_ompi_ranks(tmp_path: Path) -> None:
@@ -115,10 +115,10 @@ def test_launcher_hands_torch_the_ompi_ranks(tmp_path: Path) -> None:
     rows = []
     for i, (facts, env) in enumerate(batch(tmp_path)):
         info = read(env)
-        assert isinstance(info, ClusterInfo) and info.started_by == ompi.NAME, (env, info)
+        assert isinstance(info, ClusterInfo) and info.started_by == mpi.NAME, (env, info)
         mine = launch_env(info, {})
-        source = {"RANK": env[ompi.RANK], "WORLD_SIZE": env[ompi.SIZE], "LOCAL_RANK": env[ompi.LOCAL_RANK],
-                  "LOCAL_WORLD_SIZE": env[ompi.LOCAL_SIZE], "master_node": 0,
+        source = {"RANK": env[mpi.RANK], "WORLD_SIZE": env[mpi.SIZE], "LOCAL_RANK": env[mpi.LOCAL_RANK],
+                  "LOCAL_WORLD_SIZE": env[mpi.LOCAL_SIZE], "master_node": 0,
                   "MASTER_PORT": env.get("MASTER_PORT", "29500"), "node": facts["node"]}
         own = {**{k: mine[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT")},
                "master_node": facts["reach"].get(mine["MASTER_ADDR"]), "node": int(mine["TRAINIMG_NODE_RANK"])}
@@ -130,9 +130,9 @@ def azure_ml(facts: dict[str, Any], env: dict[str, str], rng: random.Random) -> 
     """The same ranks as Azure ML's ``mpi`` distribution starts them: its run markers, ``AZ_BATCH_MASTER_NODE``
     (multi-node) or ``AZ_BATCHAI_MPI_MASTER_NODE`` (one node) naming node 0, and no hostfile or MASTER_ADDR of the
     job's own (Azure ML's mpirun runs on node 0, so ``OMPI_MCA_orte_hnp_uri`` names node 0 too)."""
-    nodes = int(env[ompi.SIZE]) // int(env[ompi.LOCAL_SIZE])
+    nodes = int(env[mpi.SIZE]) // int(env[mpi.LOCAL_SIZE])
     first = next(address for address, node in facts["reach"].items() if node == 0 and address[0].isdigit())
-    kept = {k: v for k, v in env.items() if k not in (ompi.HOSTFILE, "MASTER_ADDR", ompi.KEEP_FQDN, ompi.DEFAULT_SLOTS)}
+    kept = {k: v for k, v in env.items() if k not in (mpi.HOSTFILE, "MASTER_ADDR", mpi.KEEP_FQDN, mpi.DEFAULT_SLOTS)}
     markers = {"AZUREML_RUN_ID": f"train_{rng.getrandbits(32):08x}", azureml.NODE_COUNT: str(nodes)}
     master = ({azureml.SINGLE_NODE_MASTER: first} if nodes == 1
               else {azureml.MULTI_NODE_MASTER: f"{first}:{rng.randint(1024, 65535)}"})

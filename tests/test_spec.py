@@ -110,11 +110,12 @@ def test_vertex_seed_reduction_server_example(count: object) -> None:
 
 def test_reducers_for_seed_examples() -> None:
     # 5 nodes * 100 Gbps = 500 Gbps; / 32 Gbps = 15.6 -> 16 (512 Gbps, as the page says)
-    assert reducers_for("n1-highmem-96", 5, V100x8) == 16
+    assert reducers_for("n1-highmem-96", 5, V100x8, platform="vertex") == 16
     # (8 worker VMs * 100 Gbps) / 32 Gbps egress = 25 reducer VMs
-    assert reducers_for("a2-megagpu-16g", 8, "NVIDIA_TESLA_A100:16") == 25
-    assert reducers_for("a2-megagpu-16g", 8, "NVIDIA_TESLA_A100:16", "n2-highcpu-16") == 25
-    assert reducers_for("n1-highmem-96", 1, V100x8) == 4  # 100 / 32 rounds up: never under the workers' egress
+    assert reducers_for("a2-megagpu-16g", 8, "NVIDIA_TESLA_A100:16", platform="vertex") == 25
+    assert reducers_for("a2-megagpu-16g", 8, "NVIDIA_TESLA_A100:16", "n2-highcpu-16", platform="vertex") == 25
+    # 100 / 32 rounds up: never under the workers' egress
+    assert reducers_for("n1-highmem-96", 1, V100x8, platform="vertex") == 4
 
 
 def test_auto_a2_megagpu_job() -> None:
@@ -128,8 +129,10 @@ def test_auto_unknown_machine_lists_known_types() -> None:
                  machine_type="n1-standard-8", accelerator="NVIDIA_TESLA_T4:1", variant=PT, reduction_servers="auto")
     assert "a2-megagpu-16g" in str(err) and "n1-highmem-96 with 8xNVIDIA_TESLA_V100" in str(err)
     # the N1 figure holds only for the sourced GPU count
-    raises("--reduction-servers", "no sourced bandwidth", reducers_for, "n1-highmem-96", 2, "NVIDIA_TESLA_V100:2")
-    raises("--reduction-servers", "n1-highcpu-16", reducers_for, "n1-highmem-96", 2, V100x8, "e2-standard-2")
+    raises("--reduction-servers", "no sourced bandwidth", reducers_for, "n1-highmem-96", 2, "NVIDIA_TESLA_V100:2",
+           platform="vertex")
+    raises("--reduction-servers", "n1-highcpu-16", reducers_for, "n1-highmem-96", 2, V100x8, "e2-standard-2",
+           platform="vertex")
 
 
 def test_explicit_count_needs_no_bandwidth_data() -> None:

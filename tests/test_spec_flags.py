@@ -15,6 +15,7 @@ The CLI runs in this process (`cli.app.main`), so the matrices stay fast.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from pathlib import Path
 
@@ -29,7 +30,9 @@ from trainimg.jobs.k8s_shape import K8sJob
 from trainimg.jobs.kubernetes import INDEX_DIGITS
 from trainimg.jobs.shape import SpecOptions
 from trainimg.jobs.spec import validate
-from trainimg.jobs.specflags import PLATFORM_FLAGS, SPEC_PLATFORMS, owners, platform_flags
+from trainimg.errors import UserInputError
+from trainimg.jobs.specflags import PLATFORM_FLAGS, SPEC_PLATFORMS, check_options, owners, platform_flags, \
+    spec_options
 from trainimg.options import CI_SYSTEMS
 from trainimg.recipe.loading import load_recipes
 from trainimg.runtime.contract import CLOUD_PLATFORMS
@@ -105,6 +108,43 @@ def test_every_flag_is_accepted_on_its_own_platform(capsys: pytest.CaptureFixtur
     code, out, err = spec(capsys, "--platform", platform, *IMAGE, "--replicas", "2", *needs, *given,
                           "--", "python", "t.py")
     assert code == 0 and out, err
+
+
+#: The flags that are `SpecOptions` fields (read by the shared cloud checks); every other one is a platform's own.
+FIELDS = {field.name for field in dataclasses.fields(SpecOptions)}
+
+
+def sample(flag: Flag) -> object:
+    """`VALUES`' sample for `flag`, typed as click would give it."""
+    return True if flag.kind is bool else flag.kind(VALUES[flag.name])
+
+
+@pytest.mark.parametrize(("platform", "name"), [(p, f.name) for p in SPEC_PLATFORMS for f in PLATFORM_FLAGS[p]
+                                                if f.key not in FIELDS])
+def test_a_platforms_own_flag_reaches_its_module_by_its_declaration(platform: str, name: str) -> None:
+    """The CLI's values become `SpecOptions.platform_flags` from the platform's ``FLAGS`` alone: no field per flag."""
+    flag = next(f for f in platform_flags() if f.name == name)
+    values = {"platform": platform, "replicas": 1, **{f.key: f.default for f in platform_flags()},
+              flag.key: sample(flag)}
+    opts = spec_options(values, image="registry.example/t:1")
+    assert opts.flag(flag) == sample(flag)
+    assert set(opts.platform_flags) == {f.key for f in PLATFORM_FLAGS[platform] if f.key not in FIELDS}
+
+
+@pytest.mark.parametrize(("platform", "name"), [(p, f.name) for p in SPEC_PLATFORMS for f in platform_flags()
+                                                if f not in PLATFORM_FLAGS[p] and f.key not in FIELDS])
+def test_a_library_caller_gets_the_same_refusal(platform: str, name: str) -> None:
+    """`SpecOptions` made without the CLI: another platform's flag in ``platform_flags`` is refused as on the CLI."""
+    flag = next(f for f in platform_flags() if f.name == name)
+    with pytest.raises(UserInputError) as info:
+        check_options(SpecOptions(platform=platform, image="t", replicas=1, platform_flags={flag.key: sample(flag)}))
+    assert info.value.where == name and f"it is for {', '.join(owners(flag))}" in str(info.value)
+
+
+def test_a_flag_no_platform_declares_is_refused_not_dropped() -> None:
+    with pytest.raises(UserInputError) as info:
+        check_options(SpecOptions(platform="slurm", image="t", replicas=1, platform_flags={"nodes_per_gpu": 2}))
+    assert info.value.where == "--nodes-per-gpu" and "\n" not in str(info.value)
 
 
 def test_help_groups_every_flag_under_the_platforms_that_read_it(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,11 +24,14 @@ from ..options import (
 from ..progress import log_printer
 from ..runtime.contract import CLOUD_PLATFORMS, PLATFORMS
 from ..runtime.platforms import FORCEABLE
+from ..runtime.topology import PS_PER_NODE
 from .program import ProgramCommand
 from .speccmd import SpecCommand, given
 
 if TYPE_CHECKING:
     from ..jobs.shape import ImageFacts
+
+_PS_BESIDE = "/".join(PS_PER_NODE).upper()  # the platforms that run a ps beside each node
 
 
 @click.command()
@@ -120,10 +123,10 @@ def job_flags(fn: Callable[..., Any]) -> Callable[..., Any]:
     """Flags `run` and `tune` share: the job's shape and what goes into its containers."""
     for deco in reversed([
         click.option("--replicas", type=int, default=default(JobOptions, "replicas"), show_default=True,
-                     help=f"Chief plus workers (UAI: nodes), {REPLICAS}; the default 1 is one container, a job "
+                     help=f"Chief plus workers ({_PS_BESIDE}: nodes), {REPLICAS}; the default 1 is one container, a job "
                           "of one node (`test` defaults to 2, the fewest that test a collective)."),
         click.option("--ps", type=int, default=default(JobOptions, "ps"),
-                     help=f"Parameter servers (UAI default: one per node), {SIDE_REPLICAS}."),
+                     help=f"Parameter servers ({_PS_BESIDE} default: one per node), {SIDE_REPLICAS}."),
         click.option("--evaluators", type=int, default=default(JobOptions, "evaluators"), show_default=True,
                      help=f"Evaluators, {SIDE_REPLICAS}."),
         click.option("--nproc-per-node", type=int, default=default(JobOptions, "nproc_per_node"), show_default=True,

@@ -145,7 +145,7 @@ def gpu_of(vm_size: str) -> str | None:
 def check_vm_size(opts: SpecOptions) -> None:
     """An Azure N-series (GPU) size must be in the VM size table; other series carry no GPU and pass."""
     prefix: str = section("azureml_gpu_prefix", str)
-    vm_size = opts.vm_size
+    vm_size = opts.flag(VM_SIZE)
     if not vm_size or not vm_size.lower().startswith(prefix.lower()) or gpu_of(vm_size) is not None:
         return
     text = resources.files(__package__).joinpath("data/azure_vm_sizes.yaml").read_text(encoding="utf-8")
@@ -155,13 +155,13 @@ def check_vm_size(opts: SpecOptions) -> None:
 
 
 def _write(opts: SpecOptions, job: ClusterJob) -> str:
-    return command_job(name=job.name, image=job.image, compute=check_compute(opts.compute), nodes=job.nodes,
+    return command_job(name=job.name, image=job.image, compute=check_compute(opts.flag(COMPUTE)), nodes=job.nodes,
                        nproc=job.gpus or 1, command=job.command,
-                       distribution=distribution_of(opts.distribution, job.framework))
+                       distribution=distribution_of(opts.flag(DISTRIBUTION), job.framework))
 
 
 #: What `trainimg spec` reads of Azure ML (`jobplatform`): the VM size, when given, says the processes per node.
 JOB = JobPlatform(name=PLATFORM, flags=FLAGS, name_limit=NAME_LIMIT, write=_write,
-                  gpus_per_node=lambda opts, gpus: processes_per_node(opts.vm_size, gpus),
-                  gpu_request=lambda opts: (VM_SIZE.name, opts.vm_size) if opts.vm_size else None,
+                  gpus_per_node=lambda opts, gpus: processes_per_node(opts.flag(VM_SIZE), gpus),
+                  gpu_request=lambda opts: (VM_SIZE.name, opts.flag(VM_SIZE)) if opts.flag(VM_SIZE) else None,
                   gpu_of=gpu_of, check_names=check_vm_size)

@@ -20,11 +20,11 @@ import re
 from collections.abc import Sequence
 
 from ..errors import UserInputError
-from ..runtime.contract import SLURM  # noqa: F401 - re-exported: tests/test_cluster_spec.py imports it here
 from ..runtime.platforms import STARTS
 from ..runtime.topology import refusal
 from .clusterimage import check_gpu_image, check_pullable
 from .fields import count
+from .flagdecl import GPUS
 from .gpucheck import check_gpus
 from .jobplatform import ClusterJob
 from .platforms import PLATFORMS, job_platform
@@ -55,7 +55,7 @@ def cluster_spec(opts: SpecOptions) -> str:
     check_gpus(opts)
     platform = job_platform(opts.platform)
     nodes = count(opts.replicas, "--replicas", minimum=1)
-    gpus = platform.gpus_per_node(opts, count(opts.gpus, "--gpus", minimum=0))
+    gpus = platform.gpus_per_node(opts, count(opts.flag(GPUS), GPUS.name, minimum=0))
     check_gpu_image(opts.image, opts.facts, gpus, where=platform.gpus_flag)
     opts = program(opts)
     if opts.command is None:

@@ -70,7 +70,7 @@ def parse_accelerator(accelerator: str | None, platform: str) -> tuple[str, int]
     return match.group(1), count
 
 
-def nproc_per_node(accelerator: str | None, platform: str = "vertex") -> int:
+def nproc_per_node(accelerator: str | None, platform: str) -> int:
     """Processes the launcher starts per replica: one per GPU (the accelerator COUNT), 1 for a CPU replica.
 
     The count comes from the same flag that asks the platform for the GPUs, so the two can never disagree.

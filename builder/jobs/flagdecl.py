@@ -22,7 +22,8 @@ class Flag:
     """One ``spec`` option: its spelling, what it means, and how its value parses.
 
     `kind` is ``str``, ``int`` or ``bool`` (an on/off flag; `negation` names its off spelling when it has one);
-    `choices` limits a ``str``; `key` is the name the value goes by (`SpecOptions`' field where there is one).
+    `choices` limits a ``str``; `key` is the name the value goes by (`SpecOptions`' field where there is one, else
+    its key in ``SpecOptions.platform_flags``).
     `replaces` names other platforms' flags that this one stands in for: the refusal of such a flag on this
     flag's platform points here (``--gpus`` on Vertex: "vertex takes --accelerator TYPE:COUNT").
     """

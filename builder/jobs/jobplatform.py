@@ -4,7 +4,7 @@ Why one interface: the code that checks and writes a job (`spec`, `clusterspec`,
 used to branch on platform names (``if opts.platform == NAME``) and keep one dict per fact (writers, name
 limits); a new platform touched each. Now a platform module declares, in one `JobPlatform`, its flags, its name
 limit, how it writes its job, and the hooks the shared checks call; every hook has a default that says "nothing to
-add", so a platform names only what it does differently. `platforms.MODULES` is the one list of the modules.
+add", so a platform names only what it does differently. `platforms.MODULES` imports them by the contract's names.
 
 Two kinds of writer: a cluster platform's `write` takes the shared options and the `ClusterJob` that
 `clusterspec` resolved (name, nodes, GPUs per node, launcher command) and returns the file's text; a cloud
@@ -19,7 +19,7 @@ from typing import Any
 
 from .flagdecl import Flag
 from .k8s_shape import K8sJob
-from .kubernetes import dump_yaml
+from .kubernetes import NAMESPACE, dump_yaml
 from .shape import JobShape, SpecOptions
 
 
@@ -105,6 +105,6 @@ def kubernetes_platform(name: str, flags: tuple[Flag, ...], manifests: Callable[
     def write(opts: SpecOptions, job: ClusterJob) -> str:
         return dump_yaml(manifests(K8sJob(name=job.name, image=job.image, nodes=job.nodes, gpus_per_node=job.gpus,
                                           command=job.command, framework=job.framework or "pytorch",
-                                          namespace=opts.namespace)))
+                                          namespace=opts.flag(NAMESPACE))))
 
     return JobPlatform(name=name, flags=flags, name_limit=name_limit, write=write, manifests=manifests)

@@ -99,6 +99,8 @@ def reducers_for(
     worker_count_incl_chief: int,
     accelerator: str | None,
     reducer_machine_type: str = DEFAULT_REDUCER_MACHINE,
+    *,
+    platform: str,
 ) -> int:
     """How many reducers make the reducers' total egress match or exceed the workers' (primary included).
 
@@ -112,7 +114,7 @@ def reducers_for(
     if worker_count_incl_chief < 1:
         raise UserInputError(f"must be at least 1, got {worker_count_incl_chief}", where="--replicas")
     table = load_bandwidth()
-    parsed = parse_accelerator(accelerator, "vertex")
+    parsed = parse_accelerator(accelerator, platform)  # the job's platform: its accelerator names
     worker = table.gpu_workers.get(worker_machine_type)
     if worker is None or not worker.applies_to(parsed):
         known = ", ".join(w.describe(name) for name, w in sorted(table.gpu_workers.items()))

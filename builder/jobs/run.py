@@ -44,12 +44,12 @@ from ..errors import UserInputError
 from ..options import ENV_NAME, LOCAL, NO_TIMEOUT, JobOptions
 from ..conformance.replicas import ReplicaJob, ReplicaResult, ReplicaRunner
 from ..conformance.suite import refuse_too_many_processes
-from ..runtime.contract import EXIT_OK, EXIT_TIMED_OUT, FRAMEWORK_LABEL, UAI
+from ..runtime.contract import EXIT_OK, EXIT_TIMED_OUT, FRAMEWORK_LABEL
 from ..runtime.expect import expectations
-from ..runtime.topology import SIDE_ROLES, ReplicaSpec, process_start, refusal, replica_specs
+from ..runtime.topology import PS_PER_NODE, SHARED_OUTPUT, SIDE_ROLES, ReplicaSpec, process_start, refusal, \
+    replica_specs
 from ..state import state_dir
 
-UAI_OUTPUT = "/data/output"
 
 OnLog = Callable[[str, str], None]
 
@@ -111,7 +111,7 @@ class JobResult:
     replicas: list[ReplicaResult]
     seconds: float
     timed_out: bool = False
-    output_dir: Path | None = None  # UAI: the host folder mounted at /data/output in every replica
+    output_dir: Path | None = None  # the host folder mounted at the platform's SHARED_OUTPUT in every replica
 
     @property
     def failed_replica(self) -> ReplicaResult | None:
@@ -128,7 +128,7 @@ class JobResult:
         return "stopped (another replica failed)"
 
     def summary(self) -> str:
-        """A few lines for the terminal: each replica's outcome, the verdict, UAI's output folder."""
+        """A few lines for the terminal: each replica's outcome, the verdict, the shared output folder."""
         width = max((len(r.name) for r in self.replicas), default=0)
         lines = [f"  {r.name:<{width}}  {self.status(r)}" for r in self.replicas]
         if self.exit_code == 0:
@@ -140,7 +140,7 @@ class JobResult:
             verdict = f"{self.platform} job failed: {failed.name if failed else 'a replica'} exited {self.exit_code}"
         lines.append(verdict)
         if self.output_dir is not None:
-            lines.append(f"{UAI_OUTPUT} of every replica is {self.output_dir}")
+            lines.append(f"{SHARED_OUTPUT[self.platform]} of every replica is {self.output_dir}")
         return "\n".join(lines)
 
     def to_json(self) -> dict[str, Any]:
@@ -182,8 +182,8 @@ def check_shape(opts: JobOptions) -> str:
     for role, count, flag in (("ps", opts.ps, "--ps"), ("evaluator", opts.evaluators, "--evaluators")):
         if count and role not in SIDE_ROLES.get(platform, ()):
             raise UserInputError(f"{platform} has no {role} replicas", where=flag)
-    if platform == UAI and opts.ps is not None and opts.ps > opts.replicas:
-        raise UserInputError(f"UAI runs at most one ps per node: {opts.ps} ps for {opts.replicas} node(s)",
+    if platform in PS_PER_NODE and opts.ps is not None and opts.ps > opts.replicas:
+        raise UserInputError(f"{platform} runs at most one ps per node: {opts.ps} ps for {opts.replicas} node(s)",
                              where="--ps")
     return platform
 
@@ -257,14 +257,15 @@ def run_replicas(engine: Engine, image_id: str, image: str, opts: JobOptions, *,
              for s in specs]
     volumes = {**inimage.volumes(), **opts.volumes}
     output_dir = None
-    if platform == UAI:
-        given = [src for src, dst in opts.volumes.items() if dst == UAI_OUTPUT]
+    shared = SHARED_OUTPUT.get(platform)
+    if shared is not None:
+        given = [src for src, dst in opts.volumes.items() if dst == shared]
         if given:
             output_dir = Path(given[0])
         else:
             output_dir = (state or state_dir(os.environ)) / "runs" / runner.run_id / "output"
             output_dir.mkdir(parents=True)
-            volumes[str(output_dir)] = UAI_OUTPUT
+            volumes[str(output_dir)] = shared
     # --nproc-per-node only where the platform neither started the processes (Slurm) nor says how many (PET_*).
     count = process_start(platform, framework, opts.nproc_per_node).nproc
     nproc = ["--nproc-per-node", str(count)] if count else []

@@ -163,21 +163,21 @@ def gpu_of(instance_type: str) -> str | None:
 
 
 def _request(opts: SpecOptions) -> tuple[str, str] | None:
-    return (INSTANCE_TYPE.name, opts.instance_type) if opts.instance_type else None
+    return (INSTANCE_TYPE.name, opts.flag(INSTANCE_TYPE)) if opts.flag(INSTANCE_TYPE) else None
 
 
 def _check_names(opts: SpecOptions) -> None:
-    if opts.instance_type:
-        check_instance_type(opts.instance_type)
+    if opts.flag(INSTANCE_TYPE):
+        check_instance_type(opts.flag(INSTANCE_TYPE))
 
 
 def _write(opts: SpecOptions, job: ClusterJob) -> str:
-    return training_job(name=job.name, image=job.image, instance_type=str(opts.instance_type), nodes=job.nodes,
-                        role_arn=opts.role_arn, output_path=opts.output_path, command=job.command, args=opts.args,
-                        volume_gb=opts.volume_size, max_runtime_s=opts.max_runtime)
+    return training_job(name=job.name, image=job.image, instance_type=str(opts.flag(INSTANCE_TYPE)), nodes=job.nodes,
+                        role_arn=opts.flag(ROLE_ARN), output_path=opts.flag(OUTPUT_PATH), command=job.command,
+                        args=opts.args, volume_gb=opts.flag(VOLUME_SIZE), max_runtime_s=opts.flag(MAX_RUNTIME))
 
 
 #: What `trainimg spec` reads of SageMaker (`jobplatform`): the instance type says the GPUs, not ``--gpus``.
 JOB = JobPlatform(name=PLATFORM, flags=FLAGS, name_limit=NAME_LIMIT, write=_write,
-                  gpus_per_node=lambda opts, gpus: gpus_per_instance(opts.instance_type),
+                  gpus_per_node=lambda opts, gpus: gpus_per_instance(opts.flag(INSTANCE_TYPE)),
                   gpus_flag=INSTANCE_TYPE.name, gpu_request=_request, gpu_of=gpu_of, check_names=_check_names)

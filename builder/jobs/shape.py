@@ -7,7 +7,12 @@ Why three types: options arrive loose from flags; `spec.job_spec` checks them on
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .flagdecl import Flag
 
 LAUNCHER = "trainimg-launch"
 # The launcher flag that keeps a Reduction Server pool out of TF_CONFIG (runtime/launch.py, runtime/cluster.py).
@@ -58,20 +63,14 @@ class SpecOptions:
     conformance: bool = False
     display_name: str | None = None
     use_chief_in_tf_config: bool = False
-    # The cluster platforms' own flags: the module whose ``FLAGS`` declares one says what it means (`specflags`
-    # refuses each on every other platform).
-    gpus: int = 0  # GPUs per node (a cloud platform takes --accelerator)
-    namespace: str | None = None
-    container_runtime: str | None = None  # how srun runs the image
-    partition: str | None = None
-    compute: str | None = None  # the compute cluster's name
-    vm_size: str | None = None  # that cluster's VM size, for the GPU check
-    distribution: str | None = None  # who starts the processes (default: the framework's)
-    instance_type: str | None = None  # ResourceConfig.InstanceType (ml.p4d.24xlarge)
-    role_arn: str | None = None  # the IAM role the job runs as
-    output_path: str | None = None  # OutputDataConfig.S3OutputPath
-    volume_size: int | None = None  # ResourceConfig.VolumeSizeInGB
-    max_runtime: int | None = None  # StoppingCondition.MaxRuntimeInSeconds
+    # The platform's own flags, by `flagdecl.Flag.key` (``{"instance_type": "ml.p4d.24xlarge"}``): the module whose
+    # ``FLAGS`` declares one says what it means and reads it with `flag`, so a new platform's flag is declared in
+    # its module only; `specflags` refuses a key the chosen platform does not declare.
+    platform_flags: Mapping[str, Any] = field(default_factory=dict)
+
+    def flag(self, declared: Flag) -> Any:
+        """The value given for the platform flag `declared`, its declared default where none was."""
+        return self.platform_flags.get(declared.key, declared.default)
 
 
 @dataclass(frozen=True, kw_only=True)

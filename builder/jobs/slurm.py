@@ -140,7 +140,8 @@ def _write(opts: SpecOptions, job: ClusterJob) -> str:
     """One task per GPU (one on a CPU node), started by srun in the container runtime asked for."""
     return sbatch_script(name=job.name, image=job.image, nodes=job.nodes, tasks_per_node=job.gpus or 1,
                          gpus_per_node=job.gpus, command=list(job.command),
-                         container_runtime=opts.container_runtime or CONTAINER_RUNTIMES[0], partition=opts.partition)
+                         container_runtime=opts.flag(CONTAINER_RUNTIME) or CONTAINER_RUNTIMES[0],
+                         partition=opts.flag(PARTITION))
 
 
 #: What `trainimg spec` reads of Slurm (`jobplatform`).

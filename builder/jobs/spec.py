@@ -172,7 +172,8 @@ def _reducer_count(opts: SpecOptions) -> int:
                              f"{opts.replicas}", where=where)
     _check_reduction_server_image(opts.image, opts.facts)
     if wanted == "auto":
-        return reducers_for(check_machine_type(opts.machine_type), opts.replicas, opts.accelerator)
+        return reducers_for(check_machine_type(opts.machine_type), opts.replicas, opts.accelerator,
+                            platform=opts.platform)
     return int(wanted)
 
 

@@ -59,22 +59,33 @@ def check_given(platform: str, given: Iterable[str]) -> None:
 
 
 def given_in(opts: SpecOptions) -> set[str]:
-    """The flag keys whose `SpecOptions` field differs from its default: what a caller of the library asked for."""
-    return {field.name for field in fields(SpecOptions)
-            if field.name in _flag_keys() and getattr(opts, field.name) != field.default}
+    """The flag keys whose value differs from its default (a `SpecOptions` field's, a platform flag's declared
+    one): what a caller of the library asked for."""
+    declared = {flag.key: flag for flag in platform_flags()}
+    own = {key for key, value in opts.platform_flags.items() if key not in declared or value != declared[key].default}
+    return own | {field.name for field in fields(SpecOptions)
+                  if field.name in _flag_keys() and getattr(opts, field.name) != field.default}
 
 
 def check_options(opts: SpecOptions) -> None:
-    """`check_given` for options made without the CLI (which also counts a flag given at its default value)."""
+    """`check_given` for options made without the CLI (which also counts a flag given at its default value); a
+    platform flag key no platform declares is refused too, never dropped."""
+    unknown = sorted(set(opts.platform_flags) - {flag.key for flag in platform_flags()})
+    if unknown:
+        raise UserInputError("no platform declares this flag", where=f"--{unknown[0].replace('_', '-')}")
     check_given(opts.platform, given_in(opts))
 
 
 def spec_options(values: Mapping[str, Any], **resolved: Any) -> SpecOptions:
-    """The typed options from the CLI's parsed flags (`values`, by key), `resolved` (image, facts) overriding."""
+    """The typed options from the CLI's parsed flags (`values`, by key), `resolved` (image, facts) overriding:
+    the chosen platform's own flags (those its module declares beyond `SpecOptions`' fields) go into
+    ``platform_flags``."""
     names = {field.name for field in fields(SpecOptions)}
     chosen = {key: value for key, value in values.items() if key in names}
     chosen["command"] = values.get("command") or None
-    return SpecOptions(**{**chosen, **resolved})
+    own = {flag.key: values[flag.key] for flag in PLATFORM_FLAGS[values["platform"]]
+           if flag.key not in names and flag.key in values}
+    return SpecOptions(**{**chosen, "platform_flags": own, **resolved})
 
 
 def _flag_keys() -> set[str]:

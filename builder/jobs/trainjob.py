@@ -19,7 +19,7 @@ from typing import Any
 
 from ..runtime.contract import TRAINJOB
 from ..runtime.platforms.trainjob import TRAINER_NODE
-from . import tfjob
+from ..runtime.topology import TENSORFLOW_HOMES
 from .jobset import check_pod_names, indexed_job, name_limit
 from .jobplatform import kubernetes_platform
 from .k8s_shape import K8sJob
@@ -44,8 +44,9 @@ def manifests(job: K8sJob) -> list[dict[str, Any]]:
     """The `TrainingRuntime`, then the `TrainJob` that names it (both ``job.name``, in ``job.namespace``)."""
     policy = POLICIES.get(job.framework)
     if policy is None:
-        raise ManifestInputError(f"Kubeflow Trainer v2 has no {job.framework} runtime; use --platform "
-                                 f"{tfjob.PLATFORM} (Training Operator v1 {tfjob.KIND})", where="--platform")
+        homes = " or ".join(f"--platform {name} ({what})" for name, what in TENSORFLOW_HOMES.items())
+        raise ManifestInputError(f"Kubeflow Trainer v2 has no {job.framework} runtime; use {homes}",
+                                 where="--platform")
     check_pod_names(job.name, NODE, job.nodes)
     return [training_runtime(job, policy), train_job(job)]
 

@@ -52,7 +52,7 @@ def check_variant(v: Variant, f: _Fields, compat: Compat) -> Variant:
         raise f.fail("hypertune", f"cloudml-hypertune {v.hypertune} is not released; known: "
                                   f"{', '.join(compat.hypertune)}")
     if v.nccl is not None and Version(v.nccl) < Version(compat.nccl.minimum):
-        raise f.fail("nccl", f"NCCL {v.nccl} is below {compat.nccl.minimum}, the minimum the Vertex AI "
+        raise f.fail("nccl", f"NCCL {v.nccl} is below {compat.nccl.minimum}, the minimum Google's "
                              f"Reduction Server needs (seed 003); use {compat.nccl.minimum} or newer")
     check_extras(v.extras, f, compat)
 

@@ -21,9 +21,9 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
-from .cluster import parse_cluster
+from .platforms.tfconfig import parse_tf_config
 from .world import ClusterError
-from .contract import EXIT_ALLREDUCE_TIMEOUT, EXIT_FAILED, EXIT_USAGE, TFJOB
+from .contract import EXIT_ALLREDUCE_TIMEOUT, EXIT_FAILED, EXIT_USAGE
 
 VECTOR_LEN = 1024
 DEFAULT_TIMEOUT = 300.0
@@ -160,7 +160,7 @@ def looks_like_timeout(err: BaseException) -> bool:
 
 def tf_task(env: Mapping[str, str] | None = None) -> tuple[dict[str, list[str]], str, int]:
     """(cluster, role, index) of ``TF_CONFIG`` as the launcher wrote it, read by the one cluster parser
-    (`cluster.parse_cluster`: ``master`` read as ``chief``). Its own task is what TensorFlow acts on, so it is
+    (`platforms.tfconfig.parse_tf_config`: ``master`` read as ``chief``). Its own task is what TensorFlow acts on, so it is
     the role here too: a workers-only TF_CONFIG (Slurm, JobSet) has no chief even where TRAINIMG_ROLE names
     node 0 the chief."""
     environ = os.environ if env is None else env
@@ -170,7 +170,7 @@ def tf_task(env: Mapping[str, str] | None = None) -> tuple[dict[str, list[str]],
     try:
         # Read as TF_CONFIG whatever else describes this container (SageMaker's resourceconfig.json is a file
         # detection would find beside it): the launcher's TF_CONFIG is the world TensorFlow acts on.
-        info = parse_cluster({"TF_CONFIG": text}, platform=TFJOB)
+        info = parse_tf_config(text)
     except ClusterError as err:
         raise SetupError(str(err)) from None
     tf_config = info.tf_config or {}

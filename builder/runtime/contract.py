@@ -73,6 +73,7 @@ MPI = "mpi"  # Open MPI's mpirun: plain, or Kubeflow Trainer's MPI and DeepSpeed
 #: runtime's detection takes (`platforms.FORCEABLE`).
 PLATFORMS = (VERTEX, AIPLATFORM, UAI, SLURM, TRAINJOB, PYTORCHJOB, TFJOB, JAXJOB, JOBSET, AZUREML, SAGEMAKER, MPI)
 CLOUD_PLATFORMS = (VERTEX, AIPLATFORM)  # those with a cloud job body (`trainimg spec`)
+DEFAULT_PLATFORM = VERTEX  # what `trainimg test` and ``selftest`` replay when no --platform is given
 VERTEX_POOLS = {"workerpool0": "chief", "workerpool1": "worker", "workerpool2": "ps", "workerpool3": "evaluator"}
 
 # -- conformance checks the probe runs, in report order ---------------------------------------------------------

@@ -71,7 +71,7 @@ from dataclasses import replace
 from types import FrameType
 
 from .cluster import parse_cluster, positive_int, with_processes
-from .platforms import FORCEABLE
+from .platforms import FORCEABLE, RUNS_TENSORFLOW
 from .world import ClusterInfo, format_address
 from .contract import EXIT_CANNOT_EXECUTE, EXIT_NOT_FOUND, EXIT_USAGE, MANIFEST_PATH
 from .frameworks import FRAMEWORKS as FRAMEWORK_TABLE, NAMES
@@ -336,8 +336,8 @@ def _plan(args: argparse.Namespace) -> tuple[ClusterInfo, str]:
     framework = resolve_framework(args.framework, installed_frameworks(args.manifest), info.nproc_per_node or 1)
     if framework == "tensorflow" and info.tf_config is None and info.world_size > 1:
         raise ValueError(f"TensorFlow reads TF_CONFIG, which {info.platform} does not describe: a TensorFlow job "
-                         "there would train alone on every node; run it as a TFJob (TF_CONFIG) or on a platform "
-                         "whose hosts trainimg can list (slurm, jobset)")
+                         "there would train alone on every node; run it on a platform that gives it one or whose "
+                         f"hosts trainimg can list ({', '.join(RUNS_TENSORFLOW)})")
     refused = _too_many(info, framework, args.nproc_per_node is not None)
     if refused:
         raise ValueError(refused)

@@ -19,7 +19,7 @@ import tempfile
 
 from . import libs
 from .cause import reason as cause_of
-from .contract import JOBSET, PYTORCHJOB, REDUCTION_SERVER_PACKAGE, SLURM, TRAINJOB
+from .contract import REDUCTION_SERVER_PACKAGE
 from .gpus import VISIBLE_VARIABLE, gpu_view, nvidia_smi_gpus
 from .report import FAILED, PASSED, SKIPPED, WARNING
 from .versions import parse_version, versions_equal
@@ -160,86 +160,15 @@ def check_hypertune(expect: dict) -> tuple[str, str, dict]:
     return PASSED, f"cloudml-hypertune {version or '(version unknown)'} reported a metric for trial {trial}", details
 
 
-def _cluster_samples() -> list[tuple[str, dict, dict]]:
-    """(label, env, expected facts) for each platform's environment shape."""
-    vertex = {
-        "cluster": {
-            "workerpool0": ["cmle-training-workerpool0-1a2b3c-0:2222"],
-            "workerpool1": ["cmle-training-workerpool1-1a2b3c-0:2222", "cmle-training-workerpool1-1a2b3c-1:2222"],
-            "workerpool2": ["cmle-training-workerpool2-1a2b3c-0:2222"],
-            "workerpool3": ["cmle-training-workerpool3-1a2b3c-0:2222"],
-        },
-        "environment": "cloud",
-        "task": {"type": "workerpool1", "index": 1},
-        "job": '{"python_module":"","package_uris":[],"job_args":[]}',
-    }
-    aiplatform = {
-        "cluster": {
-            "master": ["master-0.job:2222"],
-            "worker": ["worker-0.job:2222", "worker-1.job:2222", "worker-2.job:2222"],
-            "ps": ["ps-0.job:2222"],
-        },
-        "environment": "cloud",
-        "task": {"type": "worker", "index": 2, "trial": "7"},
-    }
-    uai = {
-        "cluster": {
-            "master": ["10.9.0.1:2222"],
-            "worker": ["10.9.0.2:2222"],
-            "ps": ["10.9.0.1:2223", "10.9.0.2:2223"],
-        },
-        "task": {"type": "ps", "index": 1},
-    }
-    return [
-        ("vertex", {"CLUSTER_SPEC": json.dumps(vertex)},
-         {"platform": "vertex", "role": "worker", "index": 1, "rank": 2, "world_size": 3,
-          "master_addr": "cmle-training-workerpool0-1a2b3c-0", "master_port": 2222}),
-        ("vertex_ps", {"CLUSTER_SPEC": json.dumps({**vertex, "task": {"type": "workerpool2", "index": 0}})},
-         {"platform": "vertex", "role": "ps", "index": 0, "rank": None, "world_size": 3,
-          "master_addr": "cmle-training-workerpool0-1a2b3c-0", "master_port": 2222}),
-        ("aiplatform", {"CLUSTER_SPEC": json.dumps(aiplatform), "TF_CONFIG": json.dumps(aiplatform)},
-         {"platform": "aiplatform", "role": "worker", "index": 2, "rank": 3, "world_size": 4,
-          "master_addr": "master-0.job", "master_port": 2222}),
-        ("uai", {"TF_CONFIG": json.dumps(uai)},
-         {"platform": "tf_config", "role": "ps", "index": 1, "rank": None, "world_size": 2,
-          "master_addr": "10.9.0.1", "master_port": 2222}),
-        ("uai_master", {"TF_CONFIG": json.dumps({**uai, "task": {"type": "master", "index": 0}})},
-         {"platform": "tf_config", "role": "chief", "index": 0, "rank": 0, "world_size": 2,
-          "master_addr": "10.9.0.1", "master_port": 2222}),
-    ] + _scheduler_samples()
-
-
-def _scheduler_samples() -> list[tuple[str, dict[str, str], dict[str, object]]]:
-    """Slurm and Kubernetes samples: process-level (Slurm) and node-level (Kubeflow, JobSet) worlds."""
-    return [
-        (SLURM, {"SLURM_JOB_ID": "77", "SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_NODEID": "1",
-                   "SLURM_LOCALID": "3", "SLURM_STEP_NODELIST": "node[01-02]", "SLURM_STEP_TASKS_PER_NODE": "4(x2)"},
-         {"platform": SLURM, "process_rank": 3, "world_size_processes": 8, "local_rank": 3, "rank": 1,
-          "master_addr": "node01"}),
-        (PYTORCHJOB, {"MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": "8", "RANK": "1",
-                        "PET_NPROC_PER_NODE": "4", "PET_NNODES": "2", "PET_NODE_RANK": "1"},
-         {"platform": PYTORCHJOB, "rank": 1, "world_size": 2, "nproc_per_node": 4, "world_size_processes": 8,
-          "master_addr": "job-master-0"}),
-        (TRAINJOB, {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "1",
-                      "PET_MASTER_ADDR": "tj-node-0-0.tj", "PET_MASTER_PORT": "29500"},
-         {"platform": TRAINJOB, "rank": 1, "world_size": 2, "world_size_processes": 4,
-          "master_addr": "tj-node-0-0.tj"}),
-        (JOBSET, {"JOB_COMPLETION_INDEX": "1", "JOBSET_NAME": "js", "JOBSET_REPLICATED_JOB": "node",
-                    "JOBSET_JOB_INDEX": "0", "JOBSET_JOB_REPLICAS": "1", "JOBSET_PODS_PER_JOB": "2",
-                    "JOBSET_SUBDOMAIN": "js", "JOBSET_PORT": "29500"},
-         {"platform": JOBSET, "rank": 1, "world_size": 2, "master_addr": "js-node-0-0.js"}),
-    ]
-
-
 def check_cluster_parsing(expect: dict) -> tuple[str, str, dict]:
     try:
         from .cluster import parse_cluster  # noqa: PLC0415 - written alongside; imported only here
-        from .platforms import elsewhere  # noqa: PLC0415
+        from .platforms import elsewhere, samples  # noqa: PLC0415
     except ImportError as err:
         return FAILED, f"the runtime's cluster parser is not importable: {err}", {}
     details: dict = {}
     problems = []
-    for label, env, want in _cluster_samples():
+    for label, env, want in samples():
         try:
             info = parse_cluster(elsewhere(env))  # not this container's own platform file
         except Exception as err:  # noqa: BLE001 - any failure to parse a platform's sample is the finding

@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import random
 import re
 import socket
 import subprocess
@@ -41,17 +40,16 @@ from typing import IO
 from . import probe
 from .cluster import parse_cluster
 from .world import ClusterError
-from .contract import DEFAULT_TEST_TIMEOUT, EXIT_FAILED, EXIT_OK, EXIT_USAGE, LABELS_PATH, OCI_TITLE, \
-    SLURM, TEST_TIMEOUT_RANGE, VARIANT_LABEL, VERTEX
+from .contract import DEFAULT_PLATFORM, DEFAULT_TEST_TIMEOUT, EXIT_FAILED, EXIT_OK, EXIT_USAGE, LABELS_PATH, \
+    OCI_TITLE, TEST_TIMEOUT_RANGE, VARIANT_LABEL
 from .cause import reason as cause_of
 from .expect import expectations, image_labels
 from .gpus import gpu_view, too_many_processes
 from .launch import FRAMEWORKS as LAUNCH_FRAMEWORKS
 from .launch import GROUP_VARIABLES, nproc_argument
 from .report import Check, ReportPathError, Suite, write_json, write_junit
-from .platforms import VARIABLES as PLATFORM_VARIABLES
+from .platforms import VARIABLES as PLATFORM_VARIABLES, trait
 from .topology import PLATFORMS, REPLAYS, ReplicaSpec, process_start, refusal, replica_specs
-from .platforms.slurm import JOB_IDS
 from .verdict import judge_allreduce
 
 FRAMEWORKS = tuple(f for f in LAUNCH_FRAMEWORKS if f != "auto")
@@ -59,7 +57,6 @@ FRAMEWORKS = tuple(f for f in LAUNCH_FRAMEWORKS if f != "auto")
 NPROC_RANGE = (1, 16)
 _JOB = "selftest"  # the emulated job's name: its hosts are derived from it, then rewritten to 127.0.0.1
 _LOOPBACK = "127.0.0.1"
-_TRIES = 50  # Slurm job ids tried before one whose ports are free here
 #: Platforms no emulation on 127.0.0.1 can stand in for, and why (each platform module's ``NOT_EMULATED``).
 NOT_EMULATED = {name: module.NOT_EMULATED for name, module in REPLAYS.items() if module.NOT_EMULATED}
 
@@ -90,20 +87,6 @@ def _port_free(port: int) -> bool:
         return True
 
 
-def _slurm_job_id() -> int:
-    """A Slurm job id whose ports (torch's and JAX's rendezvous, derived from it as the platform module derives
-    them) are free on this machine (else the last one tried); TensorFlow's task ports differ by local id, so one
-    node's tasks never clash."""
-    job_id = 0
-    for _ in range(_TRIES):
-        job_id = random.choice(JOB_IDS)
-        info = parse_cluster(replica_specs(SLURM, 1, job=_JOB, job_id=job_id)[0].env)
-        jax_port = int((info.jax_coordinator or "").rpartition(":")[2])
-        if _port_free(info.master_port) and _port_free(jax_port):
-            break
-    return job_id
-
-
 def _on_loopback(specs: list[ReplicaSpec]) -> list[dict[str, str]]:
     """Each spec's env with every host of the job replaced by 127.0.0.1: a host alone becomes 127.0.0.1, a
     ``host:port`` address 127.0.0.1 and a free port of its own (replicas share this machine's network)."""
@@ -124,13 +107,13 @@ def local_replicas(platform: str, replicas: int, nproc_per_node: int = 1,
     """(name, role, env) of each training replica of a `platform` job, every address on 127.0.0.1.
 
     The platform's shapes come from `topology.replica_specs` (no ps or evaluator: they are not in the all-reduce
-    group); each host is then rewritten by `_on_loopback`. Slurm's are the ``replicas x nproc_per_node`` tasks of
-    one node (this machine: its host list is one host), with the ports its job id gives; a port the other
-    platforms state once for the whole job (a rendezvous) is a free one here.
+    group); each host is then rewritten by `_on_loopback`. A platform whose module has ``emulation`` says how it
+    is laid out on this one machine (Slurm: the ``replicas x nproc_per_node`` tasks of one node, with the ports its
+    job id gives); a port the other platforms state once for the whole job (a rendezvous) is a free one here.
     """
-    if platform == SLURM:
-        specs = replica_specs(platform, 1, job=_JOB, nproc_per_node=replicas * nproc_per_node,
-                              job_id=_slurm_job_id())
+    emulation = trait(platform, "emulation")
+    if emulation is not None:
+        specs = replica_specs(platform, job=_JOB, **emulation(_JOB, replicas * nproc_per_node, _port_free))
     else:
         specs = replica_specs(platform, replicas, ps=0, job=_JOB, port=_free_port(), nproc_per_node=nproc_per_node,
                               framework=framework)
@@ -174,7 +157,7 @@ class Plan:
         return f"allreduce_{self.backend}_{platform}_x{self.replicas}{per_node}"
 
 
-def plan_allreduce(framework: str, nproc: int | str, gpus: int, platform: str = VERTEX) -> Plan:
+def plan_allreduce(framework: str, nproc: int | str, gpus: int, platform: str = DEFAULT_PLATFORM) -> Plan:
     """N local processes (``auto``: the visible GPUs, 1 without) on one node; TensorFlow as N one-process replicas
     where the launcher would start one process per replica (Slurm starts N tasks on the node whatever runs)."""
     n = max(gpus, 1) if nproc == "auto" else int(nproc)
@@ -287,7 +270,7 @@ def cluster_checks(expect: dict[str, object], framework: str, timeout: float) ->
 def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trainimg-runtime selftest",
                                      description="Run trainimg's conformance checks and all-reduce in this image.")
-    parser.add_argument("--platform", choices=PLATFORMS, default=VERTEX,
+    parser.add_argument("--platform", choices=PLATFORMS, default=DEFAULT_PLATFORM,
                         help="whose cluster variables, hostnames and process starts to emulate on 127.0.0.1")
     parser.add_argument("--nproc-per-node", type=nproc_argument, default="auto", metavar="N|auto",
                         help="local processes of the all-reduce (auto: the visible GPUs, 1 without)")

@@ -16,7 +16,8 @@ local run proves nothing about the cloud one. The cloud shapes follow the platfo
   0..ps-1 on nodes 0..ps-1). A ps shares its node's host, so its spec carries ``node`` for the caller to share the
   network namespace.
 * every platform: its module in `platforms` lays its replicas out (``replicas(job)``, default ``PORT``,
-  ``STARTS``), the cloud ones above in `platforms.tfconfig`; this module checks a job and dispatches (`REPLAYS`).
+  ``STARTS``) and says what is its own (the side roles it has, a port it cannot take, the one option only it
+  reads); this module checks a job against those and dispatches (`REPLAYS`), naming no platform itself.
 
 The Kubernetes platforms' replicas as their controllers lay them out: each pod's hostname, the DNS names its peers
 use, and the env the controller writes into its training container.
@@ -50,19 +51,29 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import ModuleType
 
-from .contract import AIPLATFORM, PLATFORMS, SLURM, TFJOB, UAI
-from .platforms import PLATFORMS as PLATFORM_MODULES, tfconfig, who_starts
+from .contract import PLATFORMS
+from .platforms import BY_NAME, having, trait, who_starts
 from .platforms.starts import PLATFORM as STARTED_BY_PLATFORM, SAYS as COUNT_SAID, TORCHRUN as STARTED_BY_TORCHRUN
 from .topology_spec import Job, ReplicaSpec
 
 #: Each platform the host replays -> the runtime module that reads its env and lays out its replicas
 #: (``replicas(job)``, ``PORT``): the one registry `detect` and `replica_specs` both go through.
-REPLAYS: dict[str, ModuleType] = {name: module for module in PLATFORM_MODULES for name in module.FORCED_BY
-                                  if name in PLATFORMS}
-#: The roles outside the all-reduce group each platform has; the others run chief and workers only.
-SIDE_ROLES: dict[str, tuple[str, ...]] = tfconfig.SIDE_ROLES
+REPLAYS: dict[str, ModuleType] = BY_NAME
+#: The roles outside the all-reduce group each platform has (its module's ``SIDE_ROLES``); the others run chief and
+#: workers only.
+SIDE_ROLES: dict[str, tuple[str, ...]] = having("SIDE_ROLES")
 #: Platforms that give TensorFlow no TF_CONFIG, and why (each platform module's ``NO_TF_CONFIG``).
-NO_TF_CONFIG: dict[str, str] = {name: module.NO_TF_CONFIG for name, module in REPLAYS.items() if module.NO_TF_CONFIG}
+NO_TF_CONFIG: dict[str, str] = having("NO_TF_CONFIG")
+#: Where those send a TensorFlow job: the platform whose module says it is TensorFlow's home (``TENSORFLOW_HOME``).
+TENSORFLOW_HOMES: dict[str, str] = having("TENSORFLOW_HOME")
+#: Platforms whose ports come from elsewhere than a port (``PORT_REFUSED``: why, and what to pass instead).
+PORT_REFUSED: dict[str, str] = having("PORT_REFUSED")
+#: Platforms that run a ps beside each node, at most one per node (``PS_PER_NODE``).
+PS_PER_NODE: tuple[str, ...] = tuple(having("PS_PER_NODE"))
+#: Platforms whose replicas share one folder (``SHARED_OUTPUT``: its path in every replica).
+SHARED_OUTPUT: dict[str, str] = having("SHARED_OUTPUT")
+#: The platforms whose TF_CONFIG may name the chief ``master``: `replica_specs` takes ``use_chief_in_tf_config``.
+CHIEF_OPTIONAL: tuple[str, ...] = tuple(having("CHIEF_IN_TF_CONFIG_OPTIONAL"))
 #: The platforms whose own command starts every process of a node (for PyTorch): the launcher is started by them.
 TORCHRUN = ("torchrun", "--no-python")  # a TrainJob torch runtime's command: torchrun, reading PET_* as defaults
 
@@ -70,7 +81,8 @@ TORCHRUN = ("torchrun", "--no-python")  # a TrainJob torch runtime's command: to
 def refusal(platform: str, framework: str) -> str | None:
     """Why `platform` cannot run a `framework` job (one line naming what can), or None when it can."""
     if framework == "tensorflow" and platform in NO_TF_CONFIG:
-        return f"{NO_TF_CONFIG[platform]}: run TensorFlow with --platform {TFJOB} (Training Operator v1 TFJob)"
+        homes = " or ".join(f"--platform {name} ({what})" for name, what in TENSORFLOW_HOMES.items())
+        return f"{NO_TF_CONFIG[platform]}: run TensorFlow with {homes}"
     return None
 
 
@@ -116,11 +128,12 @@ def _check(platform: str, replicas: int, ps: int | None, evaluators: int, nproc_
     for role, count, name in (("ps", ps, "ps"), ("evaluator", evaluators, "evaluators")):
         if count and role not in SIDE_ROLES.get(platform, ()):
             raise ValueError(f"{platform} has no {role} replicas; pass {name}=0")
-    if platform == SLURM and port is not None:
-        raise ValueError("slurm derives its ports from the job id: pass job_id, not port")
-    if port is not None and (isinstance(port, bool) or not isinstance(port, int)
-                             or not 1 <= port <= (65534 if platform == UAI else 65535)):
-        raise ValueError(f"port must be an integer in 1..65535 (UAI also uses port + 1), got {port!r}")
+    if platform in PORT_REFUSED and port is not None:
+        raise ValueError(f"{platform} {PORT_REFUSED[platform]}")
+    used: int = trait(platform, "PORTS_USED", 1)
+    if port is not None and (isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65536 - used):
+        also = f" ({platform} also uses port + {used - 1})" if used > 1 else ""
+        raise ValueError(f"port must be an integer in 1..{65536 - used}{also}, got {port!r}")
 
 
 def replica_specs(
@@ -152,8 +165,9 @@ def replica_specs(
     refused = refusal(platform, framework)
     if refused:
         raise ValueError(refused)
-    if use_chief_in_tf_config and platform != AIPLATFORM:
-        raise ValueError("use_chief_in_tf_config applies to aiplatform only: the others never send 'master' to TF2")
+    if use_chief_in_tf_config and platform not in CHIEF_OPTIONAL:
+        raise ValueError(f"use_chief_in_tf_config applies to {', '.join(CHIEF_OPTIONAL)} only: the others never "
+                         "send 'master' to TF2")
     module = REPLAYS[platform]
     number = module.PORT if port is None else port
     return module.replicas(Job(

@@ -13,7 +13,7 @@ SDK v2 and v1 pages; the Azure ML cheatsheet's "Environment variables from Open 
 * ``tensorflow`` (``worker_count``, ``parameter_server_count``): one process per worker or ps with ``TF_CONFIG``
   (``{"cluster": {"worker": [...], "ps": [...]}, "task": {...}, "environment": "cloud"}``): `tfconfig`.
 * ``mpi`` (``process_count_per_instance``): ``mpirun`` starts every process with Open MPI's ``OMPI_COMM_WORLD_RANK``,
-  ``_SIZE``, ``_LOCAL_RANK``, ``_LOCAL_SIZE`` (`ompi`), and the rendezvous host comes from
+  ``_SIZE``, ``_LOCAL_RANK``, ``_LOCAL_SIZE`` (`mpi`), and the rendezvous host comes from
   ``AZ_BATCH_MASTER_NODE=ADDR:PORT`` (Azure Batch's multi-instance primary, multi-node jobs only) or, on one node,
   ``AZ_BATCHAI_MPI_MASTER_NODE`` (a host alone). The cheatsheet's torch rendezvous is that host with ``MASTER_PORT``
   when the job sets it, else 6105 (multi-node; ``AZ_BATCH_MASTER_NODE``'s own port belongs to Batch's MPI
@@ -48,12 +48,11 @@ from ..world import ClusterError, ClusterInfo, format_address, host, integer, lo
     require, split_address
 from ..frameworks import TENSORFLOW
 from .starts import PLATFORM, Starts
-from . import envworld, ompi, tfconfig
+from . import envworld, mpi, tfconfig
 import zlib
 from ..topology_spec import TF_CONFIG, Job, ReplicaSpec, tf_config_json
 
 NAME = AZUREML
-FORCED_BY = (NAME,)
 STARTS = Starts(PLATFORM, unless=(TENSORFLOW,))  # its pytorch and mpi distributions start every process
 NODE_COUNT = "AZUREML_NODE_COUNT"  # the job's instance_count
 MARKERS = ("AZUREML_RUN_ID", NODE_COUNT, "AZUREML_EXPERIMENT_ID", "AZUREML_ARM_SUBSCRIPTION",
@@ -68,9 +67,10 @@ NO_TF_CONFIG: str | None = None  # it runs TensorFlow
 NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
 SINGLE_NODE_PORT = 54965  # the mpi cheatsheet's port on one node
 VARIABLES = (*MARKERS, *MPI_MASTERS)
+RECOGNISED = VARIABLES  # what `platforms.VARIABLES` gathers
 #: Azure ML's distribution type -> the module whose claim says it made the env, in the order preferred: a pytorch
 #: process started through mpirun also holds the OMPI_* variables, and its own RANK is what torch reads.
-DISTRIBUTIONS: dict[str, ModuleType] = {"pytorch": envworld, MPI: ompi, "tensorflow": tfconfig}
+DISTRIBUTIONS: dict[str, ModuleType] = {"pytorch": envworld, MPI: mpi, "tensorflow": tfconfig}
 
 
 def claims(env: Mapping[str, str]) -> tuple[str, ...]:
@@ -100,9 +100,9 @@ def read(env: Mapping[str, str], *, reduction_server: bool = False) -> ClusterIn
                                            "OMPI_COMM_WORLD_RANK): nothing says this is an Azure ML job")
         return replace(local_world(), platform=NAME, variables=markers)
     if kind == MPI:
-        got = require(env, NAME, ompi.RANKS)
-        size, local_size = (integer(name, got[name], least=1) for name in (ompi.SIZE, ompi.LOCAL_SIZE))
-        info = ompi.world(env, NAME, *mpi_master(env, single_node=size == local_size))
+        got = require(env, NAME, mpi.RANKS)
+        size, local_size = (integer(name, got[name], least=1) for name in (mpi.SIZE, mpi.LOCAL_SIZE))
+        info = mpi.world(env, NAME, *mpi_master(env, single_node=size == local_size))
     else:
         view = _with_local_world(env) if kind == "pytorch" else env
         info = DISTRIBUTIONS[kind].read(view, reduction_server=reduction_server)

@@ -13,10 +13,10 @@ from collections.abc import Mapping
 from ..world import ClusterError, ClusterInfo, below, host, integer, node_role, port, present, require
 
 NAME = "env"
-FORCED_BY = (NAME,)
 STARTS = None  # the launcher starts them
 REQUIRED = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK")
 OPTIONAL = ("LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK")
+RECOGNISED = (*REQUIRED, *OPTIONAL)  # what `platforms.VARIABLES` gathers
 
 
 def claims(env: Mapping[str, str]) -> tuple[str, ...]:

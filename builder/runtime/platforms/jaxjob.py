@@ -13,12 +13,12 @@ from ..world import ClusterInfo, below, host, integer, node_role, port, present,
 from ..topology_spec import OPERATOR_ENV, Job, ReplicaSpec, node_spec
 
 NAME = JAXJOB
-FORCED_BY = (NAME,)
 STARTS = None  # the launcher starts them
 PORT = 6666  # the Training Operator's JAXJob default port
 NO_TF_CONFIG: str | None = "a JAXJob gives TensorFlow no TF_CONFIG"  # why TensorFlow is refused
 NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
 REQUIRED = ("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES", "PROCESS_ID")
+RECOGNISED = REQUIRED  # what `platforms.VARIABLES` gathers
 
 
 def claims(env: Mapping[str, str]) -> tuple[str, ...]:

@@ -19,7 +19,6 @@ from ..world import DEFAULT_MASTER_PORT, ClusterInfo, below, format_address, hos
 from ..topology_spec import Job, ReplicaSpec, node_spec
 
 NAME = JOBSET
-FORCED_BY = (NAME,)
 STARTS = None  # the launcher starts them
 PORT = DEFAULT_MASTER_PORT  # what trainimg's JobSet manifest gives (torch.distributed's customary default)
 NO_TF_CONFIG: str | None = None  # it runs TensorFlow
@@ -39,6 +38,9 @@ VARIABLES: dict[str, str | None] = {
     "JOBSET_PORT": None,
 }
 REQUIRED = (INDEX, *VARIABLES)
+RECOGNISED = REQUIRED  # what `platforms.VARIABLES` gathers
+#: A variable only a platform sets but that describes no world alone -> what would (`platforms.detect`'s rule 4).
+STRAYS = {INDEX: "a JobSet's pods need the JOBSET_* variables (trainimg spec --platform jobset writes them)"}
 
 
 def claims(env: Mapping[str, str]) -> tuple[str, ...]:
@@ -88,3 +90,12 @@ def replicas(job: Job) -> list[ReplicaSpec]:
               pods: str(job.replicas), subdomain: job.name, port_variable: str(job.port)}
     return [node_spec(f"{REPLICATED_JOB}-0-{i}", i, {INDEX: str(i), **shared}, *pod(job.name, REPLICATED_JOB, i))
             for i in range(job.replicas)]
+
+
+#: (label, env, expected facts) the probe's cluster-parsing check reads back (`probe_platform`).
+SAMPLES: tuple[tuple[str, dict[str, str], dict[str, object]], ...] = (
+    (NAME, {"JOB_COMPLETION_INDEX": "1", "JOBSET_NAME": "js", "JOBSET_REPLICATED_JOB": "node",
+            "JOBSET_JOB_INDEX": "0", "JOBSET_JOB_REPLICAS": "1", "JOBSET_PODS_PER_JOB": "2",
+            "JOBSET_SUBDOMAIN": "js", "JOBSET_PORT": "29500"},
+     {"platform": NAME, "rank": 1, "world_size": 2, "master_addr": "js-node-0-0.js"}),
+)

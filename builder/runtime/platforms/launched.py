@@ -16,6 +16,7 @@ MARKER = "TRAINIMG_PLATFORM"
 ROLE = "TRAINIMG_ROLE"
 GROUP = ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "TRAINIMG_NODE_RANK",
          "TRAINIMG_NNODES")
+RECOGNISED = (MARKER, ROLE, *GROUP)  # what `platforms.VARIABLES` gathers
 
 
 def claims(env: Mapping[str, str]) -> tuple[str, ...]:

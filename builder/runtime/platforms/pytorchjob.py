@@ -18,13 +18,13 @@ from .starts import SAYS, Starts
 from ..topology_spec import OPERATOR_ENV, Job, ReplicaSpec, node_spec
 
 NAME = PYTORCHJOB
-FORCED_BY = (NAME,)
 STARTS = Starts(SAYS)  # PET_NPROC_PER_NODE
 PORT = 23456  # the Training Operator's PyTorchJob default port
 NO_TF_CONFIG: str | None = "a PyTorchJob gives TensorFlow no TF_CONFIG"  # why TensorFlow is refused
 NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
 REQUIRED = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES")
 OPTIONAL = ("PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT")
+RECOGNISED = (*REQUIRED, *OPTIONAL)  # what `platforms.VARIABLES` gathers
 
 
 def claims(env: Mapping[str, str]) -> tuple[str, ...]:
@@ -78,3 +78,12 @@ def replicas(job: Job) -> list[ReplicaSpec]:
                node_rank: str(node), nnodes: str(job.replicas), nproc_per_node: str(job.nproc)}
         specs.append(node_spec(name, node, env, f"{job.name}-{name}", ()))
     return specs
+
+
+#: (label, env, expected facts) the probe's cluster-parsing check reads back (`probe_platform`).
+SAMPLES: tuple[tuple[str, dict[str, str], dict[str, object]], ...] = (
+    (NAME, {"MASTER_ADDR": "job-master-0", "MASTER_PORT": "23456", "WORLD_SIZE": "8", "RANK": "1",
+            "PET_NPROC_PER_NODE": "4", "PET_NNODES": "2", "PET_NODE_RANK": "1"},
+     {"platform": NAME, "rank": 1, "world_size": 2, "nproc_per_node": 4, "world_size_processes": 8,
+      "master_addr": "job-master-0"}),
+)

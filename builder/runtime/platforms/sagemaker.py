@@ -43,7 +43,6 @@ import posixpath
 from ..topology_spec import Job, ReplicaSpec
 
 NAME = SAGEMAKER
-FORCED_BY = (NAME,)
 STARTS = None  # the launcher starts them
 PORT = None  # a replay names no port: the launcher reads the hosts from the file
 NO_TF_CONFIG: str | None = None  # it runs TensorFlow
@@ -57,6 +56,7 @@ HOSTS, CURRENT_HOST, NUM_GPUS, INSTANCE_TYPE, INTERFACE = (
     "SM_HOSTS", "SM_CURRENT_HOST", "SM_NUM_GPUS", "SM_CURRENT_INSTANCE_TYPE", "SM_NETWORK_INTERFACE_NAME")
 TOOLKIT = (HOSTS, CURRENT_HOST, NUM_GPUS, INSTANCE_TYPE, INTERFACE)
 VARIABLES = (BASE_DIR_VARIABLE, *TOOLKIT)
+RECOGNISED = VARIABLES  # what `platforms.VARIABLES` gathers
 #: The file's keys and the toolkit variable that repeats each one.
 SAME_FACT = {"hosts": HOSTS, "current_host": CURRENT_HOST, "current_instance_type": INSTANCE_TYPE,
              "network_interface_name": INTERFACE}

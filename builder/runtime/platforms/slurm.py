@@ -31,7 +31,8 @@ Standard library only.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import random
+from collections.abc import Callable, Mapping
 
 from ..contract import SLURM
 from ..hostlist import expand, expand_counts
@@ -43,9 +44,9 @@ from ..hostlist import compress, compress_counts
 from ..topology_spec import Job, ReplicaSpec
 
 NAME = SLURM
-FORCED_BY = (NAME,)
 STARTS = Starts(PLATFORM)  # srun starts one task per process
 PORT = None  # derived from the job id, as SlurmClusterResolver and the launcher derive it
+PORT_REFUSED = "derives its ports from the job id: pass job_id, not port"  # a replay given a port
 NO_TF_CONFIG: str | None = None  # it runs TensorFlow
 NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
 REQUIRED = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_STEP_NODELIST")
@@ -54,6 +55,7 @@ RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")  # optional: a job script's own choi
 JAX_PORT = "JAX_COORDINATOR_PORT"  # optional, the same for JAX: jax._src.clusters.ClusterEnv reads it before its own
 JAX_ADDRESS = "JAX_COORDINATOR_ADDRESS"  # optional: jax.distributed.initialize takes a script's own before detecting
 VARIABLES = (*REQUIRED, *TASK_COUNTS)
+RECOGNISED = (*VARIABLES, *RENDEZVOUS, JAX_PORT, JAX_ADDRESS)  # what `platforms.VARIABLES` gathers
 LIGHTNING_PORT_BASE = 15000  # lightning.fabric.plugins.environments.slurm: 15000 + last 4 digits of the job id
 JAX_PORT_BASE, JAX_PORT_SPAN = 61440, 4096  # jax._src.clusters.slurm_cluster: job id % 4096 + 61440
 TF_PORT_BASE = 8888  # tensorflow SlurmClusterResolver's port_base
@@ -140,6 +142,22 @@ def replicas(job: Job) -> list[ReplicaSpec]:
     return tasks(job.replicas, job.nproc, job.name, job_number(job.name) if job.job_id is None else job.job_id)
 
 
+def emulation(job: str, processes: int, port_free: Callable[[int], bool], tries: int = 50) -> dict[str, int]:
+    """How ``selftest`` emulates a job of `processes` tasks on this one machine (`topology.replica_specs`'s
+    arguments): every task on one node (its host list is this one host), with a job id whose ports (torch's and
+    JAX's rendezvous, derived from it as `read` derives them) are free here, else the last of `tries`; TensorFlow's
+    task ports differ by local id, so one node's tasks never clash. A platform module without ``emulation`` is
+    emulated with its replicas as given and a free port."""
+    job_id = 0
+    for _ in range(tries):
+        job_id = random.choice(JOB_IDS)
+        info = read(tasks(1, 1, job, job_id)[0].env)
+        jax_port = int((info.jax_coordinator or "").rpartition(":")[2])
+        if port_free(info.master_port) and port_free(jax_port):
+            break
+    return {"replicas": 1, "nproc_per_node": processes, "job_id": job_id}
+
+
 def tasks(nodes: int, tasks_per_node: int, job: str, job_id: int) -> list[ReplicaSpec]:
     """Every task of the step, node by node; task ``node * tasks_per_node + local`` runs on node ``node``."""
     job_id_variable, procid, ntasks, nodeid, localid, step_nodelist = REQUIRED
@@ -162,3 +180,12 @@ def tasks(nodes: int, tasks_per_node: int, job: str, job_id: int) -> list[Replic
             role, index = node_role(task)
             specs.append(ReplicaSpec(f"task-{task}", role, index, node, env, at))
     return specs
+
+
+#: (label, env, expected facts) the probe's cluster-parsing check reads back (`probe_platform`).
+SAMPLES: tuple[tuple[str, dict[str, str], dict[str, object]], ...] = (
+    (NAME, {"SLURM_JOB_ID": "77", "SLURM_PROCID": "3", "SLURM_NTASKS": "8", "SLURM_NODEID": "1",
+            "SLURM_LOCALID": "3", "SLURM_STEP_NODELIST": "node[01-02]", "SLURM_STEP_TASKS_PER_NODE": "4(x2)"},
+     {"platform": NAME, "process_rank": 3, "world_size_processes": 8, "local_rank": 3, "rank": 1,
+      "master_addr": "node01"}),
+)

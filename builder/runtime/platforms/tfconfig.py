@@ -11,12 +11,16 @@
 ``CLUSTER_SPEC`` wins when both are set: it is the platform's own description, while ``TF_CONFIG`` may be an older
 or rewritten copy. A ``TF_CONFIG`` without a cluster (``{}``, ``{"cluster": {}}``) is one machine, as TensorFlow's
 ``TFConfigClusterResolver`` reads it; a task index written as a string of digits is read as TensorFlow reads it.
+
+Why one module for several platforms: their variables are one family, so detection asks one parser (the
+``READER`` of `vertex`, `aiplatform`, `uai` and `tfjob`, whose own modules hold their replays); `cloud` lays out
+the two cloud dialects those modules choose between.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
@@ -25,17 +29,9 @@ from ..topology_spec import CLUSTER_SPEC, TF_CONFIG, Job, ReplicaSpec, tf_config
 from ..world import ClusterError, ClusterInfo, format_address, local_world, present, split_address
 
 NAME = "tf_config"
-#: ``--platform`` values read by this module: the platforms whose only description is one of these variables.
-FORCED_BY = (VERTEX, AIPLATFORM, UAI, TFJOB)
-STARTS = None  # the launcher starts them (TensorFlow: one per replica)
 PORT = 2222  # the port of the cloud platforms' TF_CONFIG examples and the TFJob's default, where a job names none
-NO_TF_CONFIG: str | None = None  # it runs TensorFlow
-NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
-#: The roles outside the all-reduce group each of these platforms has (the others run chief and workers only).
-SIDE_ROLES = {VERTEX: ("ps", "evaluator"), AIPLATFORM: ("ps", "evaluator"), UAI: ("ps",), TFJOB: ("ps", "evaluator")}
-NAMESPACE = "default"  # where a replayed TFJob's Services live
-_VERTEX_POOL = {role: pool for pool, role in VERTEX_POOLS.items()}
 VARIABLES = (CLUSTER_SPEC, TF_CONFIG)
+RECOGNISED = VARIABLES  # what `platforms.VARIABLES` gathers: every variable it recognises a platform by
 
 # The TensorFlow-style names AI Platform's CLUSTER_SPEC and every TF_CONFIG use; `master` is the deprecated chief.
 _TF_TYPES = {"chief": "chief", "master": "chief", "worker": "worker", "ps": "ps", "evaluator": "evaluator"}
@@ -209,76 +205,24 @@ def _trial(variable: str, value: object) -> str | None:
     return str(value)
 
 
-# -- the replay (`topology.replica_specs`) --------------------------------------------------------------------
-def replicas(job: Job) -> list[ReplicaSpec]:
-    """The replicas of a Vertex AI, AI Platform, UAI or TFJob job (`topology`'s module doc says each shape)."""
-    if job.platform == TFJOB:
-        return _tfjob(job.replicas, job.ps or 0, job.evaluators, job.name, job.port)
-    if job.platform == UAI:
-        return _uai(job.replicas, job.replicas if job.ps is None else job.ps, job.hosts, job.port, job.trial)
+# -- the replay, shared by the platforms whose replicas are described this way (`vertex`, `aiplatform`) ---------
+def cloud(job: Job, spec_type: Mapping[str, str], *, spec_roles: tuple[str, ...], tf_chief: str,
+          always_tf_config: bool) -> list[ReplicaSpec]:
+    """A cloud job's replicas: ``CLUSTER_SPEC`` in the platform's dialect (`spec_type`: role -> its pool's name,
+    `spec_roles`: the roles its cluster lists) on every replica, and ``TF_CONFIG`` (its chief called `tf_chief`)
+    where the job has more than one replica or the platform always sends it (`topology`'s module doc)."""
     counts = {"chief": 1, "worker": job.replicas - 1, "ps": job.ps or 0, "evaluator": job.evaluators}
-    return _cloud(job.platform, counts, job.hosts, job.port, job.trial, job.use_chief_in_tf_config)
-
-
-def _cloud(platform: str, counts: dict[str, int], hosts: Callable[[str, int], str], port: int, trial: str | None,
-           use_chief_in_tf_config: bool) -> list[ReplicaSpec]:
-    """Vertex AI and AI Platform: CLUSTER_SPEC in each one's dialect, and TF_CONFIG (see `topology`'s module doc)."""
-    names = {role: [hosts(role, i) for i in range(count)] for role, count in counts.items()}
-    addresses = {role: [format_address(host, port) for host in names[role]] for role in counts}
-    tf_chief = "master" if platform == AIPLATFORM and not use_chief_in_tf_config else "chief"
+    names = {role: [job.hosts(role, i) for i in range(count)] for role, count in counts.items()}
+    addresses = {role: [format_address(host, job.port) for host in names[role]] for role in counts}
     tf_names = {"chief": tf_chief, "worker": "worker", "ps": "ps"}
     tf_cluster = {tf_names[role]: addresses[role] for role in tf_names if addresses[role]}
-    send_tf_config = platform == AIPLATFORM or sum(counts.values()) > 1
-    if platform == VERTEX:
-        spec_cluster = {_VERTEX_POOL[role]: addresses[role] for role in counts if addresses[role]}
-        spec_type = _VERTEX_POOL
-    else:
-        # AI Platform's CLUSTER_SPEC always says master; an evaluator's task type is not in its cluster.
-        spec_type = {"chief": "master", "worker": "worker", "ps": "ps", "evaluator": "evaluator"}
-        spec_cluster = {spec_type[role]: addresses[role] for role in tf_names if addresses[role]}
+    send_tf_config = always_tf_config or sum(counts.values()) > 1
+    spec_cluster = {spec_type[role]: addresses[role] for role in spec_roles if addresses[role]}
     specs = []
     for role in counts:
         for index, host in enumerate(names[role]):
-            env = {CLUSTER_SPEC: tf_config_json(spec_cluster, spec_type[role], index, trial)}
+            env = {CLUSTER_SPEC: tf_config_json(spec_cluster, spec_type[role], index, job.trial)}
             if send_tf_config:
-                env[TF_CONFIG] = tf_config_json(tf_cluster, tf_names.get(role, role), index, trial)
+                env[TF_CONFIG] = tf_config_json(tf_cluster, tf_names.get(role, role), index, job.trial)
             specs.append(ReplicaSpec(f"{role}-{index}", role, index, None, env, host))
     return specs
-
-
-def _uai(replicas: int, ps: int, hosts: Callable[[str, int], str], port: int, trial: str | None) -> list[ReplicaSpec]:
-    """UAI Train: one master or worker per node, and ps 0..ps-1 beside them on nodes 0..ps-1 at port + 1."""
-    if ps > replicas:
-        raise ValueError(f"uai places at most one ps per node: ps={ps} exceeds replicas={replicas}")
-    node_hosts = [hosts("chief", 0)] + [hosts("worker", i) for i in range(replicas - 1)]
-    cluster = {
-        "master": [format_address(node_hosts[0], port)],
-        "ps": [format_address(node_hosts[i], port + 1) for i in range(ps)],
-        "worker": [format_address(host, port) for host in node_hosts[1:]],
-    }
-    cluster = {name: entries for name, entries in cluster.items() if entries}
-
-    def spec(role: str, index: int, task_type: str, node: int) -> ReplicaSpec:
-        return ReplicaSpec(f"{role}-{index}", role, index, node,
-                           {TF_CONFIG: tf_config_json(cluster, task_type, index, trial)}, node_hosts[node])
-
-    return [spec("chief", 0, "master", 0), *(spec("worker", i, "worker", i + 1) for i in range(replicas - 1)),
-            *(spec("ps", i, "ps", i) for i in range(ps))]
-
-
-def _tfjob(replicas: int, ps: int, evaluators: int, job: str, port: int) -> list[ReplicaSpec]:
-    """A TFJob: one chief, `replicas - 1` workers, `ps`, `evaluators`; ``TF_CONFIG`` names every Service but the
-    evaluators', and only when the job has more than one replica of any role."""
-    counts = {"chief": 1, "worker": replicas - 1, "ps": ps, "evaluator": evaluators}
-    hosts = {role: [f"{job}-{role}-{i}" for i in range(count)] for role, count in counts.items()}
-
-    def service(host: str) -> str:
-        return f"{host}.{NAMESPACE}.svc"
-
-    cluster = {role: [format_address(service(h), port) for h in hosts[role]]
-               for role in ("chief", "worker", "ps") if hosts[role]}
-    distributed = sum(counts.values()) > 1
-    return [ReplicaSpec(f"{role}-{i}", role, i, None,
-                        {TF_CONFIG: tf_config_json(cluster, role, i, None)} if distributed else {},
-                        host, (service(host),))
-            for role, names in hosts.items() for i, host in enumerate(names)]

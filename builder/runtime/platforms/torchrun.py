@@ -17,6 +17,7 @@ NAME = "torchrun"
 MARKER = "TORCHELASTIC_RUN_ID"
 REQUIRED = ("RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE", "MASTER_ADDR",
             "MASTER_PORT")
+RECOGNISED = (MARKER, *REQUIRED)  # what `platforms.VARIABLES` gathers
 PLATFORM_VARIABLE = "TRAINIMG_PLATFORM"  # the platform trainimg-launch read before it started torchrun
 
 

@@ -23,7 +23,6 @@ from ..topology_spec import Job, ReplicaSpec, node_spec
 from . import jobset
 
 NAME = TRAINJOB
-FORCED_BY = (NAME,)
 STARTS = Starts(TORCHRUN, unless=(JAX_FRAMEWORK,))  # the torch runtime's command is torchrun
 PORT = DEFAULT_MASTER_PORT  # Trainer's ContainerTrainerPort
 NO_TF_CONFIG: str | None = "Kubeflow Trainer v2 has no TensorFlow runtime"  # why TensorFlow is refused
@@ -32,6 +31,9 @@ TRAINER_NODE = "node"  # kubeflow/trainer pkg/constants Node: the trainer's repl
 TORCH = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 TORCH_OPTIONAL = ("PET_NPROC_PER_NODE",)
 JAX = ("JAX_NUM_PROCESSES", "JAX_PROCESS_ID", "JAX_COORDINATOR_ADDRESS")
+#: Its pods are an Indexed Job's: the index alone -> what would give the world (`platforms.detect`'s rule 4).
+STRAYS = {jobset.INDEX: "a TrainJob's pods need its runtime's PET_* (or JAX_*)"}
+RECOGNISED = (*TORCH, *TORCH_OPTIONAL, *JAX)  # what `platforms.VARIABLES` gathers
 
 
 def claims(env: Mapping[str, str]) -> tuple[str, ...]:
@@ -98,3 +100,11 @@ def replicas(job: Job) -> list[ReplicaSpec]:
                    master_port: str(job.port)}
         specs.append(node_spec(f"{TRAINER_NODE}-0-{i}", i, {**env, jobset.INDEX: str(i)}, at, aliases))
     return specs
+
+
+#: (label, env, expected facts) the probe's cluster-parsing check reads back (`probe_platform`).
+SAMPLES: tuple[tuple[str, dict[str, str], dict[str, object]], ...] = (
+    (NAME, {"PET_NNODES": "2", "PET_NPROC_PER_NODE": "2", "PET_NODE_RANK": "1",
+            "PET_MASTER_ADDR": "tj-node-0-0.tj", "PET_MASTER_PORT": "29500"},
+     {"platform": NAME, "rank": 1, "world_size": 2, "world_size_processes": 4, "master_addr": "tj-node-0-0.tj"}),
+)

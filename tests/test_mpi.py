@@ -11,11 +11,11 @@ from conftest import trainimg
 from trainimg.runtime.cluster import parse_cluster
 from trainimg.runtime.hostfile import format_hostfile, parse_hostfile
 from trainimg.runtime.launch import choose_mode
-from trainimg.runtime.platforms import ompi
+from trainimg.runtime.platforms import mpi
 from trainimg.runtime.world import ClusterError
 
-RANKS = {ompi.RANK: "5", ompi.SIZE: "8", ompi.LOCAL_RANK: "1", ompi.LOCAL_SIZE: "4",
-         ompi.HNP_URI: "3846701056.0;tcp://172.22.0.4:48903"}
+RANKS = {mpi.RANK: "5", mpi.SIZE: "8", mpi.LOCAL_RANK: "1", mpi.LOCAL_SIZE: "4",
+         mpi.HNP_URI: "3846701056.0;tcp://172.22.0.4:48903"}
 
 
 def test_hostfile_both_ways() -> None:
@@ -32,14 +32,14 @@ def test_hostfile_both_ways() -> None:
 ])
 def test_hostfile_refusals(text: str, words: str) -> None:
     with pytest.raises(ClusterError) as err:
-        parse_hostfile(text, ompi.HOSTFILE)
-    assert words in str(err.value) and str(err.value).startswith(ompi.HOSTFILE) and "\n" not in str(err.value)
+        parse_hostfile(text, mpi.HOSTFILE)
+    assert words in str(err.value) and str(err.value).startswith(mpi.HOSTFILE) and "\n" not in str(err.value)
 
 
 def test_ranks_kept_and_rank_zero_from_the_hostfile(tmp_path: Path) -> None:
     hostfile = tmp_path / "hostfile"
     hostfile.write_text(format_hostfile(["a.job", "b.job"], 4))
-    info = parse_cluster({**RANKS, ompi.HOSTFILE: str(hostfile)})
+    info = parse_cluster({**RANKS, mpi.HOSTFILE: str(hostfile)})
     assert (info.platform, info.started_by, info.process_rank, info.local_rank) == ("mpi", "mpi", 5, 1)
     assert (info.node_rank, info.nnodes, info.role, info.index, info.master_addr, info.master_port) == \
         (1, 2, "worker", 0, "a.job", 29500)
@@ -47,16 +47,16 @@ def test_ranks_kept_and_rank_zero_from_the_hostfile(tmp_path: Path) -> None:
     assert info.jax_coordinator == f"a.job:{3846701056 // 4096 % 4096 + 61440}"
     assert choose_mode(info, "pytorch", True) == "exec"
     with pytest.raises(ClusterError, match="already started 4"):
-        parse_cluster({**RANKS, ompi.HOSTFILE: str(hostfile)}, 2)
+        parse_cluster({**RANKS, mpi.HOSTFILE: str(hostfile)}, 2)
 
 
 @pytest.mark.parametrize(("extra", "variable", "words"), [
-    ({ompi.HOSTFILE: "/etc/mpi/hostfile"}, "MASTER_ADDR", "names /etc/mpi/hostfile, which this node cannot read"),
+    ({mpi.HOSTFILE: "/etc/mpi/hostfile"}, "MASTER_ADDR", "names /etc/mpi/hostfile, which this node cannot read"),
     ({}, "MASTER_ADDR", "OMPI_MCA_orte_default_hostfile is not set"),
-    ({"MASTER_ADDR": "n0", ompi.LOCAL_SIZE: "3"}, ompi.LOCAL_SIZE, "do not divide"),
-    ({"MASTER_ADDR": "n0", ompi.LOCAL_RANK: "0"}, ompi.LOCAL_RANK, "not laid out node by node"),
-    ({"MASTER_ADDR": "n0", ompi.RANK: "8"}, ompi.RANK, "outside the world of 8"),
-    ({"MASTER_ADDR": "n0", ompi.LOCAL_RANK: ""}, ompi.LOCAL_RANK, "is not set"),
+    ({"MASTER_ADDR": "n0", mpi.LOCAL_SIZE: "3"}, mpi.LOCAL_SIZE, "do not divide"),
+    ({"MASTER_ADDR": "n0", mpi.LOCAL_RANK: "0"}, mpi.LOCAL_RANK, "not laid out node by node"),
+    ({"MASTER_ADDR": "n0", mpi.RANK: "8"}, mpi.RANK, "outside the world of 8"),
+    ({"MASTER_ADDR": "n0", mpi.LOCAL_RANK: ""}, mpi.LOCAL_RANK, "is not set"),
 ])
 def test_refusals_name_the_variable(extra: dict[str, str], variable: str, words: str) -> None:
     with pytest.raises(ClusterError) as err:
@@ -65,9 +65,9 @@ def test_refusals_name_the_variable(extra: dict[str, str], variable: str, words:
 
 
 def test_one_node_meets_on_loopback_and_cli_refuses_in_one_line(state_env: dict[str, str]) -> None:
-    one = {**RANKS, ompi.RANK: "1", ompi.SIZE: "4", ompi.LOCAL_SIZE: "4"}
+    one = {**RANKS, mpi.RANK: "1", mpi.SIZE: "4", mpi.LOCAL_SIZE: "4"}
     assert parse_cluster(one).master_addr == "127.0.0.1"
     r = trainimg("cluster", "--json", env={**state_env, **one})
     assert r.returncode == 0 and json.loads(r.stdout)["platform"] == "mpi", r.stderr
-    r = trainimg("cluster", "--json", env={**state_env, **RANKS, ompi.HOSTFILE: "/etc/mpi/hostfile"})
+    r = trainimg("cluster", "--json", env={**state_env, **RANKS, mpi.HOSTFILE: "/etc/mpi/hostfile"})
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "mpirun -x MASTER_ADDR" in r.stderr

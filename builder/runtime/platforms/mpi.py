@@ -59,7 +59,6 @@ from ..topology_spec import Job, ReplicaSpec
 from . import jobset
 
 NAME = MPI
-FORCED_BY = (NAME,)
 STARTS = Starts(PLATFORM)  # mpirun starts every rank
 PORT = DEFAULT_MASTER_PORT
 NO_TF_CONFIG: str | None = "mpirun gives TensorFlow no TF_CONFIG"  # why TensorFlow is refused
@@ -73,6 +72,7 @@ DEFAULT_SLOTS = "OMPI_MCA_orte_set_default_slots"
 ENV_LIST = "OMPI_MCA_mca_base_env_list"  # variables mpirun forwards to every rank, as -x does
 OPTIONAL = (HNP_URI, HOSTFILE, KEEP_FQDN, DEFAULT_SLOTS)
 VARIABLES = (*RANKS, *OPTIONAL)
+RECOGNISED = VARIABLES  # what `platforms.VARIABLES` gathers
 #: jax._src.clusters.ompi_cluster: port ``jobid // 2**12 % 2**12 + 65535 - 2**12 + 1`` of the URI's job id.
 JAX_PORT_SPAN = 2**12
 _JOB_ID = re.compile(r"([0-9]{1,12})\.")
