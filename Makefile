@@ -19,14 +19,19 @@ demo: setup install
 	  --platform vertex --replicas 4 --registry $(REGISTRY) --json reports/demo.json --junit reports/demo.xml
 	@echo "demo: $(VARIANT) built, passed conformance on 4 replicas and was pushed to $(REGISTRY)"
 
-# All four tiers (tests/conftest.py derives each test's tier from the fixtures it uses).
+# All four tiers (tests/conftest.py derives each test's tier from the fixtures it uses), on one pytest-xdist worker
+# per CPU: the engine tests (tiers 3 and 4) one at a time on one worker, as one process would run them; the rest beside
+# them. PYTEST_WORKERS=0 runs everything in this process.
+PYTEST_WORKERS ?= auto
+XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
 test: setup install
-	$(PYTHON) -m pytest -q $(PYTEST_ARGS)
+	$(PYTHON) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # Tiers 1 and 2: in-process tests and host tools (framework venvs, Slurm, Chromium, ...), no engine. DOCKER_HOST
 # points nowhere, so a test that reaches the engine without requesting its fixture fails here instead of passing.
 test-quick: setup install
-	DOCKER_HOST=unix:///nonexistent/trainimg-test-quick.sock $(PYTHON) -m pytest -q -m "tier1 or tier2" $(PYTEST_ARGS)
+	DOCKER_HOST=unix:///nonexistent/trainimg-test-quick.sock $(PYTHON) -m pytest -q $(XDIST) -m "tier1 or tier2" \
+	  $(PYTEST_ARGS)
 
 # The gates (issue 13): types, pyflakes, import layers, sizes (of builder/ and benchmarks/). Every check runs; each
 # violation is one `file:line: message` line; the exit status is non-zero if any check found one.

@@ -41,6 +41,9 @@ from slurmcluster import slurm_cluster  # noqa: F401  (a real one-machine Slurm,
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_BASE = os.environ.get("TRAINIMG_LOCAL_BASE", "local/debian:bookworm")
 CPU_VARIANT = "pytorch-2.13.0-cpu-py3.11"
+# `make test` runs under pytest-xdist with `--dist loadgroup`: every engine test (tier 3 and up) is in this group, so
+# one worker runs them in order, as a single process would, while the other workers take tiers 1 and 2.
+ENGINE_GROUP = "engine"
 
 
 @pytest.fixture(scope="session")
@@ -230,3 +233,5 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("engine")
         if tier >= 4 and not item.get_closest_marker("slow"):
             item.add_marker("slow")
+        if tier >= 3:  # one engine, one worker: engine tests run one at a time, the others beside them (xdist)
+            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
