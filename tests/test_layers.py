@@ -257,6 +257,23 @@ def test_the_client_push_sends_only_the_layers_the_registry_lacks(released: dict
     assert verdict.identical, verdict
 
 
+def test_a_layer_another_repository_holds_is_mounted_not_sent(released: dict[str, Any]) -> None:
+    """A team's image in a repository of its own, extending a released one (or a release's other variants): each
+    layer the sibling's repository holds is linked by the registry's cross-repository mount, none is sent, and
+    the new repository then serves every blob of its manifest."""
+    api = released["api"]
+    name, tag = CPU_TAG.split(":")
+    sibling = (api.target.repository(name), tag)
+    got = api.manifest_json(*sibling)
+    assert got is not None
+    blobs = {layer["digest"] for layer in json.loads(got[0])["layers"]}
+    team = api.target.repository(f"team{uuid.uuid4().hex[:6]}/trainer")
+    result = push_saved(DockerEngine(), CPU_TAG, api, team, tag, siblings=[sibling])
+    assert (result.uploaded, result.bytes_uploaded) == ([], 0)
+    assert sorted(result.mounted) == sorted(blobs)  # each distinct blob once: a repeated empty layer is then held
+    assert api.missing_blobs(team, tag) == []
+
+
 def _tamper_last_layer(api: RegistryAPI, repository: str, tag: str, path: str) -> None:
     """Put under `tag` an image whose last layer holds `path` with one byte more: a new layer blob, config and
     manifest through the registry's own API (what someone with push rights could do)."""

@@ -133,7 +133,8 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
         def passed(image_id: str, ref: str = tag) -> None:
             policy.gate(image_id, ref)
 
-        result = push(engine, tag, target, tag, credentials=creds, gate=passed, upload=upload)
+        result = push(engine, tag, target, tag, credentials=creds, gate=passed, upload=upload,
+                      siblings=[t for t in tags if t != tag])
         click.echo(f"pushed {result.ref}@{result.digest} ({result.bytes_uploaded} bytes uploaded)")
         policy.pushed(tag, result)
         results.append(result)

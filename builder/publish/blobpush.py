@@ -17,6 +17,7 @@ import gzip
 import hashlib
 import io
 import json
+import posixpath
 import shutil
 import tarfile
 import tempfile
@@ -42,6 +43,7 @@ class BlobPush:
     digest: str
     layers: int
     uploaded: list[str] = field(default_factory=list)  # blob digests of the layers sent
+    mounted: list[str] = field(default_factory=list)  # blob digests linked from another repository, not sent
     bytes_uploaded: int = 0
     compressed_bytes: int = 0  # the image's layers, compressed, as the manifest lists them
 
@@ -70,43 +72,53 @@ def gzip_layer(src: IO[bytes], dest: Path) -> tuple[str, int]:
     return f"sha256:{sink.sha.hexdigest()}", sink.size
 
 
-def known_layers(api: RegistryAPI, repository: str, references: Iterable[str]) -> dict[str, tuple[str, int]]:
-    """diff ID -> (blob digest, size) of every layer of the image manifests `references` name in `repository`."""
-    known: dict[str, tuple[str, int]] = {}
-    for ref in references:
+def known_layers(api: RegistryAPI, refs: Iterable[tuple[str, str]]) -> dict[str, tuple[str, int, str]]:
+    """diff ID -> (blob digest, size, repository) of every layer of the image manifests `refs` ((repository,
+    reference) pairs) name; the first ref naming a layer wins."""
+    known: dict[str, tuple[str, int, str]] = {}
+    for repository, ref in refs:
         got = api.manifest_json(repository, ref)
         if got is None or got[1] != MANIFEST_TYPE:
             continue
         manifest = json.loads(got[0])
         config = json.loads(api.blob(repository, manifest["config"]["digest"]))
         for diff_id, layer in zip(config["rootfs"]["diff_ids"], manifest["layers"]):
-            known[diff_id] = (layer["digest"], int(layer["size"]))
+            known.setdefault(diff_id, (layer["digest"], int(layer["size"]), repository))
     return known
 
 
 def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str, tag: str,
-               also_known: Iterable[str] = ()) -> BlobPush:
-    """Push local image `local_ref` as `repository:tag`, sending only the layers the registry lacks."""
+               also_known: Iterable[str] = (), siblings: Iterable[tuple[str, str]] = ()) -> BlobPush:
+    """Push local image `local_ref` as `repository:tag`, sending only the layers the registry lacks.
+
+    `also_known` are other tags of `repository`; `siblings` ((repository, tag) pairs: the release's other images, an
+    extended parent) are read too, and a layer one of them holds is mounted from its repository, not sent."""
     info = engine.image(local_ref)
     if info is None:
         raise UserInputError(f"no local image {local_ref}: build it first")
-    known = known_layers(api, repository, [tag, *also_known])
+    known = known_layers(api, [(repository, t) for t in (tag, *also_known)] + [s for s in siblings
+                                                                                if s[0] != repository])
     result = BlobPush("", len(info.layers))
     blobs: dict[str, tuple[str, int]] = {}  # the saved tar's layer member -> (blob digest, compressed size)
+    links: dict[str, str] = {}  # a layer tar saved as a link -> the member it links to (before or after it)
     entry: dict[str, Any] = {}
     config = b""
     with tempfile.TemporaryDirectory(prefix="trainimg-push-") as tmp:
         with tarfile.open(fileobj=_ChunkReader(engine.save_stream(local_ref)), mode="r|") as outer:
             for member in outer:
-                if member.name.endswith("/layer.tar"):
+                if member.name.endswith("/layer.tar") and member.issym():  # a repeated layer: a link to its tar
+                    links[member.name] = posixpath.normpath(posixpath.join(posixpath.dirname(member.name),
+                                                                           member.linkname))
+                elif member.name.endswith("/layer.tar"):
                     blobs[member.name] = _layer_blob(api, repository, _member(outer, member), Path(tmp), known,
                                                      result)
                 elif member.name == "manifest.json":
                     (entry,) = json.load(_member(outer, member))
                 elif member.name.endswith(".json") and "/" not in member.name:
                     config = _member(outer, member).read()  # the image config: `<digest>.json` at the top
-    if not entry or not config:
-        raise RegistryError(f"the engine's save of {local_ref} has no manifest.json or image config")
+    blobs.update({name: blobs[target] for name, target in links.items() if target in blobs})
+    if not entry or not config or set(entry["Layers"]) - set(blobs):
+        raise RegistryError(f"the engine's save of {local_ref} lacks its manifest.json, image config or a layer")
     layers: list[dict[str, Any]] = [{"mediaType": LAYER_TYPE, "size": blobs[name][1], "digest": blobs[name][0]}
                                     for name in entry["Layers"]]
     config_digest = api.put_blob(repository, config)
@@ -119,26 +131,39 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
 
 
 def _layer_blob(api: RegistryAPI, repository: str, layer: IO[bytes], tmp: Path,
-                known: dict[str, tuple[str, int]], result: BlobPush) -> tuple[str, int]:
+                known: dict[str, tuple[str, int, str]], result: BlobPush) -> tuple[str, int]:
     """One layer tar of the saved stream -> its blob in the registry: reused when the registry holds it (its diff ID,
-    the tar's digest, is known), else gzipped and uploaded. Only this layer is ever on disk, uncompressed."""
+    the tar's digest, is known) in this repository, mounted when in another, else gzipped and uploaded. Only this
+    layer is ever on disk, uncompressed."""
     plain, sha = tmp / "layer.tar", hashlib.sha256()
     with plain.open("wb") as fh:
         while chunk := layer.read(1 << 20):
             sha.update(chunk)
             fh.write(chunk)
-    digest, size = known.get(f"sha256:{sha.hexdigest()}", ("", 0))
-    if not digest or not api.has_blob(repository, digest):
-        gz = tmp / "layer.tar.gz"
-        with plain.open("rb") as src:
-            digest, size = gzip_layer(src, gz)
-        if not api.has_blob(repository, digest):
-            api.upload_file(repository, gz, digest)
-            result.uploaded.append(digest)
-            result.bytes_uploaded += size
-        gz.unlink()
+    digest, size, source = known.get(f"sha256:{sha.hexdigest()}", ("", 0, ""))
+    if digest and _held(api, repository, digest, source, result):
+        plain.unlink()
+        return digest, size
+    gz = tmp / "layer.tar.gz"
+    with plain.open("rb") as src:
+        digest, size = gzip_layer(src, gz)
     plain.unlink()
+    if not api.has_blob(repository, digest):
+        api.upload_file(repository, gz, digest)
+        result.uploaded.append(digest)
+        result.bytes_uploaded += size
+    gz.unlink()
     return digest, size
+
+
+def _held(api: RegistryAPI, repository: str, digest: str, source: str, result: BlobPush) -> bool:
+    """Whether `repository` holds blob `digest` now: it did, or it was mounted from `source`, which holds it."""
+    if api.has_blob(repository, digest):
+        return True
+    if source != repository and api.has_blob(source, digest) and api.mount_blob(repository, digest, source):
+        result.mounted.append(digest)
+        return True
+    return False
 
 
 class _ChunkReader(io.RawIOBase):

@@ -84,6 +84,7 @@ def push_release(engine: Engine, builds: Iterable[VariantBuild], target: Registr
     """
     builds = list(builds)
     results: dict[str, PushResult] = {}
+    siblings = [b.tag for b in builds] + list(kept or ())  # a layer one of them holds is mounted, not sent
 
     def one(local: str, image_id: str) -> PushResult:
         image = engine.image(local)
@@ -95,7 +96,7 @@ def push_release(engine: Engine, builds: Iterable[VariantBuild], target: Registr
                 gate(iid, local)
 
         res = push(engine, local, target, local, credentials=credentials, gate=gate_this if gate else None,
-                   **push_kwargs)
+                   siblings=[t for t in siblings if t != local], **push_kwargs)
         results[local] = res
         if on_pushed:
             on_pushed(local, res)

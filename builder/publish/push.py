@@ -141,12 +141,14 @@ def _attempt(engine: Engine, api: RegistryAPI, tag: str, pushed: dict[str, int],
     return remote
 
 
-def _attempt_client(engine: Engine, api: RegistryAPI, tag: str, image_id: str, pushed: dict[str, int]) -> str:
+def _attempt_client(engine: Engine, api: RegistryAPI, tag: str, image_id: str, pushed: dict[str, int],
+                    siblings: Iterable[str]) -> str:
     """One push through the registry client: the layers the registry lacks, the config, the manifest."""
     name, tag_part = split_tag(tag)
     repository = api.target.repository(name)
     api.check_access()
-    result = push_saved(engine, image_id, api, repository, tag_part)
+    refs = [(api.target.repository(n), t) for n, t in map(split_tag, siblings)]
+    result = push_saved(engine, image_id, api, repository, tag_part, siblings=refs)
     pushed["client"] = pushed.get("client", 0) + result.bytes_uploaded
     missing = api.missing_blobs(repository, tag_part)
     if missing:
@@ -175,6 +177,7 @@ def push(
     gate: Callable[[str], None] | None = None,
     timeout: float = 30.0,
     upload: str = DEFAULT_UPLOAD,
+    siblings: Iterable[str] = (),
 ) -> PushResult:
     """Push local image `local_ref` to `target` as `tag` (`name:tag`), retrying transient failures.
 
@@ -184,7 +187,8 @@ def push(
     `timeout` bounds each HTTP call to the registry. The result's digest is what the registry serves and what the
     engine recorded, and every blob of that manifest answered 200. By default (`DEFAULT_UPLOAD`) the layers go through
     trainimg's registry client (blobpush.py): only those the registry lacks, whatever the engine remembers;
-    `upload=ENGINE_UPLOAD` has the engine push them.
+    `upload=ENGINE_UPLOAD` has the engine push them. `siblings` are other local tags pushed to `target` (a release's
+    other variants, the parent an image extends): the client mounts a layer one of them holds instead of sending it.
     """
     image = engine.image(local_ref)
     if image is None:
@@ -202,7 +206,7 @@ def push(
     while True:
         attempts += 1
         try:
-            digest = (_attempt_client(engine, api, tag, image.id, pushed) if upload == CLIENT_UPLOAD else
+            digest = (_attempt_client(engine, api, tag, image.id, pushed, siblings) if upload == CLIENT_UPLOAD else
                       _attempt(engine, api, tag, pushed, on_progress))
         except Transient as exc:
             if attempts > retries:

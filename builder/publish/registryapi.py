@@ -218,6 +218,18 @@ class RegistryAPI:
         scope = f"repository:{repository}:pull"
         return self.request("HEAD", f"/v2/{repository}/blobs/{digest}", scope=scope).status_code == 200
 
+    def mount_blob(self, repository: str, digest: str, source: str) -> bool:
+        """Link blob `digest` of repository `source` into `repository` without sending it (the Distribution API's
+        cross-repository mount); False when the registry would not, its upload session then cancelled."""
+        scope = f"repository:{repository}:pull,push repository:{source}:pull"
+        resp = self.request("POST", f"/v2/{repository}/blobs/uploads/?mount={digest}&from={source}", scope=scope)
+        if resp.status_code == 201:
+            return True
+        location = resp.headers.get("Location", "")
+        if resp.status_code == 202 and location:  # an upload session instead: not used, so not left open
+            self.request("DELETE", location if location.startswith("http") else self.base + location, scope=scope)
+        return False
+
     def put_blob(self, repository: str, data: bytes) -> str:
         """Upload `data` as one blob (monolithic POST then PUT) unless the registry has it; returns its digest."""
         digest = sha256_digest(data)
