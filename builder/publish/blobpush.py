@@ -17,11 +17,14 @@ import gzip
 import hashlib
 import io
 import json
+import os
 import posixpath
 import shutil
 import tarfile
 import tempfile
+import threading
 from collections.abc import Iterable
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
@@ -34,6 +37,9 @@ MANIFEST_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_TYPE = "application/vnd.docker.container.image.v1+json"
 LAYER_TYPE = "application/vnd.docker.image.rootfs.diff.tar.gzip"
 DETERMINISTIC_GZIP: dict[str, Any] = {"compresslevel": 6, "mtime": 0, "filename": ""}
+# Layers compressed at once: gzip at level 6 makes ~26 MB/s of one core here, so a 9 GB GPU image's first push is
+# bound by it; the engine's own push compresses up to 5 layers at once (dockerd's max-concurrent-uploads).
+WORKERS = max(2, min(4, os.cpu_count() or 1))
 
 
 @dataclass
@@ -99,23 +105,30 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
     known = known_layers(api, [(repository, t) for t in (tag, *also_known)] + [s for s in siblings
                                                                                 if s[0] != repository])
     result = BlobPush("", len(info.layers))
-    blobs: dict[str, tuple[str, int]] = {}  # the saved tar's layer member -> (blob digest, compressed size)
+    futures: dict[str, Future[tuple[str, int]]] = {}  # the saved tar's layer member -> (blob digest, size)
     links: dict[str, str] = {}  # a layer tar saved as a link -> the member it links to (before or after it)
     entry: dict[str, Any] = {}
     config = b""
-    with tempfile.TemporaryDirectory(prefix="trainimg-push-") as tmp:
+    # Layers are compressed and sent by WORKERS threads (zlib lets go of the GIL) while the stream is read on; at
+    # most WORKERS + 1 layers are on disk at once.
+    slots = threading.BoundedSemaphore(WORKERS + 1)
+    with tempfile.TemporaryDirectory(prefix="trainimg-push-") as tmp, ThreadPoolExecutor(WORKERS) as pool:
+        sender = _Sender(api, repository, known, result)
         with tarfile.open(fileobj=_ChunkReader(engine.save_stream(local_ref)), mode="r|") as outer:
             for member in outer:
                 if member.name.endswith("/layer.tar") and member.issym():  # a repeated layer: a link to its tar
                     links[member.name] = posixpath.normpath(posixpath.join(posixpath.dirname(member.name),
                                                                            member.linkname))
                 elif member.name.endswith("/layer.tar"):
-                    blobs[member.name] = _layer_blob(api, repository, _member(outer, member), Path(tmp), known,
-                                                     result)
+                    slots.acquire()
+                    plain, diff_id = _spool(_member(outer, member), Path(tmp))
+                    futures[member.name] = pool.submit(sender.send, plain, diff_id)
+                    futures[member.name].add_done_callback(lambda _: slots.release())
                 elif member.name == "manifest.json":
                     (entry,) = json.load(_member(outer, member))
                 elif member.name.endswith(".json") and "/" not in member.name:
                     config = _member(outer, member).read()  # the image config: `<digest>.json` at the top
+        blobs = {name: future.result() for name, future in futures.items()}
     blobs.update({name: blobs[target] for name, target in links.items() if target in blobs})
     if not entry or not config or set(entry["Layers"]) - set(blobs):
         raise RegistryError(f"the engine's save of {local_ref} lacks its manifest.json, image config or a layer")
@@ -130,40 +143,56 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
     return result
 
 
-def _layer_blob(api: RegistryAPI, repository: str, layer: IO[bytes], tmp: Path,
-                known: dict[str, tuple[str, int, str]], result: BlobPush) -> tuple[str, int]:
-    """One layer tar of the saved stream -> its blob in the registry: reused when the registry holds it (its diff ID,
-    the tar's digest, is known) in this repository, mounted when in another, else gzipped and uploaded. Only this
-    layer is ever on disk, uncompressed."""
-    plain, sha = tmp / "layer.tar", hashlib.sha256()
-    with plain.open("wb") as fh:
+def _spool(layer: IO[bytes], tmp: Path) -> tuple[Path, str]:
+    """One layer tar of the saved stream onto disk, uncompressed; returns its file and its diff ID (its digest)."""
+    sha = hashlib.sha256()
+    with tempfile.NamedTemporaryFile(dir=tmp, suffix=".tar", delete=False) as fh:
         while chunk := layer.read(1 << 20):
             sha.update(chunk)
             fh.write(chunk)
-    digest, size, source = known.get(f"sha256:{sha.hexdigest()}", ("", 0, ""))
-    if digest and _held(api, repository, digest, source, result):
-        plain.unlink()
-        return digest, size
-    gz = tmp / "layer.tar.gz"
-    with plain.open("rb") as src:
-        digest, size = gzip_layer(src, gz)
-    plain.unlink()
-    if not api.has_blob(repository, digest):
-        api.upload_file(repository, gz, digest)
-        result.uploaded.append(digest)
-        result.bytes_uploaded += size
-    gz.unlink()
-    return digest, size
+    return Path(fh.name), f"sha256:{sha.hexdigest()}"
 
 
-def _held(api: RegistryAPI, repository: str, digest: str, source: str, result: BlobPush) -> bool:
-    """Whether `repository` holds blob `digest` now: it did, or it was mounted from `source`, which holds it."""
-    if api.has_blob(repository, digest):
-        return True
-    if source != repository and api.has_blob(source, digest) and api.mount_blob(repository, digest, source):
-        result.mounted.append(digest)
-        return True
-    return False
+@dataclass
+class _Sender:
+    """Puts one spooled layer in the registry (on a worker thread): reused when the registry holds it (its diff ID is
+    known) in this repository, mounted when in another, else gzipped and uploaded; the file is removed after."""
+
+    api: RegistryAPI
+    repository: str
+    known: dict[str, tuple[str, int, str]]
+    result: BlobPush
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    def send(self, plain: Path, diff_id: str) -> tuple[str, int]:
+        try:
+            digest, size, source = self.known.get(diff_id, ("", 0, ""))
+            if digest and self._held(digest, source):
+                return digest, size
+            gz = plain.with_suffix(".tar.gz")
+            with plain.open("rb") as src:
+                digest, size = gzip_layer(src, gz)
+            plain.unlink()
+            if not self.api.has_blob(self.repository, digest):
+                self.api.upload_file(self.repository, gz, digest)
+                with self.lock:
+                    self.result.uploaded.append(digest)
+                    self.result.bytes_uploaded += size
+            gz.unlink()
+            return digest, size
+        finally:
+            plain.unlink(missing_ok=True)
+
+    def _held(self, digest: str, source: str) -> bool:
+        """Whether the repository holds blob `digest` now: it did, or it was mounted from `source`, which holds it."""
+        if self.api.has_blob(self.repository, digest):
+            return True
+        if (source != self.repository and self.api.has_blob(source, digest)
+                and self.api.mount_blob(self.repository, digest, source)):
+            with self.lock:
+                self.result.mounted.append(digest)
+            return True
+        return False
 
 
 class _ChunkReader(io.RawIOBase):
