@@ -5,8 +5,8 @@ an engine that never pushed or pulled it (an ephemeral CI runner) gzips and uplo
 registry holds (moby `distribution/push_v2.go`; shared/reference/layers.md). Here the registry is asked instead:
 the image it holds under the tag (and any other references given) maps each layer's diff ID to its blob, so a
 layer it has is neither compressed nor sent (`HEAD /v2/<name>/blobs/<digest>` confirms it). The image is streamed
-from the engine's `docker save` (one layer on disk at a time, not a copy of a 10 GB image); the layers the registry
-lacks are gzipped deterministically (`DETERMINISTIC_GZIP`: level 6, header time 0, no file name),
+from the engine's `docker save` (dockerd stages its export in its own tmp; here at most WORKERS + 1 layers are on
+disk, not a second copy of a 10 GB image); the layers the registry lacks are gzipped deterministically (`DETERMINISTIC_GZIP`: level 6, header time 0, no file name),
 so an unchanged layer compresses to the same blob on every machine running the same zlib; then the image config
 (its exact bytes: the pulled image keeps the local image ID) and a Docker schema 2 manifest.
 """
