@@ -106,13 +106,13 @@ class BuildOptions:
 
 
 # Who sends an image's layers on `push`: the engine (`docker push`), or trainimg's registry client, which sends only
-# the layers the registry lacks whatever the engine remembers (publish/blobpush.py).
-ENGINE_UPLOAD, CLIENT_UPLOAD = "engine", "client"
-UPLOADS = (ENGINE_UPLOAD, CLIENT_UPLOAD)
-# The client by default: CI runners start with an empty engine, and Docker 20.10 uploads every layer it has no
-# record of, so an engine push of an unchanged rebuild sends the whole image (3.1 GB for a GPU variant) where the
-# client sends 0 bytes. `--upload engine` keeps the engine's push.
-DEFAULT_UPLOAD = CLIENT_UPLOAD
+# the layers the registry lacks whatever the engine remembers (publish/blobpush.py); `auto`, the default, asks the
+# registry first: the client when the registry (the tag, the release's other images) holds a layer of the image,
+# as on a CI runner that starts empty and re-releases (Docker 20.10 would send the whole image, 3.1 GB for a GPU
+# variant), else the engine, which streams a first push without staging a copy of the image.
+AUTO_UPLOAD, ENGINE_UPLOAD, CLIENT_UPLOAD = "auto", "engine", "client"
+UPLOADS = (AUTO_UPLOAD, ENGINE_UPLOAD, CLIENT_UPLOAD)
+DEFAULT_UPLOAD = AUTO_UPLOAD
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -20,7 +20,7 @@ from conftest_registry import RegistryLogin
 from faultproxy import FaultProxy
 from trainimg.engine.docker import DockerEngine
 from trainimg.errors import RegistryError, UserInputError
-from trainimg.options import ENGINE_UPLOAD, UPLOADS
+from trainimg.options import CLIENT_UPLOAD, ENGINE_UPLOAD
 from trainimg.publish.credentials import resolve_credentials
 from trainimg.publish.localregistry import LocalRegistry
 from trainimg.publish.push import (
@@ -31,6 +31,8 @@ from trainimg.publish.push import (
 from registryread import missing_blobs, remote_digest, remote_tags
 
 BLOB_OR_MANIFEST = r"^(HEAD|GET|PUT|POST|PATCH) /v2/.+/(manifests|blobs)/"
+# The two ways layers travel (`--upload auto` picks one of them: tests/test_layers.py).
+TRANSPORTS = (ENGINE_UPLOAD, CLIENT_UPLOAD)
 BLOB_UPLOAD = r"^(PATCH|PUT) /v2/.+/blobs/uploads/"
 
 
@@ -136,7 +138,7 @@ def test_half_credentials_are_user_errors(tmp_path: Path) -> None:
 # -- pushing to the real registry -----------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("upload", UPLOADS)
+@pytest.mark.parametrize("upload", TRANSPORTS)
 def test_push_then_push_again(registry_client: docker.DockerClient, registry: RegistryLogin,
                               registry_image: Callable[[], str], caplog: pytest.LogCaptureFixture,
                               capsys: pytest.CaptureFixture[str], upload: str) -> None:
@@ -158,6 +160,23 @@ def test_push_then_push_again(registry_client: docker.DockerClient, registry: Re
                  upload=upload)
     assert again == PushResult(first.ref, first.digest, 0, 1)
     assert registry.password not in caplog.text + capsys.readouterr().out + "\n".join(lines)
+
+
+def test_auto_pushes_a_first_image_by_the_engine_and_a_repush_by_the_client(
+        registry_client: docker.DockerClient, registry: RegistryLogin, registry_image: Callable[[], str]) -> None:
+    """`--upload auto` (the default): a repository that holds nothing of the image gets the engine's streamed push;
+    the same image again (an empty CI runner re-releasing), or a team's image whose layers a sibling repository
+    holds, goes through the client, which sends nothing the registry has."""
+    image_id, target = registry_image(), RegistryTarget.parse(registry.host)
+    run = f"auto{time.monotonic_ns() % 10**8}"
+    first = push(DockerEngine(registry_client), image_id, target, f"trainimg/{run}:v1", credentials=_creds(registry))
+    assert first.upload == ENGINE_UPLOAD and first.bytes_uploaded > 1_000_000
+    again = push(DockerEngine(registry_client), image_id, target, f"trainimg/{run}:v1", credentials=_creds(registry))
+    assert (again.upload, again.bytes_uploaded) == (CLIENT_UPLOAD, 0)
+    team = push(DockerEngine(registry_client), image_id, target, f"team/{run}:v1", credentials=_creds(registry),
+                siblings=[f"trainimg/{run}:v1"])
+    assert (team.upload, team.bytes_uploaded) == (CLIENT_UPLOAD, 0)
+    assert missing_blobs(target, f"team/{run}:v1", _creds(registry)) == []
 
 
 def test_gate_stops_the_push_before_anything_is_sent(registry_client: docker.DockerClient, registry: RegistryLogin,
@@ -219,7 +238,7 @@ def _assert_registry_consistent(registry: RegistryLogin, repo: str) -> None:
         assert missing_blobs(target, f"{repo}:{tag}", _creds(registry)) == [], tag
 
 
-@pytest.mark.parametrize("upload", UPLOADS)
+@pytest.mark.parametrize("upload", TRANSPORTS)
 def test_push_retries_through_503s(registry_client: docker.DockerClient, registry: RegistryLogin,
                                    registry_image: Callable[[], str], fault_proxy: FaultProxy,
                                    caplog: pytest.LogCaptureFixture, upload: str) -> None:
@@ -234,7 +253,7 @@ def test_push_retries_through_503s(registry_client: docker.DockerClient, registr
     assert registry.password not in caplog.text
 
 
-@pytest.mark.parametrize("upload", UPLOADS)
+@pytest.mark.parametrize("upload", TRANSPORTS)
 def test_connection_dropped_mid_blob(registry_client: docker.DockerClient, registry: RegistryLogin,
                                      registry_image: Callable[[], str], fault_proxy: FaultProxy, upload: str) -> None:
     fault_proxy.drop(BLOB_UPLOAD, after_bytes=256 * 1024, times=1)
@@ -250,7 +269,7 @@ def test_connection_dropped_mid_blob(registry_client: docker.DockerClient, regis
     _assert_registry_consistent(registry, "trainimg/dropped")
 
 
-@pytest.mark.parametrize("upload", UPLOADS)
+@pytest.mark.parametrize("upload", TRANSPORTS)
 def test_stalled_registry_is_bounded(registry_client: docker.DockerClient, registry: RegistryLogin,
                                      registry_image: Callable[[], str], fault_proxy: FaultProxy, upload: str) -> None:
     fault_proxy.stall(r"^GET /v2/$", seconds=90, times=1)

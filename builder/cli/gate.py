@@ -110,7 +110,9 @@ def registry_flags(fn: Callback) -> Callback:
 upload_flag = click.option(
     "--upload", type=click.Choice(UPLOADS), default=DEFAULT_UPLOAD, show_default=True,
     help="Who sends the layers: trainimg's registry client (only the layers the registry lacks, whatever this "
-         "engine remembers: an empty CI runner sends nothing the registry holds), or the engine (`docker push`).")
+         "engine remembers: an empty CI runner sends nothing the registry holds), the engine (`docker push`), or "
+         "auto: the client when the registry holds a layer of the image (the tag, the release's other images), "
+         "else the engine.")
 
 
 def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
@@ -151,7 +153,7 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
     """Push variants' images to <registry>/<tag>; refuses images without a passing conformance record.
 
     Reaches the registry (and pushes each image's SBOM beside it); reads each SBOM from the image in a
-    short-lived container first. Only the layers the registry lacks are sent (`--upload engine`: the engine pushes).
+    short-lived container first. Only the layers the registry lacks are sent (`--upload`).
 
     
     Examples:

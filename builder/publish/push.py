@@ -14,15 +14,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 
 from ..imagebuild.litter import remove_superseded
 from ..engine.base import Engine, EngineLost
 from ..errors import RegistryError, UserInputError
-from ..options import CLIENT_UPLOAD, DEFAULT_UPLOAD
-from .blobpush import push_saved
+from ..options import AUTO_UPLOAD, CLIENT_UPLOAD, DEFAULT_UPLOAD, ENGINE_UPLOAD
+from .blobpush import known_layers, push_saved
 from .references import RegistryTarget, split_tag
 from .registryapi import (RegistryAPI, Transient, auth_error, dns_error, redact,
                           unreachable_error)
@@ -53,12 +53,14 @@ _TRANSIENT_MARKERS = (
 
 @dataclass(frozen=True)
 class PushResult:
-    """What a push achieved: the remote reference, its manifest digest, bytes sent and how many attempts it took."""
+    """What a push achieved: the remote reference, its manifest digest, bytes sent, how many attempts it took and
+    who sent the layers (`ENGINE_UPLOAD`, `CLIENT_UPLOAD`; "" for a registry-side copy)."""
 
     ref: str
     digest: str
     bytes_uploaded: int
     attempts: int
+    upload: str = field(default="", compare=False)
 
 
 def _classify_stream_error(message: str, host: str, credentials: dict[str, str] | None) -> RegistryError:
@@ -141,14 +143,25 @@ def _attempt(engine: Engine, api: RegistryAPI, tag: str, pushed: dict[str, int],
     return remote
 
 
+def _sibling_refs(api: RegistryAPI, siblings: Iterable[str]) -> list[tuple[str, str]]:
+    return [(api.target.repository(n), t) for n, t in map(split_tag, siblings)]
+
+
+def client_helps(api: RegistryAPI, tag: str, layers: Iterable[str], siblings: Iterable[str]) -> bool:
+    """Whether the registry holds a layer (diff ID) of the image, under `tag` or a sibling: `--upload auto`'s test."""
+    name, tag_part = split_tag(tag)
+    api.check_access()
+    known = known_layers(api, [(api.target.repository(name), tag_part), *_sibling_refs(api, siblings)])
+    return not known.keys().isdisjoint(layers)
+
+
 def _attempt_client(engine: Engine, api: RegistryAPI, tag: str, image_id: str, pushed: dict[str, int],
                     siblings: Iterable[str]) -> str:
     """One push through the registry client: the layers the registry lacks, the config, the manifest."""
     name, tag_part = split_tag(tag)
     repository = api.target.repository(name)
     api.check_access()
-    refs = [(api.target.repository(n), t) for n, t in map(split_tag, siblings)]
-    result = push_saved(engine, image_id, api, repository, tag_part, siblings=refs)
+    result = push_saved(engine, image_id, api, repository, tag_part, siblings=_sibling_refs(api, siblings))
     pushed["client"] = pushed.get("client", 0) + result.bytes_uploaded
     missing = api.missing_blobs(repository, tag_part)
     if missing:
@@ -185,9 +198,10 @@ def push(
     leaves the machine. Retries (at most `retries` more attempts, sleeping `backoff`, 2*`backoff`, ... seconds) cover
     dropped connections, EOF, 5xx and timeouts; auth, DNS and refusals that retrying cannot fix raise at once.
     `timeout` bounds each HTTP call to the registry. The result's digest is what the registry serves and what the
-    engine recorded, and every blob of that manifest answered 200. By default (`DEFAULT_UPLOAD`) the layers go through
-    trainimg's registry client (blobpush.py): only those the registry lacks, whatever the engine remembers;
-    `upload=ENGINE_UPLOAD` has the engine push them. `siblings` are other local tags pushed to `target` (a release's
+    engine recorded, and every blob of that manifest answered 200. `upload`: `CLIENT_UPLOAD` sends the layers through
+    trainimg's registry client (blobpush.py), only those the registry lacks, whatever the engine remembers;
+    `ENGINE_UPLOAD` has the engine push them; `AUTO_UPLOAD` (the default) the client when the registry holds a layer
+    of the image (`client_helps`), else the engine. `siblings` are other local tags pushed to `target` (a release's
     other variants, the parent an image extends): the client mounts a layer one of them holds instead of sending it.
     """
     image = engine.image(local_ref)
@@ -206,6 +220,8 @@ def push(
     while True:
         attempts += 1
         try:
+            if upload == AUTO_UPLOAD:  # decided once, inside the retries: asking the registry can fail as a push can
+                upload = CLIENT_UPLOAD if client_helps(api, tag, image.layers, siblings) else ENGINE_UPLOAD
             digest = (_attempt_client(engine, api, tag, image.id, pushed, siblings) if upload == CLIENT_UPLOAD else
                       _attempt(engine, api, tag, pushed, on_progress))
         except Transient as exc:
@@ -219,4 +235,5 @@ def push(
             time.sleep(delay)
             continue
         log.info("pushed %s (%s) in %d attempt(s)", ref, digest, attempts)
-        return PushResult(ref=ref, digest=digest, bytes_uploaded=sum(pushed.values()), attempts=attempts)
+        return PushResult(ref=ref, digest=digest, bytes_uploaded=sum(pushed.values()), attempts=attempts,
+                          upload=upload)
