@@ -105,7 +105,8 @@ def push(tag: str, host: str) -> None:
     sh(DOCKER, "push", f"{host}/{tag}", timeout=7200)
 
 
-def registry_figures(variant: str, extra: list[str], state: Path, pin: str | None = None) -> dict[str, Any]:
+def registry_figures(variant: str, extra: list[str], state: Path, pin: str | None = None,
+                     engine_push: bool = False) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from trainimg.publish.localregistry import LocalRegistry
 
@@ -116,7 +117,8 @@ def registry_figures(variant: str, extra: list[str], state: Path, pin: str | Non
                    text=True, check=True, capture_output=True)
     try:
         if pin:
-            return one_change(variant, extra, pin, info.host, reg.log_path)
+            measure = one_change_engine if engine_push else one_change
+            return measure(variant, extra, pin, info.host, reg.log_path)
         return _measure(variant, extra, info.host, reg.log_path)
     finally:
         subprocess.run(["cp", str(reg.log_path), "/tmp/trainimg-bench-layers-registry.log"], check=False)
@@ -219,19 +221,56 @@ def one_change(variant: str, extra: list[str], pin: str, host: str, log: Path) -
     return out
 
 
+def one_change_engine(variant: str, extra: list[str], pin: str, host: str, log: Path) -> dict[str, Any]:
+    """The same two figures where the disk cannot hold a client push of a GPU image beside it (dockerd stages a save
+    in its tmp): both images pushed by this engine, which knows the first's layers as a runner that pushed it would;
+    a node that holds the first downloads the blobs of the second's manifest that the first's lacks (what `docker
+    pull` fetches), summed from the two manifests the registry holds."""
+    tag = tag_of(variant)
+    repository, ref = tag.split(":")
+    push(tag, host)
+    first = layer_blobs(host, repository, ref)
+    with swapped_pin(variant, pin):
+        _, seconds = build(variant, extra, no_cache=False)
+    sh(DOCKER, "builder", "prune", "-f", "--filter", "type=exec.cachemount")  # the wheels it fetched: disk
+    since = log.stat().st_size
+    push(tag, host)
+    uploaded = uploaded_bytes(log, since, host, repository)
+    second = layer_blobs(host, repository, ref)
+    total = sum(second.values())
+    node = sum(size for digest, size in second.items() if digest not in first)
+    sh(DOCKER, "rmi", "-f", f"{host}/{tag}")
+    build(variant, extra, no_cache=False)  # the variant's tag back on the image of its committed lock
+    return {"swap_pin": pin, "pushed_by": "engine", "rebuild_seconds": round(seconds), "compressed_bytes": total,
+            "push_after_one_change_bytes": uploaded, "push_after_one_change": round(uploaded / total, 4),
+            "node_repull_after_one_change_bytes": node, "node_repull_after_one_change": round(node / total, 4)}
+
+
+def layer_blobs(host: str, repository: str, tag: str) -> dict[str, int]:
+    """The layer blobs of the manifest the registry holds under `tag`: digest -> compressed size."""
+    import requests
+
+    resp = requests.get(f"http://{host}/v2/{repository}/manifests/{tag}", timeout=30, auth=_auth(host),
+                        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
+    resp.raise_for_status()
+    return {layer["digest"]: layer["size"] for layer in resp.json()["layers"]}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("variant")
     parser.add_argument("--allow-missing", action="append", default=[])
     parser.add_argument("--skip-reproducible", action="store_true")
     parser.add_argument("--swap-pin", metavar="DIST==VERSION", help="measure one real pin change instead")
+    parser.add_argument("--engine-push", action="store_true",
+                        help="with --swap-pin: push both images by the engine (one_change_engine)")
     args = parser.parse_args(argv)
     extra = [a for c in args.allow_missing for a in ("--allow-missing", c)]
     report: dict[str, Any] = {"variant": args.variant}
     if not args.skip_reproducible and not args.swap_pin:
         report.update(reproducible(args.variant, extra))
     with tempfile.TemporaryDirectory(prefix="trainimg-bench-layers-") as tmp:
-        report.update(registry_figures(args.variant, extra, Path(tmp), args.swap_pin))
+        report.update(registry_figures(args.variant, extra, Path(tmp), args.swap_pin, args.engine_push))
     for key in ("layers_reproducible", "largest_layer_share", "unchanged_push_bytes", "runtime_change_push",
                 "cold_pull_seconds", "push_after_one_change", "node_repull_after_one_change"):
         if key in report:
