@@ -145,11 +145,17 @@ def test_block_packages(rs, compat, golden_name, variant, wanted):
     for w in wanted:
         assert w in text, w
     groups = blocks.install_groups(rs.by_name[variant])
-    for group in groups:  # one hash-checked step per layer group, each from its slice of the same lock
-        assert f"lockgroups.py {group} /dev/trainimg-build/requirements.lock /dev/trainimg-build/{group}.lock" in text
+    for group in groups:  # one hash-checked step per layer group, each mounting only its slice of the lock
+        assert (f"--mount=type=bind,from=locks,source=/opt/trainimg-locks/{group}.lock,"
+                f"target=/dev/trainimg-build/{group}.lock") in text
         assert f"--require-hashes --no-deps -r /dev/trainimg-build/{group}.lock" in text
     assert text.count("\nRUN ") + text.startswith("RUN ") == len(groups)
-    assert f"--mount=type=bind,source=images/{variant}/requirements.lock" in text
+    # the whole lock only in the last group's step, which keeps a copy of it in the image
+    assert text.count(f"--mount=type=bind,source=images/{variant}/requirements.lock") == 1
+    assert text.rindex(f"source=images/{variant}/requirements.lock") > text.rindex("\nRUN ")
+    locks = blocks.locks_stage(rs.by_name[variant]).text  # the slices, made in a stage of their own
+    assert f"--mount=type=bind,source=images/{variant}/requirements.lock" in locks
+    assert f"for group in {' '.join(map(str, groups))}; do" in locks
     assert "--mount=type=bind,from=installer,source=/opt/trainimg-uv" in text
     assert "python -m pip freeze > /etc/trainimg/constraints.txt" in text
     # uv takes the proxy CA from SSL_CERT_FILE: pointed at the secret mount, it names no value of the host's.
@@ -221,19 +227,19 @@ def test_golden_files_are_all_used():
 
 def test_plan_stages(rs, compat):
     cpu = make_plan(rs.by_name["pytorch-2.13.0-cpu-py3.11"], compat)
-    assert [s.name for s in cpu.stages] == ["base", "python", "installer", "framework", "image"]
-    assert [b.name for b in cpu.stages[3].blocks] == ["packages"]
+    assert [s.name for s in cpu.stages] == ["base", "python", "installer", "locks", "framework", "image"]
+    assert [b.name for b in cpu.stages[4].blocks] == ["packages"]
     assert cpu.args == (("BASE_IMAGE", "debian:bookworm-slim"),) and cpu.components == ()
     gpu = make_plan(rs.by_name["pytorch-2.14.1-cu130-py3.12"], compat)
     # The Reduction Server (unpinned, from apt) above the framework's layers: its change leaves them as they are.
-    assert [b.name for b in gpu.stages[4].blocks] == ["reduction_server"]
+    assert [b.name for b in gpu.stages[5].blocks] == ["reduction_server"]
     assert gpu.components == ("google-reduction-server",)
-    assert [s.name for s in gpu.parents] == ["python", "installer", "framework", "comms"]
+    assert [s.name for s in gpu.parents] == ["python", "installer", "locks", "framework", "comms"]
     pip = make_plan(rs.by_name["pytorch-2.14.1-cu130-py3.12"], compat, installer="pip")
-    assert [s.name for s in pip.parents] == ["python", "framework", "comms"]  # no uv stage for pip
+    assert [s.name for s in pip.parents] == ["python", "locks", "framework", "comms"]  # no uv stage for pip
     none = make_plan(rs.by_name["base-base-cu126-py3.11"], compat)
-    assert [s.name for s in none.stages] == ["base", "python", "installer", "comms", "image"]
-    assert [b.name for b in none.stages[4].blocks][0] == "packages"
+    assert [s.name for s in none.stages] == ["base", "python", "installer", "locks", "comms", "image"]
+    assert [b.name for b in none.stages[5].blocks][0] == "packages"
     child_v = rs.by_name["my-trainer"]
     child = make_plan(child_v, compat, rs.by_name[child_v.extends])
     assert child.args == (("PARENT_IMAGE", "trainimg/pytorch:2.14.1-cu130-py3.12"),)

@@ -17,6 +17,8 @@ from ..recipe.compat import Compat, as_constraint, is_pin, spoken
 from ..recipe.loading import Variant
 from .installer import (
     BUILD_MOUNTS,
+    LOCKS_DIR,
+    LOCKS_STAGE,
     CA_SECRET,
     INSTALLER_STAGE,
     PIP_CONF_SECRET,
@@ -147,11 +149,24 @@ def packages(v: Variant, compat: Compat, installer: str) -> Block:
     after[groups[-1]].append(f"mkdir -p {ETC_DIR} && python -m pip freeze > {CONSTRAINTS_PATH}")
     # The lock stays in the image (one small text file): what it was installed from, the hashes its SBOM lists.
     after[groups[-1]].append(f"cp {BUILD_MOUNTS}/{LOCK_NAME} {IMAGE_LOCK_PATH}")
-    steps = [_render("install", comment=notes[g], group=g, installer=installer, lock=f"images/{v.name}/{LOCK_NAME}",
-                     splitter=f"{RUNTIME_SOURCE}/lockgroups.py", installer_stage=INSTALLER_STAGE, uv_dir=UV_DIR,
-                     cache_id=WHEEL_CACHE_ID, python=f"{VENV}/bin/python", after=after[g], ca_secret=CA_SECRET,
+    steps = [_render("install", comment=notes[g], group=g, installer=installer, lock=lock_source(v),
+                     whole_lock=g == groups[-1], locks_stage=LOCKS_STAGE, locks_dir=LOCKS_DIR,
+                     installer_stage=INSTALLER_STAGE, uv_dir=UV_DIR, cache_id=WHEEL_CACHE_ID,
+                     python=f"{VENV}/bin/python", after=after[g], ca_secret=CA_SECRET,
                      conf_secret=UV_CONF_SECRET if installer == UV else PIP_CONF_SECRET) for g in groups]
-    return Block("packages", "\n".join(steps), mounts=(INSTALLER_STAGE,) if installer == UV else ())
+    stages = ((INSTALLER_STAGE,) if installer == UV else ()) + ((LOCKS_STAGE,) if groups != (None,) else ())
+    return Block("packages", "\n".join(steps), mounts=stages)
+
+
+def lock_source(v: Variant) -> str:
+    """Where the build context holds `v`'s lock."""
+    return f"images/{v.name}/{LOCK_NAME}"
+
+
+def locks_stage(v: Variant) -> Block:
+    """The stage that slices `v`'s lock into its layer groups for the install steps to mount (`LOCKS_STAGE`)."""
+    return Block(LOCKS_STAGE, _render("locks", lock=lock_source(v), splitter=f"{RUNTIME_SOURCE}/lockgroups.py",
+                                      locks_dir=LOCKS_DIR, groups=" ".join(lockgroups.GROUP_NAMES)))
 
 
 def reduction_server() -> Block:

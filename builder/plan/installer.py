@@ -22,6 +22,11 @@ __all__ = ["DEFAULT_INSTALLER", "INSTALLERS", "UV", "PIP", "SECRETS_DIR", "hash_
 UV_VERSION = "0.13.9"
 UV_SHA256 = "d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19"
 INSTALLER_STAGE = "installer"
+# The stage that slices the lock into its layer groups, and where the slices are in it: each install step mounts its
+# own group's slice, so a changed pin changes the cache key of its group's step (and those above), not of the steps
+# below it (a mount of the whole lock made every group's step run again for any pin).
+LOCKS_STAGE = "locks"
+LOCKS_DIR = "/opt/trainimg-locks"
 # BuildKit secret ids: the proxy CA bundle, and the index configuration (wheel folders, index URLs with any
 # tokens) as pip reads it (pip.conf) and as uv reads it (uv.toml); they reach RUN steps only as secret mounts.
 CA_SECRET = "ca_bundle"

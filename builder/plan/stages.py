@@ -12,7 +12,7 @@ from dataclasses import dataclass
 
 from . import blocks
 from .blocks import Block
-from .installer import CA_SECRET, DEFAULT_INSTALLER, INSTALLER_STAGE, PIP_CONF_SECRET, UV, UV_CONF_SECRET
+from .installer import CA_SECRET, DEFAULT_INSTALLER, INSTALLER_STAGE, LOCKS_STAGE, PIP_CONF_SECRET, UV, UV_CONF_SECRET
 from ..recipe.compat import Compat
 from ..recipe.compat import load_compat
 from ..recipe.loading import RecipeSet, Variant
@@ -113,6 +113,7 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None, install
         ("base", f"${{{BASE_ARG}}}", [blocks.base()]),
         ("python", "base", [blocks.python(v)]),
         *tool,
+        (LOCKS_STAGE, "python", [blocks.locks_stage(v)]),
     ]
     # Layers in the order things change (README, Layers): the OS and Python, the lock's groups (CUDA libraries,
     # NCCL, the framework, hypertune), the Reduction Server, trainimg's runtime, labels and the SBOM.

@@ -60,10 +60,12 @@ def entries(lock: str) -> list[tuple[str, str]]:
 
 
 def select(lock: str, group: str) -> str:
-    """The requirements of `lock` in `group`, hash lines kept; empty when the group holds none."""
+    """The requirements of `lock` in `group`, hash lines kept, comment lines not (a `# via` line names other
+    distributions, and the slice is what its install step's cache key reads); empty when the group holds none."""
     if group not in GROUP_NAMES:
         raise ValueError(f"unknown layer group {group!r}; groups: {', '.join(GROUP_NAMES)}")
-    return "".join(text for name, text in entries(lock) if group_of(name) == group)
+    return "".join(line for name, text in entries(lock) if group_of(name) == group
+                   for line in text.splitlines(keepends=True) if not line.lstrip().startswith("#"))
 
 
 def main(argv: list[str]) -> int:
