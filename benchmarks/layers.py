@@ -239,11 +239,20 @@ def one_change_engine(variant: str, extra: list[str], pin: str, host: str, log: 
     second = layer_blobs(host, repository, ref)
     total = sum(second.values())
     node = sum(size for digest, size in second.items() if digest not in first)
-    sh(DOCKER, "rmi", "-f", f"{host}/{tag}")
+    forget(host)
     build(variant, extra, no_cache=False)  # the variant's tag back on the image of its committed lock
     return {"swap_pin": pin, "pushed_by": "engine", "rebuild_seconds": round(seconds), "compressed_bytes": total,
             "push_after_one_change_bytes": uploaded, "push_after_one_change": round(uploaded / total, 4),
             "node_repull_after_one_change_bytes": node, "node_repull_after_one_change": round(node / total, 4)}
+
+
+def forget(host: str) -> None:
+    """Take every name under the bench's registry `host` off this engine (tags and the digests pushes recorded), so
+    no image of the bench is left holding its layers."""
+    refs = sh(DOCKER, "images", "--digests", "--format", "{{.Repository}} {{.Tag}} {{.Digest}}").split("\n")
+    for repository, tag, digest in (line.split(" ") for line in refs if line.startswith(f"{host}/")):
+        ref = f"{repository}:{tag}" if tag != "<none>" else f"{repository}@{digest}"
+        subprocess.run([DOCKER, "rmi", ref], check=False, capture_output=True)
 
 
 def layer_blobs(host: str, repository: str, tag: str) -> dict[str, int]:
