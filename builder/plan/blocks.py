@@ -10,6 +10,7 @@ import json
 import shlex
 from dataclasses import dataclass
 from functools import cache
+from pathlib import Path
 
 import jinja2
 
@@ -30,7 +31,7 @@ from .installer import (
     WHEEL_CACHE_ID,
 )
 from .reproducible import BASE_FILES, SEAL_BEGIN, SEAL_END, SECRETS_DIR
-from .requirements import LOCK_NAME, variant_requirements
+from .requirements import LOCK_NAME, lock_path, variant_requirements
 from ..runtime import lockgroups
 from ..runtime.contract import (
     ABSENT_DIR,
@@ -159,8 +160,8 @@ def packages(v: Variant, compat: Compat, installer: str) -> Block:
 
 
 def lock_source(v: Variant) -> str:
-    """Where the build context holds `v`'s lock."""
-    return f"images/{v.name}/{LOCK_NAME}"
+    """Where the build context holds `v`'s lock (`requirements.lock_path`, relative to the context's root)."""
+    return lock_path(Path(), v.name).as_posix()
 
 
 def locks_stage(v: Variant) -> Block:
