@@ -6,8 +6,8 @@ registry holds (moby `distribution/push_v2.go`; shared/reference/layers.md). Her
 the image it holds under the tag (and any other references given) maps each layer's diff ID to its blob, so a
 layer it has is neither compressed nor sent (`HEAD /v2/<name>/blobs/<digest>` confirms it). The image is streamed
 from the engine's `docker save` (dockerd stages its export in its own tmp; here at most WORKERS + 1 layers are on
-disk, not a second copy of a 10 GB image); the layers the registry lacks are gzipped deterministically (`DETERMINISTIC_GZIP`: level 6, header time 0, no file name),
-so an unchanged layer compresses to the same blob on every machine running the same zlib; then the image config
+disk, not a second copy of a 10 GB image); the layers the registry lacks are gzipped deterministically
+(`DETERMINISTIC_GZIP`: level 6, header time 0, no file name), so an unchanged layer compresses to the same blob on every machine running the same zlib; then the image config
 (its exact bytes: the pulled image keeps the local image ID) and a Docker schema 2 manifest.
 """
 
@@ -94,16 +94,19 @@ def known_layers(api: RegistryAPI, refs: Iterable[tuple[str, str]]) -> dict[str,
 
 
 def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str, tag: str,
-               also_known: Iterable[str] = (), siblings: Iterable[tuple[str, str]] = ()) -> BlobPush:
+               also_known: Iterable[str] = (), siblings: Iterable[tuple[str, str]] = (),
+               known: dict[str, tuple[str, int, str]] | None = None) -> BlobPush:
     """Push local image `local_ref` as `repository:tag`, sending only the layers the registry lacks.
 
     `also_known` are other tags of `repository`; `siblings` ((repository, tag) pairs: the release's other images, an
-    extended parent) are read too, and a layer one of them holds is mounted from its repository, not sent."""
+    extended parent) are read too, and a layer one of them holds is mounted from its repository, not sent. `known`
+    is that reading when the caller has it already (`known_layers`)."""
     info = engine.image(local_ref)
     if info is None:
         raise UserInputError(f"no local image {local_ref}: build it first")
-    known = known_layers(api, [(repository, t) for t in (tag, *also_known)] + [s for s in siblings
-                                                                                if s[0] != repository])
+    if known is None:
+        known = known_layers(api, [(repository, t) for t in (tag, *also_known)]
+                             + [s for s in siblings if s[0] != repository])
     result = BlobPush("", len(info.layers))
     futures: dict[str, Future[tuple[str, int]]] = {}  # the saved tar's layer member -> (blob digest, size)
     links: dict[str, str] = {}  # a layer tar saved as a link -> the member it links to (before or after it)

@@ -147,21 +147,24 @@ def _sibling_refs(api: RegistryAPI, siblings: Iterable[str]) -> list[tuple[str, 
     return [(api.target.repository(n), t) for n, t in map(split_tag, siblings)]
 
 
-def client_helps(api: RegistryAPI, tag: str, layers: Iterable[str], siblings: Iterable[str]) -> bool:
-    """Whether the registry holds a layer (diff ID) of the image, under `tag` or a sibling: `--upload auto`'s test."""
+def auto_upload(api: RegistryAPI, tag: str, layers: Iterable[str], siblings: Iterable[str]
+                ) -> tuple[str, dict[str, tuple[str, int, str]]]:
+    """`--upload auto`'s choice: the client when the registry holds a layer (diff ID) of the image under `tag` or a
+    sibling, else the engine; with what the registry holds (`blobpush.known_layers`), for the client to reuse."""
     name, tag_part = split_tag(tag)
     api.check_access()
     known = known_layers(api, [(api.target.repository(name), tag_part), *_sibling_refs(api, siblings)])
-    return not known.keys().isdisjoint(layers)
+    return (ENGINE_UPLOAD if known.keys().isdisjoint(layers) else CLIENT_UPLOAD), known
 
 
 def _attempt_client(engine: Engine, api: RegistryAPI, tag: str, image_id: str, pushed: dict[str, int],
-                    siblings: Iterable[str]) -> str:
+                    siblings: Iterable[str], known: dict[str, tuple[str, int, str]] | None) -> str:
     """One push through the registry client: the layers the registry lacks, the config, the manifest."""
     name, tag_part = split_tag(tag)
     repository = api.target.repository(name)
     api.check_access()
-    result = push_saved(engine, image_id, api, repository, tag_part, siblings=_sibling_refs(api, siblings))
+    result = push_saved(engine, image_id, api, repository, tag_part, siblings=_sibling_refs(api, siblings),
+                        known=known)
     pushed["client"] = pushed.get("client", 0) + result.bytes_uploaded
     missing = api.missing_blobs(repository, tag_part)
     if missing:
@@ -201,9 +204,8 @@ def push(
     engine recorded, and every blob of that manifest answered 200. `upload`: `CLIENT_UPLOAD` sends the layers through
     trainimg's registry client (blobpush.py), only those the registry lacks, whatever the engine remembers;
     `ENGINE_UPLOAD` has the engine push them; `AUTO_UPLOAD` (the default) the client when the registry holds a layer
-    of the image (`client_helps`), else the engine. `siblings` are other local tags pushed to `target` (a release's
-    other variants, the parent an image extends): the client mounts a layer one of them holds instead of sending it.
-    """
+    of the image (`auto_upload`), else the engine. `siblings` are other local tags pushed to `target` (a release's
+    other variants, the parent an image extends): the client mounts a layer one of them holds instead of sending it."""
     image = engine.image(local_ref)
     if image is None:
         raise UserInputError(f"no local image {local_ref}: build it first")
@@ -216,14 +218,15 @@ def push(
     remove_superseded(engine, old, image.id)  # the image this registry name left: no `<none>` litter
     api = RegistryAPI(target, credentials, timeout)
     pushed: dict[str, int] = {}
+    known: dict[str, tuple[str, int, str]] | None = None  # what `--upload auto` read of the registry, for the client
     attempts = 0
     while True:
         attempts += 1
         try:
             if upload == AUTO_UPLOAD:  # decided once, inside the retries: asking the registry can fail as a push can
-                upload = CLIENT_UPLOAD if client_helps(api, tag, image.layers, siblings) else ENGINE_UPLOAD
-            digest = (_attempt_client(engine, api, tag, image.id, pushed, siblings) if upload == CLIENT_UPLOAD else
-                      _attempt(engine, api, tag, pushed, on_progress))
+                upload, known = auto_upload(api, tag, image.layers, siblings)
+            digest = (_attempt_client(engine, api, tag, image.id, pushed, siblings, known)
+                      if upload == CLIENT_UPLOAD else _attempt(engine, api, tag, pushed, on_progress))
         except Transient as exc:
             if attempts > retries:
                 raise RegistryError(f"{exc.message} (gave up after {attempts} attempts)") from None
