@@ -71,13 +71,14 @@ def reproducible(variant: str, extra: list[str]) -> dict[str, Any]:
             "differing_layers": [i + 1 for i, (a, b) in enumerate(zip(first, second)) if a != b]}
 
 
-def layer_sizes(host: str, repository: str, tag: str) -> list[int]:
+def manifest_layers(host: str, repository: str, tag: str) -> list[tuple[str, int]]:
+    """The layers of the manifest the registry holds under `tag`, in order: (blob digest, compressed size)."""
     import requests
 
     resp = requests.get(f"http://{host}/v2/{repository}/manifests/{tag}", timeout=30, auth=_auth(host),
                         headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
     resp.raise_for_status()
-    return [layer["size"] for layer in resp.json()["layers"]]
+    return [(layer["digest"], layer["size"]) for layer in resp.json()["layers"]]
 
 
 _AUTH: dict[str, tuple[str, str]] = {}
@@ -129,7 +130,7 @@ def _measure(variant: str, extra: list[str], host: str, log: Path) -> dict[str, 
     tag = tag_of(variant)
     repository, ref = tag.split(":")
     push(tag, host)
-    sizes = layer_sizes(host, repository, ref)
+    sizes = [size for _, size in manifest_layers(host, repository, ref)]
     total = sum(sizes)
     out: dict[str, Any] = {"compressed_bytes": total, "layer_bytes": sizes,
                            "largest_layer_share": round(max(sizes) / total, 3)}
@@ -229,14 +230,14 @@ def one_change_engine(variant: str, extra: list[str], pin: str, host: str, log: 
     tag = tag_of(variant)
     repository, ref = tag.split(":")
     push(tag, host)
-    first = layer_blobs(host, repository, ref)
+    first = dict(manifest_layers(host, repository, ref))
     with swapped_pin(variant, pin):
         _, seconds = build(variant, extra, no_cache=False)
     sh(DOCKER, "builder", "prune", "-f", "--filter", "type=exec.cachemount")  # the wheels it fetched: disk
     since = log.stat().st_size
     push(tag, host)
     uploaded = uploaded_bytes(log, since, host, repository)
-    second = layer_blobs(host, repository, ref)
+    second = dict(manifest_layers(host, repository, ref))
     total = sum(second.values())
     node = sum(size for digest, size in second.items() if digest not in first)
     forget(host)
@@ -253,16 +254,6 @@ def forget(host: str) -> None:
     for repository, tag, digest in (line.split(" ") for line in refs if line.startswith(f"{host}/")):
         ref = f"{repository}:{tag}" if tag != "<none>" else f"{repository}@{digest}"
         subprocess.run([DOCKER, "rmi", ref], check=False, capture_output=True)
-
-
-def layer_blobs(host: str, repository: str, tag: str) -> dict[str, int]:
-    """The layer blobs of the manifest the registry holds under `tag`: digest -> compressed size."""
-    import requests
-
-    resp = requests.get(f"http://{host}/v2/{repository}/manifests/{tag}", timeout=30, auth=_auth(host),
-                        headers={"Accept": "application/vnd.docker.distribution.manifest.v2+json"})
-    resp.raise_for_status()
-    return {layer["digest"]: layer["size"] for layer in resp.json()["layers"]}
 
 
 def main(argv: list[str] | None = None) -> int:
