@@ -64,6 +64,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="measure only ci_noop_release, ci_noop_layer_bytes and ci_one_change (prunes only "
                              "the bench's own images and cache unless TRAINIMG_BENCH_PRUNE_ALL=1); writes "
                              "reports/bench-ci.json")
+    parser.add_argument("--coldstart", metavar="IMAGE", nargs="+",
+                        help="measure only cold_import_ratio on these built images (benchmarks/coldstart.py); "
+                             "writes reports/bench-coldstart.json")
     parser.add_argument("--layers", metavar="ARG", nargs=argparse.REMAINDER,
                         help="only the layer figures (benchmarks/layers.py VARIANT [--allow-missing C]); run on an "
                              "engine of its own (DOCKER_HOST): it removes the variant's images there")
@@ -77,6 +80,10 @@ def main(argv: list[str] | None = None) -> int:
         return layers.main(args.layers)
     if args.installs is not None:
         return installs_only(args.installs or [INSTALLS_VARIANT])
+    if args.coldstart:
+        from coldstart import measure_images
+        return figures_only(FAMILY["coldstart"].figures, "--coldstart", lambda b: measure_images(b, args.coldstart),
+                            ROOT / "reports" / "bench-coldstart.json", {"images": args.coldstart}, keep_images=True)
     if args.ci:
         return figures_only(FAMILY["ci"].figures, "--ci", FAMILY["ci"].run, ROOT / "reports" / "bench-ci.json", {},
                             keep_images=True)  # it removes its own images: another bench's stay

@@ -44,6 +44,8 @@ FIGURES: tuple[Figure, ...] = (
     Figure("ci_noop_layer_bytes", 0, "bytes", "layer bytes that `release` pulled from the registry (its access log)"),
     Figure("ci_one_change", 0, "count",
            "one extra pin changed: variants built or skipped other than exactly that one and its children"),
+    Figure("cold_import_ratio", 0.5, "ratio",
+           "first framework import in a fresh container / the same with the image's .pyc deleted (worst CPU image)"),
 )
 FIGURE_NAMES = tuple(f.name for f in FIGURES)
 GOALS = {f.name: f for f in FIGURES}
