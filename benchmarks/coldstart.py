@@ -64,9 +64,10 @@ def measure_images(bench: Harness, images: Sequence[str]) -> None:
 
 
 def measure(bench: Harness) -> None:
-    """The family in a full run: the CPU images the matrix family built and tested (`bench.carried`)."""
+    """The family in a full run: the images the matrix family built and tested (`bench.carried`), the bench matrix
+    being CPU variants only (benchmarks/recipes)."""
     matrix = bench.carried.get("matrix")
-    images = [tag for variant, tag in getattr(matrix, "bench_tags", {}).items() if "-cpu-" in variant]
+    images = list(matrix.bench_tags.values()) if matrix else []
     if not images:
         bench.skip("cold_import_ratio", "skipped: the matrix family built no CPU image")
         return

@@ -33,8 +33,9 @@ from figures import BENCH_PREFIX, ratio
 from harness import BASE_IMAGE, FAILED, FAMILY, Harness, docker_cli, log, step
 
 INSTALLS_VARIANT = "pytorch-2.13.0-cpu-py3.11"
-CACHE_MOUNT = "exec.cachemount"
-INSTALLS_LOCK = "--require-hashes"  # what the RUN of each install step says, whichever installer (blocks/install.j2)  # the BuildKit record type of a `RUN --mount=type=cache`
+CACHE_MOUNT = "exec.cachemount"  # the BuildKit record type of a `RUN --mount=type=cache`
+# What the RUN of each install step says, whichever installer runs it (builder/plan/templates/blocks/install.j2).
+INSTALL_STEP_MARK = "--require-hashes"
 
 
 @dataclass(frozen=True)
@@ -53,7 +54,7 @@ def install_step_seconds(log: str) -> float:
     with `--require-hashes`, one per layer group), summed: what the installer changes, the apt stage and the image
     export being the same for both. (Each step mounts its group's slice of the lock since issue 34; only the last
     names requirements.lock, so that name no longer finds them.)"""
-    steps = {m.group(1) for m in map(_STEP.match, log.splitlines()) if m and INSTALLS_LOCK in m.group(2)}
+    steps = {m.group(1) for m in map(_STEP.match, log.splitlines()) if m and INSTALL_STEP_MARK in m.group(2)}
     done = [float(m.group(2)) for m in map(_DONE.match, log.splitlines()) if m and m.group(1) in steps]
     if not done:
         raise ValueError("the build log times 0 steps that install the lock")

@@ -153,7 +153,8 @@ def packages(v: Variant, compat: Compat, installer: str) -> Block:
     steps = [_render("install", comment=notes[g], group=g, installer=installer, lock=lock_source(v),
                      whole_lock=g == groups[-1], locks_stage=LOCKS_STAGE, locks_dir=LOCKS_DIR,
                      installer_stage=INSTALLER_STAGE, uv_dir=UV_DIR, cache_id=WHEEL_CACHE_ID,
-                     python=f"{VENV}/bin/python", compiler=f"{RUNTIME_SOURCE}/bytecode.py", after=after[g], ca_secret=CA_SECRET,
+                     python=f"{VENV}/bin/python", compiler=f"{RUNTIME_SOURCE}/bytecode.py", after=after[g],
+                     ca_secret=CA_SECRET,
                      conf_secret=UV_CONF_SECRET if installer == UV else PIP_CONF_SECRET) for g in groups]
     stages = ((INSTALLER_STAGE,) if installer == UV else ()) + ((LOCKS_STAGE,) if groups != (None,) else ())
     return Block("packages", "\n".join(steps), mounts=stages)

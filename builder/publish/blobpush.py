@@ -7,8 +7,9 @@ the image it holds under the tag (and any other references given) maps each laye
 layer it has is neither compressed nor sent (`HEAD /v2/<name>/blobs/<digest>` confirms it). The image is streamed
 from the engine's `docker save` (dockerd stages its export in its own tmp; here at most WORKERS + 1 layers are on
 disk, not a second copy of a 10 GB image); the layers the registry lacks are gzipped deterministically
-(`DETERMINISTIC_GZIP`: level 6, header time 0, no file name), so an unchanged layer compresses to the same blob on every machine running the same zlib; then the image config
-(its exact bytes: the pulled image keeps the local image ID) and a Docker schema 2 manifest.
+(`DETERMINISTIC_GZIP`: level 6, header time 0, no file name), so an unchanged layer compresses to the same blob on
+every machine running the same zlib; then the image config (its exact bytes: the pulled image keeps the local
+image ID) and a Docker schema 2 manifest.
 """
 
 from __future__ import annotations
