@@ -11,9 +11,11 @@ top-level module or subpackage of builder/ sits in one layer, lowest first:
     plan                                      build stages and blocks
     render                                    Dockerfiles, bake files
     engine                                    the one door to the container engine
+    registry                                  the registry client: references, credentials, the API, blob push,
+                                              referrers, layer files, access log, the local registry
     imagebuild                                building images, compiling locks
     conformance                               suite, replicas, verdicts, reports, records
-    publish                                   push, lockfile, diff, local registry
+    publish                                   push, lockfile, diff, SBOMs and records beside images
     jobs                                      run, tune, cloud job specs
     pipeline                                  release(): build -> conformance -> publish
     cli, __main__, __init__                   the command line
@@ -49,6 +51,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("plan",),
     ("render",),
     ("engine",),
+    ("registry",),
     ("imagebuild",),
     ("conformance",),
     ("publish",),

@@ -111,7 +111,7 @@ class CiFleet:
 
     def layer_bytes(self, api: Any, log_path: Path, since: int) -> tuple[int, int]:
         """(bytes of layer blobs, bytes of other blobs) the registry served after byte `since` of its log."""
-        from trainimg.publish.accesslog import fetched_blobs, layer_digests, requests_since
+        from trainimg.registry.accesslog import fetched_blobs, layer_digests, requests_since
         from trainimg.publish.lockfile import read_lock
 
         layers: set[str] = set()
@@ -121,9 +121,9 @@ class CiFleet:
         return (sum(n for d, n in served if d in layers), sum(n for d, n in served if d not in layers))
 
     def measure(self) -> None:
-        from trainimg.publish.accesslog import log_offset
-        from trainimg.publish.references import RegistryTarget
-        from trainimg.publish.registryapi import RegistryAPI
+        from trainimg.registry.accesslog import log_offset
+        from trainimg.registry.references import RegistryTarget
+        from trainimg.registry.registryapi import RegistryAPI
 
         b = self.bench
         with b.fresh_registry(access_log=True) as info, self.own_images_removed():

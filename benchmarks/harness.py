@@ -272,7 +272,7 @@ wc -l < /tmp/added
         """A LocalRegistry on a free port for this block, its password in TRAINIMG_REGISTRY_PASSWORD, its log at
         `self.registry_log` (one line per request with `access_log`); stopped after, and the registry-prefixed
         tags `push` made removed."""
-        from trainimg.publish.localregistry import LocalRegistry
+        from trainimg.registry.localregistry import LocalRegistry
 
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

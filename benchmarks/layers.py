@@ -109,7 +109,7 @@ def push(tag: str, host: str) -> None:
 def registry_figures(variant: str, extra: list[str], state: Path, pin: str | None = None,
                      engine_push: bool = False) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
-    from trainimg.publish.localregistry import LocalRegistry
+    from trainimg.registry.localregistry import LocalRegistry
 
     reg = LocalRegistry(state, port=5029, access_log=True)
     info = reg.start()
@@ -191,9 +191,9 @@ def one_change(variant: str, extra: list[str], pin: str, host: str, log: Path) -
     """`push_after_one_change` and `node_repull_after_one_change` for one real pin change (module docstring)."""
     sys.path.insert(0, str(ROOT))
     from trainimg.engine.docker import DockerEngine
-    from trainimg.publish.blobpush import push_saved
-    from trainimg.publish.references import RegistryTarget
-    from trainimg.publish.registryapi import RegistryAPI
+    from trainimg.registry.blobpush import push_saved
+    from trainimg.registry.references import RegistryTarget
+    from trainimg.registry.registryapi import RegistryAPI
 
     tag = tag_of(variant)
     repository, ref = tag.split(":")

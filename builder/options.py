@@ -106,7 +106,7 @@ class BuildOptions:
 
 
 # Who sends an image's layers on `push`: the engine (`docker push`), or trainimg's registry client, which sends only
-# the layers the registry lacks whatever the engine remembers (publish/blobpush.py); `auto`, the default, asks the
+# the layers the registry lacks whatever the engine remembers (registry/blobpush.py); `auto`, the default, asks the
 # registry first: the client when the registry (the tag, the release's other images) holds a layer of the image,
 # as on a CI runner that starts empty and re-releases (Docker 20.10 would send the whole image, 3.1 GB for a GPU
 # variant), else the engine, which streams a first push without staging a copy of the image.

@@ -29,9 +29,9 @@ from .publish.movingtags import moving_tag, push_release
 from .publish.passrecord import attach_records
 from .publish.promote import write_parts
 from .publish.push import PushResult, reachable_target
-from .publish.registryapi import RegistryAPI
+from .registry.registryapi import RegistryAPI
 from .publish.skip import Decision, decide
-from .publish.references import RegistryTarget
+from .registry.references import RegistryTarget
 from .publish.policy import PushPolicy
 from .recipe.loading import RecipeSet
 

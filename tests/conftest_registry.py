@@ -24,7 +24,7 @@ import requests
 from faultproxy import FaultProxy
 from pytest_docker.plugin import Services
 
-from trainimg.publish.localregistry import write_htpasswd
+from trainimg.registry.localregistry import write_htpasswd
 
 __all__ = [
     "RegistryLogin", "docker_cleanup", "docker_compose_command", "docker_compose_file", "docker_compose_project_name",

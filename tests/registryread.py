@@ -1,13 +1,13 @@
 """Reading back what a registry holds, for tests: a tag's digest, a repository's tags, blobs a manifest lacks.
 
-Test-only conveniences over the package's one registry client (`publish.registryapi.RegistryAPI`), taking the
+Test-only conveniences over the package's one registry client (`registry.registryapi.RegistryAPI`), taking the
 local-style `name:tag` the tests speak.
 """
 
 from __future__ import annotations
 
-from trainimg.publish.references import RegistryTarget, split_tag
-from trainimg.publish.registryapi import RegistryAPI
+from trainimg.registry.references import RegistryTarget, split_tag
+from trainimg.registry.registryapi import RegistryAPI
 
 
 def remote_digest(target: RegistryTarget, tag: str, credentials: dict[str, str] | None, *, timeout: float = 30.0

@@ -26,14 +26,14 @@ import docker.errors
 import pytest
 from conftest import LOCAL_BASE, trainimg
 
-from trainimg.publish.accesslog import fetched_blobs, layer_digests, log_offset, requests_since, uploads
-from trainimg.publish.localregistry import LocalRegistry
+from trainimg.registry.accesslog import fetched_blobs, layer_digests, log_offset, requests_since, uploads
+from trainimg.registry.localregistry import LocalRegistry
 from trainimg.publish.lockfile import read_lock
 from trainimg.publish.movingtags import copy_moving_tags
 from trainimg.publish.passrecord import RECORD_TYPE, attach_records, registry_entry
-from trainimg.publish.referrers import attach, subject_of
-from trainimg.publish.references import RegistryTarget
-from trainimg.publish.registryapi import RegistryAPI
+from trainimg.registry.referrers import attach, subject_of
+from trainimg.registry.references import RegistryTarget
+from trainimg.registry.registryapi import RegistryAPI
 from trainimg.publish.skip import BUILDING, SKIPPED, decide, read_decisions
 from trainimg.recipe.loading import load_recipes
 from trainimg.runtime.contract import INPUTS_LABEL

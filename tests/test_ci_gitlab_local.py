@@ -40,7 +40,7 @@ from trainimg.options import DEFAULT_LOCK_DIR
 from trainimg.publish.lockfile import DEFAULT_LOCK, read_lock
 from trainimg.publish.movingtags import moving_tag
 from trainimg.publish.pipelines import MATRIX_FILES
-from trainimg.publish.references import RegistryTarget
+from trainimg.registry.references import RegistryTarget
 
 RUN = uuid.uuid4().hex[:8]
 VERSION = "2.13.0-cpu-py3.11"

@@ -9,7 +9,7 @@ import time
 import pytest
 
 from trainimg.errors import UserInputError
-from trainimg.publish.references import RegistryTarget, split_tag
+from trainimg.registry.references import RegistryTarget, split_tag
 from trainimg.recipe.grammar import REFERENCE_RE, REPOSITORY_RE, is_reference
 
 _LIMIT_S = 0.010

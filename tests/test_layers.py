@@ -34,11 +34,11 @@ from trainimg.plan.reproducible import BASE_FILES, LAYER_EPOCH, MOUNT_ROOT, SEAL
 from trainimg.plan.installer import LOCKS_STAGE
 from trainimg.plan.stages import INSTALLER_STAGE, plans
 from trainimg.engine.docker import DockerEngine
-from trainimg.publish.layerfiles import differences, entries, saved_layer_entries, saved_layers
-from trainimg.publish.blobpush import gzip_layer, push_saved
-from trainimg.publish.references import RegistryTarget
+from trainimg.registry.layerfiles import differences, entries, saved_layer_entries, saved_layers
+from trainimg.registry.blobpush import gzip_layer, push_saved
+from trainimg.registry.references import RegistryTarget
 from trainimg.publish.verify import compare
-from trainimg.publish.registryapi import RegistryAPI, sha256_digest
+from trainimg.registry.registryapi import RegistryAPI, sha256_digest
 from trainimg.recipe.loading import load_recipes
 from trainimg.render.dockerfile import render_plan
 from trainimg.runtime import lockgroups

@@ -21,8 +21,8 @@ from faultproxy import FaultProxy
 from trainimg.engine.docker import DockerEngine
 from trainimg.errors import RegistryError, UserInputError
 from trainimg.options import CLIENT_UPLOAD, ENGINE_UPLOAD
-from trainimg.publish.credentials import resolve_credentials
-from trainimg.publish.localregistry import LocalRegistry
+from trainimg.registry.credentials import resolve_credentials
+from trainimg.registry.localregistry import LocalRegistry
 from trainimg.publish.push import (
     PushResult,
     RegistryTarget,

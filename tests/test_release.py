@@ -37,8 +37,8 @@ from conftest_registry import RegistryLogin
 from trainimg.publish.lockfile import LockEntry, read_lock
 from trainimg.publish.movingtags import moving_tag
 from trainimg.publish.push import RegistryTarget
-from trainimg.publish.referrers import referrers
-from trainimg.publish.registryapi import MANIFEST_TYPES, RegistryAPI
+from trainimg.registry.referrers import referrers
+from trainimg.registry.registryapi import MANIFEST_TYPES, RegistryAPI
 from trainimg.runtime.sbom import MEDIA_TYPE as SBOM_MEDIA_TYPE
 from registryread import remote_tags
 

@@ -33,10 +33,10 @@ from test_render import golden
 from wheels import write_wheel
 
 from trainimg.plan import blocks
-from trainimg.publish.references import RegistryTarget
+from trainimg.registry.references import RegistryTarget
 from trainimg.errors import RegistryError
-from trainimg.publish.referrers import OCI_INDEX, OCI_MANIFEST, attach, fallback_tag, subject_of
-from trainimg.publish.registryapi import RegistryAPI
+from trainimg.registry.referrers import OCI_INDEX, OCI_MANIFEST, attach, fallback_tag, subject_of
+from trainimg.registry.registryapi import RegistryAPI
 from trainimg.runtime.contract import SBOM_PATH, VERSION_PREFIX
 from trainimg.runtime.sbom import HASH_SOURCE, MEDIA_TYPE, PACKAGE_PROPERTY, VERSION_SOURCE
 

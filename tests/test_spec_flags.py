@@ -1,5 +1,5 @@
 """`trainimg spec`'s flags and names, tested from the tables they come from (`jobs.specflags`, each platform
-module's ``FLAGS`` and ``NAME_LIMIT``, `runtime.topology.refusal`, `publish.references.why_unshared`):
+module's ``FLAGS`` and ``NAME_LIMIT``, `runtime.topology.refusal`, `registry.references.why_unshared`):
 
 * every platform x every flag another platform declares: refused (exit 2, one line naming the flag and the
   platforms that take it), also when given at its default value; and every flag accepted on its own platforms;

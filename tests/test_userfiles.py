@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from trainimg.errors import UserInputError
-from trainimg.publish.credentials import stored_credentials
+from trainimg.registry.credentials import stored_credentials
 from trainimg.publish.lockfile import read_lock
 
 BROKEN = {

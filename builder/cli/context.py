@@ -20,7 +20,7 @@ from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
 
 if TYPE_CHECKING:
     from ..engine.docker import DockerEngine
-    from ..publish.references import RegistryTarget
+    from ..registry.references import RegistryTarget
     from ..recipe.variant import RecipeSet
 
 
@@ -82,7 +82,7 @@ def image_ref(c: Ctx, ref: str) -> tuple[str, str | None]:
 def credentials(registry: RegistryTarget, username: str | None, password_stdin: bool,
                 env: Mapping[str, str]) -> dict[str, str] | None:
     """The registry credentials of `--username`/`--password-stdin`, else those stored for the registry."""
-    from ..publish.credentials import resolve_credentials
+    from ..registry.credentials import resolve_credentials
 
     password = None
     if password_stdin:

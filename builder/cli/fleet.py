@@ -34,8 +34,8 @@ def promote(c: Ctx, lock_dir: Path, variants: tuple[str, ...], registry: str, us
     from ..publish.lockfile import DEFAULT_LOCK
     from ..publish.promote import check_parts, promote as run_promote
     from ..publish.push import reachable_target
-    from ..publish.references import RegistryTarget
-    from ..publish.registryapi import RegistryAPI
+    from ..registry.references import RegistryTarget
+    from ..registry.registryapi import RegistryAPI
 
     opts = PromoteOptions(lock_dir=lock_dir, variants=variants, lock_path=lock_path)
     target = RegistryTarget.parse(registry)

@@ -119,7 +119,7 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
           password_stdin: bool, upload: str = DEFAULT_UPLOAD) -> list[PushResult]:
     from ..publish.policy import PushPolicy
     from ..publish.push import push
-    from ..publish.references import RegistryTarget
+    from ..registry.references import RegistryTarget
 
     target = RegistryTarget.parse(registry)
     creds = credentials(target, username, password_stdin, c.env)
@@ -199,7 +199,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
       trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d
     """
     from ..pipeline import release as run_release
-    from ..publish.references import RegistryTarget
+    from ..registry.references import RegistryTarget
 
     if not variants and not all_:
         raise UserInputError("name the variants to release, or pass --all")

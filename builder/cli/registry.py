@@ -11,7 +11,7 @@ from .context import Callback, Ctx, pass_ctx
 from .group import TrainimgGroup
 
 if TYPE_CHECKING:
-    from ..publish.localregistry import LocalRegistry
+    from ..registry.localregistry import LocalRegistry
 
 
 @click.group(cls=TrainimgGroup)
@@ -34,7 +34,7 @@ def port_option(fn: Callback) -> Callback:
 
 
 def _local_registry(c: Ctx, port: int) -> LocalRegistry:
-    from ..publish.localregistry import LocalRegistry
+    from ..registry.localregistry import LocalRegistry
     from ..state import state_dir
 
     return LocalRegistry(state_dir(c.env) / "registry", port=port)

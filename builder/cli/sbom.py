@@ -31,8 +31,8 @@ def sbom_cmd(c: Ctx, image: str, registry: str | None, username: str | None, pas
       trainimg sbom pytorch-2.13.0-cpu-py3.11 --registry localhost:5000
     """
     from ..publish.push import reachable_target
-    from ..publish.references import RegistryTarget
-    from ..publish.registryapi import RegistryAPI
+    from ..registry.references import RegistryTarget
+    from ..registry.registryapi import RegistryAPI
     from ..publish.sbom import local_sbom, registry_sbom
 
     ref = image_ref(c, image)[0]

@@ -49,8 +49,8 @@ def verify_cmd(c: Ctx, variant: str, registry: str, username: str | None, passwo
     from ..imagebuild.builder import Builder
     from ..progress import Progress
     from ..publish.push import reachable_target
-    from ..publish.references import RegistryTarget, split_tag
-    from ..publish.registryapi import RegistryAPI
+    from ..registry.references import RegistryTarget, split_tag
+    from ..registry.registryapi import RegistryAPI
     from ..publish.verify import compare, registry_image, report_lines
 
     recipes = c.recipes()

@@ -10,7 +10,7 @@ CPU build (``trainimg.version.cuda=none``) on GPU machines runs its framework on
 from __future__ import annotations
 
 from ..errors import UserInputError
-from ..publish.references import why_unshared
+from ..registry.references import why_unshared
 from ..recipe.grammar import is_reference
 from .shape import NONE, ImageFacts
 

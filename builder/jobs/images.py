@@ -34,7 +34,7 @@ from ..runtime.expect import versions_from_labels
 from ..runtime.frameworks import RECIPE_NAMES
 from ..publish.lockfile import LockEntry
 from ..publish.movingtags import moving_tags
-from ..publish.references import RegistryTarget
+from ..registry.references import RegistryTarget
 from ..recipe.loading import Variant
 from ..recipe.gpuarch import archs_of
 from .clusterimage import PUSHED_AS, check_pullable, why_unpullable

@@ -32,9 +32,9 @@ from ..plan.stages import BASE_ARG, PARENT_ARG, plans as plans_of
 from ..recipe.compat import load_compat
 from ..recipe.variant import RecipeSet
 from ..render.dockerfile import render_plan
-from .credentials import resolve_credentials
-from .references import RegistryTarget
-from .registryapi import RegistryAPI, sha256_digest
+from ..registry.credentials import resolve_credentials
+from ..registry.references import RegistryTarget
+from ..registry.registryapi import RegistryAPI, sha256_digest
 
 INPUTS_FORMAT = 1
 DOCKER_HUB = "registry-1.docker.io"  # where a reference without a registry host is resolved

@@ -19,8 +19,8 @@ from ..errors import CheckFailed
 from ..imagebuild.builder import VariantBuild
 from ..recipe.grammar import VARIANT_TAG_RE
 from .push import PushResult, push, reachable_target
-from .references import RegistryTarget, split_tag
-from .registryapi import RegistryAPI
+from ..registry.references import RegistryTarget, split_tag
+from ..registry.registryapi import RegistryAPI
 
 
 def moving_tag(tag: str) -> str | None:

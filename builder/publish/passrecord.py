@@ -14,9 +14,9 @@ from collections.abc import Callable, Iterable
 
 from ..errors import RegistryError, UserInputError
 from .lockfile import LockEntry
-from .referrers import attach, fetch, subject_of
-from .references import RegistryTarget, split_tag
-from .registryapi import RegistryAPI
+from ..registry.referrers import attach, fetch, subject_of
+from ..registry.references import RegistryTarget, split_tag
+from ..registry.registryapi import RegistryAPI
 
 RECORD_TYPE = "application/vnd.trainimg.release-entry.v1+json"
 RECORD_TITLE = "release-entry.json"  # the file name `oras pull` writes the payload as

@@ -29,7 +29,7 @@ from ..options import CiOptions
 from ..recipe.grammar import is_reference
 from ..recipe.variant import RecipeSet, Variant
 from .lockfile import DEFAULT_LOCK
-from .references import RegistryTarget, why_unshared
+from ..registry.references import RegistryTarget, why_unshared
 
 DEFAULT_RECIPES = "recipes"
 MATRIX_FILES = {"md": "support-matrix.md", "html": "support-matrix.html"}

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Mapping
 from ..conformance import records
 from ..engine.base import Engine
 from .push import PushResult
-from .references import RegistryTarget
+from ..registry.references import RegistryTarget
 from .sbom import SbomPublisher
 
 

@@ -17,8 +17,8 @@ from ..errors import UserInputError
 from ..recipe.variant import RecipeSet
 from .lockfile import LockEntry, read_lock, write_lock
 from .movingtags import copy_moving_tags
-from .references import RegistryTarget
-from .registryapi import RegistryAPI
+from ..registry.references import RegistryTarget
+from ..registry.registryapi import RegistryAPI
 
 PART_SUFFIX = ".json"
 

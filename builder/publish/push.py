@@ -22,9 +22,9 @@ from ..imagebuild.litter import remove_superseded
 from ..engine.base import Engine, EngineLost
 from ..errors import RegistryError, UserInputError
 from ..options import AUTO_UPLOAD, CLIENT_UPLOAD, DEFAULT_UPLOAD, ENGINE_UPLOAD
-from .blobpush import known_layers, push_saved
-from .references import RegistryTarget, split_tag
-from .registryapi import (RegistryAPI, Transient, auth_error, dns_error, redact,
+from ..registry.blobpush import known_layers, push_saved
+from ..registry.references import RegistryTarget, split_tag
+from ..registry.registryapi import (RegistryAPI, Transient, auth_error, dns_error, redact,
                           unreachable_error)
 
 log = logging.getLogger(__name__)

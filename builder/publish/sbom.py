@@ -18,9 +18,9 @@ from ..errors import CheckFailed, EngineError, RegistryError, UserInputError
 from ..runtime.contract import SBOM_PATH
 from ..runtime.manifest import distribution_key
 from ..runtime.sbom import MEDIA_TYPE
-from .referrers import attach, fetch, subject_of
-from .references import RegistryTarget, split_tag
-from .registryapi import RegistryAPI
+from ..registry.referrers import attach, fetch, subject_of
+from ..registry.references import RegistryTarget, split_tag
+from ..registry.registryapi import RegistryAPI
 
 SBOM_TITLE = os.path.basename(SBOM_PATH)  # the file name `oras pull` writes the artifact's payload as
 

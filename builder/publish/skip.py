@@ -20,8 +20,8 @@ from ..recipe.variant import Variant
 from ..runtime.contract import INPUTS_LABEL
 from .lockfile import LockEntry
 from .passrecord import registry_entry
-from .references import RegistryTarget, split_tag
-from .registryapi import RegistryAPI
+from ..registry.references import RegistryTarget, split_tag
+from ..registry.registryapi import RegistryAPI
 
 SKIPPED, BUILDING = "skipped", "building"  # the first word of a decision line
 

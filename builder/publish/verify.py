@@ -17,9 +17,9 @@ from typing import IO, cast
 
 from ..engine.base import Engine
 from ..errors import RegistryError
-from .layerfiles import Entry, differences, entries, saved_layer_entries
-from .references import split_tag
-from .registryapi import RegistryAPI
+from ..registry.layerfiles import Entry, differences, entries, saved_layer_entries
+from ..registry.references import split_tag
+from ..registry.registryapi import RegistryAPI
 
 MANIFEST_TYPES = ("application/vnd.docker.distribution.manifest.v2+json",
                   "application/vnd.oci.image.manifest.v1+json")
