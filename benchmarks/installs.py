@@ -63,7 +63,7 @@ def install_step_seconds(log: str) -> float:
 
 def allow_missing() -> list[str]:
     """The build argument `--allow-missing google-reduction-server` gives (Google's apt is unreachable here)."""
-    from trainimg.imagebuild.builder import ALLOW_MISSING_ARG
+    from trainimg.imagebuild.archplan import ALLOW_MISSING_ARG
     from trainimg.runtime.contract import REDUCTION_SERVER_PACKAGE
 
     return ["--build-arg", f"{ALLOW_MISSING_ARG}={REDUCTION_SERVER_PACKAGE}"]

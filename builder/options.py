@@ -83,12 +83,14 @@ class LockOptions:
 class BuildOptions:
     """`trainimg build` (and release's build step); the CLI fills it from flags and the environment."""
 
-    base_image: str | None = None
+    base_image: str | None = None  # `--base-image REF`: every architecture's base
+    arch_bases: Mapping[str, str] = field(default_factory=dict)  # `--base-image ARCH=REF`: one architecture's
     ca_bundle: Path | None = None
     wheelhouses: tuple[Path, ...] = ()
     allow_missing: tuple[str, ...] = ()
     jobs: int = 3  # variants built at once after their shared parents
-    # variant name -> base image for that root variant (`build --locked`: lock.locked_bases); wins over base_image.
+    # variant name (`arches.arch_key`: @arch off amd64) -> base image for that root variant and architecture (`build
+    # --locked`: lock.locked_bases); wins over arch_bases and base_image.
     base_overrides: Mapping[str, str] = field(default_factory=dict)
     # Registry images to reuse BuildKit's inline cache from (`--cache-from`; `release` adds the locked image).
     cache_from: tuple[str, ...] = ()
@@ -98,6 +100,12 @@ class BuildOptions:
     installer: str = DEFAULT_INSTALLER
     # Run every step anew, BuildKit's layer cache unused (`verify` rebuilds so; the wheel cache mount still serves).
     no_cache: bool = False
+    # Only these (variant, architecture) pairs (`arches.arch_key`) and what they are built on; empty: every pair
+    # (`release` builds only what changed, per architecture).
+    only: frozenset[str] = frozenset()
+    # `--arch`: only these CPU architectures of the variants (recipe/arches.py, checked by the CLI); empty: every one
+    # each variant lists (a CI job per architecture on its own runner builds one).
+    arches: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         BUILD_JOBS.check(self.jobs, "--jobs")

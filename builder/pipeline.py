@@ -8,7 +8,7 @@ and print. Printing is the caller's: it passes callbacks.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,16 +90,17 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
     for d in decisions.values():
         if on_decision is not None:
             on_decision(d)
-    wanted = [v.name for v in chosen if not decisions[v.name].skip]
-    build_opts = dataclasses.replace(opts.build, inputs_keys=keys)
+    todo = frozenset(k for k, d in decisions.items() if not d.skip)  # per (variant, architecture): arches.arch_key
+    wanted = sorted({decisions[k].variant for k in todo})
+    build_opts = dataclasses.replace(opts.build, inputs_keys=keys, only=todo)
     if not build_opts.cache_from:  # an ephemeral CI runner starts empty: the last release's pushes are its cache
         build_opts = dataclasses.replace(build_opts, cache_from=cache_sources(previous, wanted))
     builds = Builder(recipes, engine, Progress(progress, env), env, root).build(wanted, build_opts) if wanted else []
-    builds = [b for b in builds if b.name in wanted]  # a skipped parent built again only for its child stays out
-    suites = test_images(engine, [(b.tag, b.name) for b in builds], opts.test, env, progress, on_suite)
+    builds = [b for b in builds if b.key in todo]  # a skipped parent built again only for its child stays out
+    suites = test_images(engine, [(b.tag, b.key) for b in builds], opts.test, env, progress, on_suite)
     if on_tested is not None:
         on_tested(suites)
-    kept = {d.variant: d for d in decisions.values() if d.skip}
+    kept = {k: d for k, d in decisions.items() if d.skip}
     failed = [s for s in suites if not s.passed]
     if failed:
         if opts.stage:  # promote names the failure instead of a missing part
@@ -115,10 +116,22 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
         policy.pushed(tag, result)
 
     pushed = push_release(engine, builds, target, credentials, gate=policy.gate, on_pushed=pushed_with_sbom,
-                          kept={d.tag: d.digest for d in kept.values() if d.digest}, moving=not opts.stage,
-                          upload=opts.upload)
+                          kept={d.tag: d.tag_digest or d.digest for d in kept.values()
+                                if d.digest and d.tag not in {b.variant_tag for b in builds}},
+                          kept_manifests=_kept_manifests(kept.values()), moving=not opts.stage,
+                          upload=opts.upload, on_manifest=pushed_with_sbom)
     attach_records(api, target, _record(opts, engine, recipes, builds, suites, pushed, kept, target), on_record)
     return ReleaseResult(builds, suites, pushed, kept)
+
+
+def _kept_manifests(kept: Iterable[Decision]) -> dict[str, dict[str, str]]:
+    """{tag: {architecture: manifest digest}} of the images a release keeps as unchanged: an index pushed for a
+    changed architecture of the same variant names them again."""
+    out: dict[str, dict[str, str]] = {}
+    for d in kept:
+        if d.digest:
+            out.setdefault(d.tag, {})[d.arch] = d.digest
+    return out
 
 
 def _record(opts: ReleaseOptions, engine: Engine, recipes: RecipeSet, builds: list[VariantBuild],
@@ -129,10 +142,13 @@ def _record(opts: ReleaseOptions, engine: Engine, recipes: RecipeSet, builds: li
     skipped = []
     for d in kept.values():
         assert d.entry is not None and d.digest is not None
-        refs = {target.ref(d.tag): d.digest}
+        again = pushed.get(d.tag)  # its index pushed anew with a changed architecture's image beside this one
+        now = again.digest if again is not None else d.tag_digest or d.digest
+        refs = {target.ref(d.tag): now}
         if not opts.stage:
-            refs.update({r.ref: r.digest for t, r in pushed.items() if moving_tag(d.tag) == t and r.digest == d.digest})
-        skipped.append(dataclasses.replace(d.entry, pushed=dict(sorted(refs.items()))))
+            refs.update({r.ref: r.digest for t, r in pushed.items() if moving_tag(d.tag) == t and r.digest == now})
+        skipped.append(dataclasses.replace(d.entry, pushed=dict(sorted(refs.items())),
+                                           manifest=d.digest if now != d.digest else None))
     built = release_entries(engine, recipes, builds, suites, pushed)
     if opts.stage:
         write_parts(opts.lock_dir, [*built, *skipped])

@@ -79,6 +79,25 @@ def image_ref(c: Ctx, ref: str) -> tuple[str, str | None]:
     return ref, None
 
 
+def variant_images(c: Ctx, ref: str) -> list[tuple[str, str | None, str]]:
+    """IMAGE|VARIANT as the engine's images: (local tag, report name, architecture) for each architecture a
+    variant's build makes (`arches.local_tag`, `arch_key`; not one its committed lock says is not lockable here),
+    or the reference itself ("" architecture: whatever the image is)."""
+    from ..imagebuild.lockcompile import left_out
+    from ..plan.requirements import lock_states
+    from ..recipe.arches import arch_key, local_tag
+    from ..recipe.compat import load_compat
+
+    tag, name = image_ref(c, ref)
+    if name is None:
+        return [(tag, None, "")]
+    recipes = c.recipes()
+    chosen = recipes.with_parents([recipes.by_name[name]])
+    left = left_out(chosen, lock_states(chosen, load_compat(), c.root))
+    v = recipes.by_name[name]
+    return [(local_tag(v.tag, a), arch_key(name, a), a) for a in v.arch if (name, a) not in left]
+
+
 def credentials(registry: RegistryTarget, username: str | None, password_stdin: bool,
                 env: Mapping[str, str]) -> dict[str, str] | None:
     """The registry credentials of `--username`/`--password-stdin`, else those stored for the registry."""

@@ -31,7 +31,10 @@ def promote(c: Ctx, lock_dir: Path, variants: tuple[str, ...], registry: str, us
       trainimg promote lock.d --registry ghcr.io/team --lock images.lock
       trainimg promote lock.d 'pytorch-*' --registry localhost:5000
     """
+    from ..imagebuild.lockcompile import left_out
+    from ..plan.requirements import lock_states
     from ..publish.lockfile import DEFAULT_LOCK
+    from ..recipe.compat import load_compat
     from ..publish.promote import check_parts, promote as run_promote
     from ..publish.push import reachable_target
     from ..registry.references import RegistryTarget
@@ -41,14 +44,16 @@ def promote(c: Ctx, lock_dir: Path, variants: tuple[str, ...], registry: str, us
     target = RegistryTarget.parse(registry)
     recipes = c.recipes()
     api = RegistryAPI(reachable_target(docker_engine(), target), credentials(target, username, password_stdin, c.env))
-    entries, problems = check_parts(recipes, opts.lock_dir, opts.variants, api, target)
+    chosen = recipes.with_parents(recipes.select(list(opts.variants)))
+    left = left_out(chosen, lock_states(chosen, load_compat(), c.root))  # not built anywhere: no part expected
+    entries, problems = check_parts(recipes, opts.lock_dir, opts.variants, api, target, left)
     for line in problems:
         click.echo(f"trainimg promote: {line}", err=True)
     if problems:
         raise CheckFailed(f"nothing promoted: {len(problems)} problem(s) in {opts.lock_dir}")
     written = run_promote(entries, api, target, opts.lock_path or DEFAULT_LOCK)
     for e in written.values():
-        click.echo(f"promoted {e.variant}: {', '.join(sorted(e.pushed))}")
+        click.echo(f"promoted {e.key}: {', '.join(sorted(e.pushed))}")
     click.echo(f"locked {len(written)} variant(s) in {opts.lock_path or DEFAULT_LOCK}")
 
 

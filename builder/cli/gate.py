@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -12,10 +13,12 @@ from ..options import DEFAULT_UPLOAD, NPROC_PER_NODE, REPLICAS, UPLOADS, Release
 from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
 from .context import (STDOUT, Callback, Ctx, credentials, docker_engine, emit_json, image_ref, json_option, note,
-                      pass_ctx, progress_option)
-from .images import _build_options, build_flags
+                      pass_ctx, progress_option, variant_images)
+from .images import _build_options, base_image_option, base_images, build_flags
 
 if TYPE_CHECKING:
+    from ..engine.base import Engine
+    from ..publish.policy import PushPolicy
     from ..publish.push import PushResult
 
 
@@ -66,23 +69,44 @@ def _write_reports(suites: list[Suite], json_path: str | None, junit_path: str |
         raise UserInputError(str(err)) from None
 
 
+def _built_on(engine: Engine, images: list[tuple[str, str | None, str]], given: tuple[str, ...]) -> None:
+    """`test --base-image`: each image must have been built on the base given for its architecture (its
+    `org.opencontainers.image.base.name` label, which `build` sets from what it built on), else the gate would
+    judge another image than the one asked about. Refused before any container starts."""
+    from ..runtime.contract import OCI_BASE_NAME
+
+    bare, per_arch = base_images(given)
+    for tag, name, arch in images:
+        info = engine.image(tag)
+        if info is None:
+            continue  # the suite says it is missing, with what to run
+        want = per_arch.get(arch or info.architecture) or bare
+        got = info.labels.get(OCI_BASE_NAME)
+        if want and got != want:
+            raise UserInputError(f"{tag} ({info.architecture or arch}) was built on {got or 'an unknown base'}, not "
+                                 f"{want}: build {name or tag} with --base-image {want}", where="--base-image")
+
+
 @click.command("test")
 @click.argument("image")
 @test_flags
+@base_image_option
 @json_option("The conformance report")
 @progress_option("each check and each replica's output")
 @pass_ctx
 def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: int, timeout: float,
-             junit_path: str | None, structure_tests: tuple[Path, ...], json_path: str | None,
-             progress: str) -> None:
-    """Run conformance checks and the multi-container all-reduce on IMAGE (or a VARIANT's image).
+             junit_path: str | None, structure_tests: tuple[Path, ...], base_image: tuple[str, ...],
+             json_path: str | None, progress: str) -> None:
+    """Run conformance checks and the multi-container all-reduce on IMAGE, or on a VARIANT's image of each
+    architecture it is built for (another architecture's under emulation where the host registered one).
 
     Starts containers of the image on the Docker engine (one network per run, removed after), with the
-    platform's environment; reaches no registry.
+    platform's environment; reaches no registry. With --base-image, each image must have been built on that base.
 
     \b
     Examples:
       trainimg test pytorch-2.13.0-cpu-py3.11
+      trainimg test jax-0.10.2-cpu-py3.11 --base-image local/debian:bookworm --base-image arm64=local/debian:bookworm-arm64
       trainimg test trainimg/pytorch:2.13.0-cpu-py3.11 --platform slurm --replicas 4 --json report.json
       trainimg test IMAGE --junit report.xml --structure-tests team-checks.yaml
     """
@@ -90,7 +114,10 @@ def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: i
 
     opts = TestOptions(platform=platform, replicas=replicas, timeout=timeout, nproc_per_node=nproc_per_node,
                        structure_tests=structure_tests)
-    suites = test_images(docker_engine(), [image_ref(c, image)], opts, c.env, progress, _print_suite)
+    images = variant_images(c, image)
+    engine = docker_engine()
+    _built_on(engine, images, base_image)
+    suites = test_images(engine, [(tag, name) for tag, name, _ in images], opts, c.env, progress, _print_suite)
     _write_reports(suites, json_path, junit_path)
     if not all(s.passed for s in suites):
         raise CheckFailed(f"{image} failed conformance: " + ", ".join(ch.name for s in suites for ch in s.failed))
@@ -115,8 +142,15 @@ upload_flag = click.option(
          "else the engine.")
 
 
-def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
+def _gate(policy: PushPolicy, image_id: str, ref: str) -> None:
+    policy.gate(image_id, ref)
+
+
+def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str, username: str | None,
           password_stdin: bool, upload: str = DEFAULT_UPLOAD) -> list[PushResult]:
+    """Push each (tag, [(local tag, architecture)]): one image under its tag, or, for a variant built for more
+    than amd64, each architecture's image and the index of them (publish/indexpush.py)."""
+    from ..publish.indexpush import needs_index, push_index
     from ..publish.policy import PushPolicy
     from ..publish.push import push
     from ..registry.references import RegistryTarget
@@ -124,21 +158,29 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
     target = RegistryTarget.parse(registry)
     creds = credentials(target, username, password_stdin, c.env)
     engine = docker_engine()
-    for tag in tags:
-        if engine.image(tag) is None:
-            raise UserInputError(f"no image {tag} on this engine: run `trainimg build` first")
+    locals_ = [local for _, images in groups for local, _ in images]
+    for local in locals_:
+        if engine.image(local) is None:
+            raise UserInputError(f"no image {local} on this engine: run `trainimg build` first")
     policy = PushPolicy(engine, target, creds, c.env, click.echo)
-    policy.admit(tags)
-    results = []
-    for tag in tags:
+    policy.admit(locals_)
+    siblings = [tag for tag, _ in groups]
 
-        def passed(image_id: str, ref: str = tag) -> None:
-            policy.gate(image_id, ref)
-
-        result = push(engine, tag, target, tag, credentials=creds, gate=passed, upload=upload,
-                      siblings=[t for t in tags if t != tag])
+    def pushed(local: str, result: PushResult) -> None:
         click.echo(f"pushed {result.ref}@{result.digest} ({result.bytes_uploaded} bytes uploaded)")
-        policy.pushed(tag, result)
+        policy.pushed(local, result)
+
+    results = []
+    for tag, images in groups:
+        others = [t for t in siblings if t != tag]
+        if needs_index(arch for _, arch in images if arch):
+            result = push_index(engine, tag, images, target, creds, gate=policy.gate, siblings=others,
+                                on_manifest=pushed)
+        else:
+            local = images[0][0]
+            result = push(engine, local, target, tag, credentials=creds, upload=upload, siblings=others,
+                          gate=functools.partial(_gate, policy, ref=local))
+        pushed(tag, result)
         results.append(result)
     return results
 
@@ -153,7 +195,8 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
     """Push variants' images to <registry>/<tag>; refuses images without a passing conformance record.
 
     Reaches the registry (and pushes each image's SBOM beside it); reads each SBOM from the image in a
-    short-lived container first. Only the layers the registry lacks are sent (`--upload`).
+    short-lived container first. Only the layers the registry lacks are sent (`--upload`). A variant built for
+    more than amd64 goes as one index under its tag, every architecture's image in it (through the client).
 
     
     Examples:
@@ -161,7 +204,8 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
       echo "$TOKEN" | trainimg push 'pytorch-*' --registry ghcr.io/team --username bot --password-stdin
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --upload engine
     """
-    _push(c, [image_ref(c, v)[0] for v in variants], registry, username, password_stdin, upload)
+    groups = [(image_ref(c, v)[0], [(local, arch) for local, _, arch in variant_images(c, v)]) for v in variants]
+    _push(c, groups, registry, username, password_stdin, upload)
 
 
 @click.command()
@@ -182,7 +226,7 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
               help="Where --stage writes <variant>.json.")
 @upload_flag
 @pass_ctx
-def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | None, ca_bundle: Path | None,
+def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str, ...], ca_bundle: Path | None,
             wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
             cache_from: tuple[str, ...], installer: str, platform: str, replicas: int, nproc_per_node: int,
             timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], registry: str,

@@ -20,7 +20,7 @@ if TYPE_CHECKING:
 @json_option("A JSON array, one object per variant, with what each built image holds (reads the engine)")
 @pass_ctx
 def list_cmd(c: Ctx, json_path: str | None) -> None:
-    """List the variants the recipes expand to: name, tag, base image.
+    """List the variants the recipes expand to: name, tag, architectures, base image.
 
     With --json it also asks the Docker engine which of them are built and what they hold.
 
@@ -35,19 +35,21 @@ def list_cmd(c: Ctx, json_path: str | None) -> None:
     recipes = c.recipes()
     rows = []
     installed = _installed(recipes.variants) if json_path else {}
+    dockerfiles: dict[str, dict[str, str]] = {}
     for plan in plans(recipes):
-        v = plan.variant
+        dockerfiles.setdefault(plan.variant.name, {})[plan.arch] = plan.dockerfile_path()
+    for v in recipes.variants:
         rows.append({
-            "name": v.name, "tag": v.tag, "dockerfile": plan.dockerfile_path(), "framework": v.framework,
+            "name": v.name, "tag": v.tag, "dockerfile": dockerfiles[v.name][v.arch[0]], "framework": v.framework,
             "base": v.base_image, "extends": v.extends, "recipe": v.source, "gpu": v.gpu,
             "reduction_server": v.reduction_server, "versions": v.versions(), "extras": list(v.extras),
-            "installed": installed.get(v.tag),
+            "installed": installed.get(v.tag), "arch": list(v.arch), "dockerfiles": dockerfiles[v.name],
         })
     if json_path:
         emit_json(rows, json_path)
         return
-    for r in rows:
-        click.echo(f"{r['name']:<34} {r['tag']:<44} {r['base']}")
+    for v in recipes.variants:
+        click.echo(f"{v.name:<34} {v.tag:<44} {','.join(v.arch):<12} {v.base_image}")
 
 
 def _installed(variants: list[Variant]) -> dict[str, dict[str, str | None]]:
@@ -139,19 +141,45 @@ def render(c: Ctx, out: Path | None, check: bool) -> None:
     click.echo(f"{len(files)} Dockerfiles rendered, {len(changed)} changed")
 
 
-def _build_options(c: Ctx, base_image: str | None, ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
+def base_images(values: tuple[str, ...]) -> tuple[str | None, dict[str, str]]:
+    """`--base-image REF` (every architecture) and `--base-image ARCH=REF` (one), repeatable: (REF, {ARCH: REF}).
+    An image reference never holds `=`, so the two forms cannot be mistaken for each other."""
+    from ..recipe.arches import ARCHES
+    from ..recipe.grammar import is_reference
+
+    bare: list[str] = []
+    per_arch: dict[str, str] = {}
+    for value in values:
+        arch, eq, ref = value.partition("=")
+        if eq and arch not in ARCHES:
+            raise UserInputError(f"{value!r}: {arch!r} is not an architecture; use REF or ARCH=REF, ARCH one of "
+                                 f"{', '.join(ARCHES)}", where="--base-image")
+        ref = ref if eq else value
+        if not is_reference(ref):
+            raise UserInputError(f"{ref!r} is not an image reference", where="--base-image")
+        if (arch in per_arch) if eq else bare:
+            raise UserInputError(f"{value!r}: a base for {arch if eq else 'every architecture'} is given twice",
+                                 where="--base-image")
+        if eq:
+            per_arch[arch] = ref
+        else:
+            bare.append(ref)
+    return (bare[0] if bare else None), per_arch
+
+
+def _build_options(c: Ctx, base_image: tuple[str, ...], ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
                    allow_missing: tuple[str, ...], jobs: int, cache_from: tuple[str, ...],
                    installer: str = DEFAULT_INSTALLER) -> BuildOptions:
     from ..imagebuild.wheelhouse import default_ca_bundle, default_wheelhouses
     from ..recipe.grammar import is_reference
 
-    if base_image is not None and not is_reference(base_image):
-        raise UserInputError(f"{base_image!r} is not an image reference", where="--base-image")
+    bare, per_arch = base_images(base_image)
     for ref in cache_from:
         if not is_reference(ref):
             raise UserInputError(f"{ref!r} is not an image reference", where="--cache-from")
     return BuildOptions(
-        base_image=base_image,
+        base_image=bare,
+        arch_bases=per_arch,
         ca_bundle=ca_bundle if ca_bundle is not None else default_ca_bundle(c.env),
         wheelhouses=wheelhouse or default_wheelhouses(c.env),
         allow_missing=allow_missing,
@@ -161,10 +189,16 @@ def _build_options(c: Ctx, base_image: str | None, ca_bundle: Path | None, wheel
     )
 
 
+base_image_option = click.option(
+    "--base-image", multiple=True, metavar="REF|ARCH=REF",
+    help="Replace the root FROM (mirrors, offline machines): REF for every architecture, ARCH=REF for one "
+         "(arm64=local/debian:bookworm-arm64); repeatable. A base on the engine must be of its architecture.")
+
+
 def build_flags(fn: Callback) -> Callback:
     """The build flags `build` and `release` share."""
     for deco in reversed([
-        click.option("--base-image", help="Replace the root FROM (mirrors, offline machines)."),
+        base_image_option,
         click.option("--ca-bundle", type=click.Path(path_type=Path),
                      help="CA bundle for a TLS-intercepting proxy (default: $SSL_CERT_FILE or $PIP_CERT); "
                           "passed as a BuildKit secret, never in a layer."),
@@ -195,18 +229,21 @@ def build_flags(fn: Callback) -> Callback:
               help="The lockfile --locked reads (default: images.lock).")
 @click.option("--no-cache", is_flag=True, help="Run every step anew (BuildKit's layer cache unused): a cold build.")
 @pass_ctx
-def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: Path | None,
+def build(c: Ctx, variants: tuple[str, ...], base_image: tuple[str, ...], ca_bundle: Path | None,
           wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
           cache_from: tuple[str, ...], installer: str, json_path: str | None, locked: bool,
           lock_path: str | None, no_cache: bool) -> None:
-    """Build VARIANTS (default: all) through the Docker engine, shared parents first.
+    """Build VARIANTS (default: all) through the Docker engine, shared parents first, for every architecture each
+    lists (another architecture's image is named <tag>-<arch> on the engine).
 
     Starts BuildKit builds on the engine and short-lived containers that read each image's versions back;
-    reaches the package indexes (or --wheelhouse folders) and, with --cache-from or --locked, a registry.
+    reaches the package indexes (or --wheelhouse folders) and, with --cache-from or --locked, a registry. An
+    architecture whose committed lock says it is not lockable here is left out, said on stderr.
 
     
     Examples:
       trainimg build pytorch-2.13.0-cpu-py3.11 --base-image local/debian:bookworm
+      trainimg build jax-0.10.2-cpu-py3.11 --base-image local/debian:bookworm --base-image arm64=local/debian:bookworm-arm64
       trainimg build 'pytorch-*' --jobs 2 --progress plain --json build.json
       trainimg build --locked --lock images.lock
       trainimg build pytorch-2.13.0-cpu-py3.11 --no-cache

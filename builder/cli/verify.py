@@ -15,7 +15,7 @@ import click
 from ..errors import CheckFailed, UserInputError
 from ..options import DEFAULT_INSTALLER, INSTALLERS
 from .context import Ctx, credentials, docker_engine, pass_ctx, progress_option
-from .images import _build_options
+from .images import _build_options, base_image_option
 
 
 @click.command("verify")
@@ -24,7 +24,7 @@ from .images import _build_options
               help="The registry holding the variant's image under its tag.")
 @click.option("--username", help="Registry user; the password comes from TRAINIMG_REGISTRY_PASSWORD.")
 @click.option("--password-stdin", is_flag=True, help="Read the registry password from standard input.")
-@click.option("--base-image", help="Replace the root FROM (mirrors, offline machines), as the release did.")
+@base_image_option
 @click.option("--ca-bundle", type=click.Path(path_type=Path), help="CA bundle for a TLS-intercepting proxy.")
 @click.option("--wheelhouse", multiple=True, type=click.Path(path_type=Path), help="Folder of wheels; repeatable.")
 @click.option("--allow-missing", multiple=True, metavar="COMPONENT", help="Build without COMPONENT, as the release did.")
@@ -33,9 +33,10 @@ from .images import _build_options
 @progress_option("the no-cache rebuild")
 @pass_ctx
 def verify_cmd(c: Ctx, variant: str, registry: str, username: str | None, password_stdin: bool,
-               base_image: str | None, ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
+               base_image: tuple[str, ...], ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
                allow_missing: tuple[str, ...], installer: str, progress: str) -> None:
-    """Rebuild VARIANT without cache and compare it with its image in the registry, layer by layer.
+    """Rebuild VARIANT without cache and compare it with its image in the registry, layer by layer, for every
+    architecture it is built for (each with its manifest in the tag's index).
 
     Reaches the registry (the pushed manifest and config; a layer's blob only where it differs), builds on the engine
     without its cache and starts short-lived containers that read the rebuild's versions back. Exit 1 names each
@@ -62,14 +63,16 @@ def verify_cmd(c: Ctx, variant: str, registry: str, username: str | None, passwo
     engine = docker_engine()
     api = RegistryAPI(reachable_target(engine, target), credentials(target, username, password_stdin, c.env))
     name, tag = split_tag(v.tag)
-    registry_image(api, target.repository(name), tag)  # before a long build: is there anything to compare?
+    registry_image(api, target.repository(name), tag, v.arch[0])  # before a long build: anything to compare?
     opts = dataclasses.replace(_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, 1, (), installer),
                                no_cache=True)
     built = Builder(recipes, engine, Progress(progress, c.env), c.env, c.root).build([v.name], opts)
-    result = next(b for b in built if b.name == v.name)
-    verdict = compare(engine, api, result.image_id, v.tag)
-    for line in report_lines(verdict):
-        click.echo(line)
-    if not verdict.identical:
-        raise CheckFailed(f"{v.name}: {len(verdict.differing)} of {verdict.layers} layers in {verdict.ref} differ "
-                          "from this checkout's rebuild")
+    differing = []
+    for result in (b for b in built if b.name == v.name):
+        verdict = compare(engine, api, result.image_id, v.tag, result.arch)
+        for line in report_lines(verdict):
+            click.echo(line)
+        if not verdict.identical:
+            differing.append(f"{len(verdict.differing)} of {verdict.layers} layers in {verdict.ref} differ")
+    if differing:
+        raise CheckFailed(f"{v.name}: {'; '.join(differing)} from this checkout's rebuild")

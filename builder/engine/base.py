@@ -35,6 +35,9 @@ class BuildRequest:
     # process's cleanup can take the image before its builder reads it (build/litter.py).
     tags: tuple[str, ...] = ()
     no_cache: bool = False  # every step run anew (`verify`): BuildKit's layer cache unused
+    # The platform built for (``linux/arm64``), None: the engine's own. Another architecture's RUN steps run under
+    # the emulator the host registered (binfmt_misc), or natively on a builder of that architecture.
+    platform: str | None = None
 
 
 @dataclass(frozen=True)
@@ -56,6 +59,7 @@ class ImageInfo:
     repo_digests: tuple[str, ...] = ()
     layers: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()  # the `repo:tag` names it has now (none: dangling)
+    architecture: str = ""  # the image config's `architecture` (amd64, arm64); "" where the engine did not say
 
 
 @dataclass(frozen=True)

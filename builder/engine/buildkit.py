@@ -107,6 +107,8 @@ def build_command(cli: str, req: BuildRequest, iidfile: Path) -> list[str]:
            "--iidfile", str(iidfile), *(["--no-cache"] if req.no_cache else [])]
     if req.network_host:
         cmd += ["--network", "host"]
+    if req.platform:
+        cmd += ["--platform", req.platform]
     for key, value in sorted({**req.build_args, INLINE_CACHE_ARG: "1"}.items()):
         cmd += ["--build-arg", f"{key}={value}"]
     for key, value in sorted(req.labels.items()):

@@ -92,7 +92,8 @@ class DockerEngine(Engine):
             id=attrs["Id"], labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
             size=int(attrs.get("Size") or 0), repo_digests=tuple(attrs.get("RepoDigests") or ()),
             layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
-            tags=tuple(t for t in attrs.get("RepoTags") or () if t != "<none>:<none>"))
+            tags=tuple(t for t in attrs.get("RepoTags") or () if t != "<none>:<none>"),
+            architecture=str(attrs.get("Architecture") or ""))
 
     def save_stream(self, ref: str) -> Iterator[bytes]:
         with _refusals(f"cannot save {ref}"):

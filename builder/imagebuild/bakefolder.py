@@ -52,13 +52,16 @@ def write_bake(recipes: RecipeSet, names: list[str], env: Mapping[str, str], rep
     folder = bake_dir(env)
     folder.mkdir(mode=0o700, parents=True)
     context = runtime_context(folder / "context")
-    locks_into(context, recipes, variants, repo_root, LockOptions(wheelhouses=default_wheelhouses(env)), env, say,
-               compat)
+    locks = locks_into(context, recipes, variants, repo_root, LockOptions(wheelhouses=default_wheelhouses(env)), env,
+                       say, compat)
+    for line in locks.left_out:  # an architecture not lockable here gets no target
+        say(line)
+    selected = [p for p in selected if p.key in locks.digests]
     (folder / "dockerfiles").mkdir()
     dockerfiles = {}
     for plan in selected:
-        dockerfiles[plan.variant.name] = folder / "dockerfiles" / f"{plan.variant.name}.Dockerfile"
-        dockerfiles[plan.variant.name].write_text(render_plan(plan), encoding="utf-8")
+        dockerfiles[plan.key] = folder / "dockerfiles" / f"{plan.key}.Dockerfile"
+        dockerfiles[plan.key].write_text(render_plan(plan), encoding="utf-8")
     secrets_dir = folder / "secrets"
     secrets_dir.mkdir(mode=0o700)
     ca = default_ca_bundle(env)

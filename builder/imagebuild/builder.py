@@ -39,6 +39,7 @@ from ..plan.stages import (
     plans as plans_of,
 )
 from ..progress import Progress
+from ..recipe.arches import DEFAULT_ARCH, arch_key
 from ..recipe.loading import RecipeSet, Variant
 from ..plan.reproducible import BASE_FILES, base_files_tar, fix_times
 from ..render.dockerfile import render_plan
@@ -58,17 +59,18 @@ from ..runtime.contract import (
     OCI_VERSION,
     VERSION_PREFIX,
 )
+from .archplan import build_args, check_arches, check_bases, platform_of, selected
 from .litter import pass_tag, release_names, remove_superseded
-from .lockcompile import locks_into
+from .lockcompile import ContextLocks, locks_into
 from .wheelhouse import Wheelhouse, check_dirs, pip_conf, serve, uv_conf, write_secret
 
-ALLOW_MISSING_ARG = "TRAINIMG_ALLOW_MISSING"  # the components a build may miss (`--allow-missing`)
 
 
 
 @dataclass
 class VariantBuild:
-    """What one variant's build produced, as the --json report lists it."""
+    """What one variant's build for one architecture produced, as the --json report lists it. `tag` is the
+    engine's name for the image (`arches.local_tag`), `variant_tag` the tag the registry holds it under."""
 
     name: str
     tag: str
@@ -82,6 +84,16 @@ class VariantBuild:
     absent: list[str]
     manifest: dict[str, Any]
     inputs: str | None = None  # the inputs key it was labelled with (publish/inputs.py), None when not computed
+    arch: str = DEFAULT_ARCH
+    variant_tag: str = ""
+
+    def __post_init__(self) -> None:
+        self.variant_tag = self.variant_tag or self.tag
+
+    @property
+    def key(self) -> str:
+        """The variant's name, ``@<arch>`` off amd64 (`arches.arch_key`)."""
+        return arch_key(self.name, self.arch)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -170,16 +182,17 @@ def installed_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:
 
 
 def _waves(plans: list[Plan]) -> list[list[Plan]]:
-    """Plans grouped so that every variant comes in a later wave than the variant it extends."""
+    """Plans grouped so that every variant comes in a later wave than the variant it extends (per architecture)."""
     depth: dict[str, int] = {}
     for p in plans:  # parents come before their children in `plans`
-        depth[p.variant.name] = depth[p.variant.extends] + 1 if p.variant.extends in depth else 0
-    return [[p for p in plans if depth[p.variant.name] == d] for d in sorted(set(depth.values()))]
+        parent = arch_key(p.variant.extends, p.arch) if p.variant.extends else None
+        depth[p.key] = depth[parent] + 1 if parent in depth else 0
+    return [[p for p in plans if depth[p.key] == d] for d in sorted(set(depth.values()))]
 
 
 def _dockerfile(tmp: Path, plan: Plan) -> Path:
     """`plan` rendered into the build's temporary folder (the build reads it there, not from images/)."""
-    path = tmp / f"{plan.variant.name}.Dockerfile"
+    path = tmp / f"{plan.key}.Dockerfile"
     path.write_text(render_plan(plan), encoding="utf-8")
     return path
 
@@ -190,21 +203,25 @@ class Builder:
         self.recipes, self.engine, self.progress, self.env = recipes, engine, progress, env
         self.repo_root = repo_root
         self.compat = compat or load_compat()
-        self.lock_digests: dict[str, str] = {}
+        self.locks = ContextLocks({})
 
     def plans(self, variants: list[Variant], installer: str) -> list[Plan]:
         return plans_of(self.recipes, variants, compat=self.compat, installer=installer)
 
     def build(self, names: list[str], opts: BuildOptions) -> list[VariantBuild]:
-        """Build `names` (and the variants they extend): check the options, put the locks and secrets in a build
-        context, build the parent stages several variants share once, then the variants, wave by wave."""
+        """Build `names` (and the variants they extend), every architecture each lists: check the options, put the
+        locks and secrets in a build context, build the parent stages several variants share once, then the
+        variants, wave by wave. An architecture whose committed lock is not lockable here is left out, said once."""
         chosen = self.recipes.with_parents(self.recipes.select(names))
-        plans = self.plans(chosen, opts.installer)
+        plans = [p for p in self.plans(chosen, opts.installer) if not opts.arches or p.arch in opts.arches]
+        check_arches(chosen, opts.arches)
         wheelhouses = self._checked(plans, opts)
         prov = provenance(self.repo_root, self.env)
         with tempfile.TemporaryDirectory(prefix="trainimg-ctx-") as tmp, serve(wheelhouses) as lines:
             common = self._context(Path(tmp), chosen, opts, lines, bool(wheelhouses))
-            files = {p.variant.name: _dockerfile(Path(tmp), p) for p in plans}
+            plans = selected([p for p in plans if p.key in self.locks.digests], opts.only)
+            check_bases(self.engine, plans, opts)
+            files = {p.key: _dockerfile(Path(tmp), p) for p in plans}
             used = self._build_parents(plans, files, opts, common)
             return self._build_waves(plans, files, used, opts, common, prov)
 
@@ -225,10 +242,11 @@ class Builder:
         """The build context (the runtime, the variants' locks) and secrets: the arguments every build shares."""
         ctx = runtime_context(tmp / "context")
         self.progress.start("lock")
-        self.lock_digests = locks_into(ctx, self.recipes, chosen, self.repo_root,
-                                       LockOptions(wheelhouses=opts.wheelhouses), self.env,
-                                       functools.partial(self.progress.line, "lock"), self.compat)
-        self.progress.done("lock", f"{len(self.lock_digests)} locks in the build context")
+        self.locks = locks_into(ctx, self.recipes, chosen, self.repo_root, LockOptions(wheelhouses=opts.wheelhouses),
+                                self.env, functools.partial(self.progress.line, "lock"), self.compat)
+        for line in self.locks.left_out:
+            self.progress.line("lock", line)
+        self.progress.done("lock", f"{len(self.locks.digests)} locks in the build context")
         secrets_dir = tmp / "secrets"
         secrets_dir.mkdir(mode=0o700)
         secrets = {PIP_CONF_SECRET: write_secret(secrets_dir, PIP_CONF_SECRET, pip_conf(lines, opts.ca_bundle, self.env)),
@@ -246,11 +264,11 @@ class Builder:
         done: set[str] = set()
         used: dict[str, list[str]] = {}
         for plan in plans:
-            used[plan.variant.name] = [f"{s.name}:{s.key[:12]}" for s in plan.parents if s.key in shared]
+            used[plan.key] = [f"{s.name}:{s.key[:12]}" for s in plan.parents if s.key in shared]
             for stage in plan.parents:
                 if stage.key in shared and stage.key not in done:
-                    self._build_shared(stage, shared[stage.key], files[plan.variant.name], build_args(plan, opts, {}),
-                                       common)
+                    self._build_shared(stage, shared[stage.key], files[plan.key], build_args(plan, opts, {}),
+                                       {**common, "platform": platform_of(plan.arch)})
                     done.add(stage.key)
         return used
 
@@ -264,13 +282,13 @@ class Builder:
         by_name: dict[str, VariantBuild] = {}
         for wave in _waves(plans):
             with ThreadPoolExecutor(max_workers=max(1, min(opts.jobs, len(wave)))) as pool:
-                futures = {p.variant.name: pool.submit(self._build_variant, p, files[p.variant.name],
-                                                       build_args(p, opts, built), common, used[p.variant.name], prov,
-                                                       opts.inputs_keys.get(p.variant.name)) for p in wave}
-                for name, future in futures.items():
-                    by_name[name] = future.result()
-                    built[name] = by_name[name].tag
-        return [by_name[p.variant.name] for p in plans]
+                futures = {p.key: pool.submit(self._build_variant, p, files[p.key], build_args(p, opts, built),
+                                              {**common, "platform": platform_of(p.arch)}, used[p.key], prov,
+                                              opts.inputs_keys.get(p.key)) for p in wave}
+                for key, future in futures.items():
+                    by_name[key] = future.result()
+                    built[key] = by_name[key].tag
+        return [by_name[p.key] for p in plans]
 
     def _build_shared(self, stage: Any, users: int, df: Path, args: dict[str, str],
                       common: dict[str, Any]) -> None:
@@ -289,48 +307,38 @@ class Builder:
 
     def _build_variant(self, plan: Plan, df: Path, args: dict[str, str], common: dict[str, Any], used: list[str],
                        prov: Mapping[str, str], inputs: str | None) -> VariantBuild:
-        v = plan.variant
-        self.progress.start(f"{v.name}")
+        v, task = plan.variant, plan.key
+        self.progress.start(task)
         start = time.monotonic()
-        names = (pass_tag(v.name), pass_tag(v.name))
+        what = v.name if plan.arch == DEFAULT_ARCH else f"{v.name}-{plan.arch}"
+        names = (pass_tag(what), pass_tag(what))
         # Without the cache, the shared parents this run built are still to be reused: only a variant with none
         # runs every step anew.
         req = BuildRequest(df, target=FINAL_STAGE, build_args=args, tags=names[:1],
                            **{**common, "no_cache": common["no_cache"] and not used})
-        res = self.engine.build(req, lambda line: self.progress.line(v.name, line))
+        res = self.engine.build(req, lambda line: self.progress.line(task, line))
         manifest = json.loads(self.engine.read_file(res.image_id, MANIFEST_PATH))
         base = args.get(BASE_ARG) or args.get(PARENT_ARG, "")
         # The labels go on through BuildKit again (every step cached, labels outside the cache keys): an image
         # relabelled by the classic builder would lose the inline cache metadata that --cache-from reads.
         labels = labels_from_manifest(v, manifest, prov, base)
-        labels[LOCK_DIGEST_LABEL] = self.lock_digests[v.name]
+        labels[LOCK_DIGEST_LABEL] = self.locks.digests[plan.key]
         if inputs:
             labels[INPUTS_LABEL] = inputs
         image_id = self.engine.build(dataclasses.replace(req, labels=labels, tags=names[1:], no_cache=False)).image_id
-        old = self.engine.image(v.tag)
-        self.engine.tag(image_id, v.tag)
+        old = self.engine.image(plan.local_tag)
+        self.engine.tag(image_id, plan.local_tag)
         release_names(self.engine, names)
         remove_superseded(self.engine, old, image_id)  # the image the tag left: no `<none>` litter
         info = self.engine.image(image_id)
         size = info.size if info else 0
         seconds = time.monotonic() - start
-        self.progress.done(v.name, f"built {v.tag} ({image_id[7:19]}, {size / 1e6:.0f} MB) in {seconds:.1f}s, "
+        self.progress.done(task, f"built {plan.local_tag} ({image_id[7:19]}, {size / 1e6:.0f} MB) in {seconds:.1f}s, "
                            f"{res.cached}/{res.steps} steps cached")
         return VariantBuild(
-            name=v.name, tag=v.tag, image_id=image_id, size=size, seconds=round(seconds, 2),
+            name=v.name, tag=plan.local_tag, image_id=image_id, size=size, seconds=round(seconds, 2),
             steps=res.steps, cached=res.cached, shared_parents=used,
             base_image=base,
-            absent=sorted(manifest.get("absent", [])), manifest=manifest, inputs=inputs,
+            absent=sorted(manifest.get("absent", [])), manifest=manifest, inputs=inputs, arch=plan.arch,
+            variant_tag=v.tag,
         )
-
-
-def build_args(plan: Plan, opts: BuildOptions, built: Mapping[str, str]) -> dict[str, str]:
-    """The build arguments of `plan`'s variant; `built` maps a parent variant to the local name of its image.
-    The inputs key (publish/inputs.py) hashes these with the base and parent resolved to what they name."""
-    v = plan.variant
-    args = {ALLOW_MISSING_ARG: " ".join(sorted(opts.allow_missing))}
-    if v.extends:
-        args[PARENT_ARG] = built[v.extends]
-    else:
-        args[BASE_ARG] = opts.base_overrides.get(v.name) or opts.base_image or v.base_image
-    return args

@@ -18,13 +18,14 @@ import shutil
 import subprocess
 import tempfile
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 from ..errors import CheckFailed, UserInputError
 from ..options import LockOptions
 from ..plan.installer import UV
 from ..plan.requirements import (
-    LOCK_NAME,
+    LockState,
     Requirements,
     lock_header,
     lock_path,
@@ -34,6 +35,7 @@ from ..plan.requirements import (
     variant_requirements,
 )
 from ..plan.locktruth import lock_problems, not_lockable, not_lockable_reason, not_lockable_text, state_line
+from ..recipe.arches import arch_key
 from ..recipe.compat import Compat, load_compat
 from ..recipe.loading import RecipeSet, Variant
 from .wheelhouse import Wheelhouse, check_dirs, reachable
@@ -68,10 +70,11 @@ class IndexUnreachable(CheckFailed):
 
 
 def mark_not_lockable(path: Path, previous: str | None, v: Variant, compat: Compat, req: Requirements,
-                      index: str) -> None:
+                      index: str, arch: str) -> None:
     """Replace a missing, wrong or not-lockable lock with a file saying why it cannot be locked here; a lock that
     holds the right build (locked where the index answered) is kept."""
-    if previous is not None and not_lockable(previous) is None and not lock_problems(v, compat, pins(previous)):
+    if previous is not None and not_lockable(previous) is None and not lock_problems(v, compat, pins(previous),
+                                                                                     arch):
         return
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(not_lockable_text(lock_header(req, (), UV), v.name, index), encoding="utf-8")
@@ -116,51 +119,85 @@ def _index_build_missing(req: Requirements, said: str) -> bool:
 
 
 def lock_variants(recipes: RecipeSet, names: list[str], root: Path, opts: LockOptions, env: Mapping[str, str],
-                  say: Callable[[str], None], compat: Compat | None = None) -> list[Path]:
-    """Write the lock of each chosen variant (parents first, since a child resolves inside its parent's lock); a
-    parent that was not chosen is locked only when it has no lock yet."""
+                  say: Callable[[str], None], compat: Compat | None = None,
+                  skip: frozenset[tuple[str, str]] = frozenset()) -> list[Path]:
+    """Write the lock of each chosen variant, one per architecture it lists (parents first, since a child resolves
+    inside its parent's lock of the same architecture) but the (variant, architecture) pairs of `skip`; a parent
+    that was not chosen is locked only when it has no lock yet."""
     compat = compat or load_compat()
     wanted = {v.name for v in recipes.select(names)}
-    inputs: dict[str, Requirements] = {}
+    inputs: dict[tuple[str, str], Requirements] = {}
     written, unreachable = [], []
     for v in recipes.with_parents(recipes.select(names)):
-        parent_text = lock_path(root, v.extends).read_text(encoding="utf-8") if v.extends else None
-        inputs[v.name] = variant_requirements(v, compat, inputs.get(v.extends or ""),
-                                              text_digest(parent_text) if parent_text else "")
-        path = lock_path(root, v.name)
-        previous = path.read_text(encoding="utf-8") if path.is_file() else None
-        if v.name not in wanted and previous is not None:
-            continue
-        held = "".join(f"{n}=={ver}\n" for n, ver in pins(parent_text).items()) if parent_text else None
-        try:
-            text = compile_lock(inputs[v.name], opts, env, previous, held)
-        except IndexUnreachable as err:  # the others are still locked; the command fails at the end
-            mark_not_lockable(path, previous, v, compat, inputs[v.name], err.index)
-            unreachable.append(err)
-            continue
-        problems = lock_problems(v, compat, pins(text))
-        if problems:
-            raise CheckFailed(f"the resolved lock contradicts {v.source}: {problems[0]}; not written",
-                              where=f"lock {v.name}")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-        say(f"{path.relative_to(root)}: {len(pins(text))} packages locked"
-            + (" (unchanged)" if text == previous else ""))
-        written.append(path)
+        for arch in (a for a in v.arch if (v.name, a) not in skip):
+            parent_text = lock_path(root, v.extends, arch).read_text(encoding="utf-8") if v.extends else None
+            inputs[v.name, arch] = req = variant_requirements(v, compat, inputs.get((v.extends or "", arch)),
+                                                              text_digest(parent_text) if parent_text else "", arch)
+            path = lock_path(root, v.name, arch)
+            previous = path.read_text(encoding="utf-8") if path.is_file() else None
+            if v.name not in wanted and previous is not None:
+                continue
+            try:
+                text = _locked(v, arch, req, opts, env, previous, parent_text, compat)
+            except IndexUnreachable as err:  # the others are still locked; the command fails at the end
+                mark_not_lockable(path, previous, v, compat, req, err.index, arch)
+                unreachable.append(err)
+                continue
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(text, encoding="utf-8")
+            say(f"{path.relative_to(root)}: {len(pins(text))} packages locked"
+                + (" (unchanged)" if text == previous else ""))
+            written.append(path)
     if unreachable:
         raise unreachable[0]
     return written
 
 
-def locks_into(ctx: Path, recipes: RecipeSet, chosen: list[Variant], root: Path, opts: LockOptions,
-               env: Mapping[str, str], say: Callable[[str], None], compat: Compat) -> dict[str, str]:
-    """Put each variant's lock where its Dockerfile mounts it from (`images/<variant>/` of the build context, for
-    `trainimg build` and `trainimg bake` alike); return variant -> lock digest.
+def _locked(v: Variant, arch: str, req: Requirements, opts: LockOptions, env: Mapping[str, str],
+            previous: str | None, parent_text: str | None, compat: Compat) -> str:
+    """The lock text of `v` for `arch`, read against its recipe before anything is written."""
+    held = "".join(f"{n}=={ver}\n" for n, ver in pins(parent_text).items()) if parent_text else None
+    text = compile_lock(req, opts, env, previous, held)
+    problems = lock_problems(v, compat, pins(text), arch)
+    if problems:
+        raise CheckFailed(f"the resolved lock contradicts {v.source}: {problems[0]}; not written",
+                          where=f"lock {arch_key(v.name, arch)}")
+    return text
 
-    A committed lock must be current (a stale one is refused: `trainimg lock` it); a variant with none (a
-    recipes folder of your own) gets one compiled for this build, in the context only."""
+
+@dataclass(frozen=True)
+class ContextLocks:
+    """What `locks_into` put in a build context: the lock digest of each (variant, architecture) it holds, by
+    `arches.arch_key`, and the architectures left out because their committed lock says they are not lockable
+    here (one line each: what `build` and `release` say about them)."""
+
+    digests: dict[str, str]
+    left_out: tuple[str, ...] = ()
+
+
+def left_out(chosen: Sequence[Variant], states: Sequence[LockState]) -> set[tuple[str, str]]:
+    """The (variant, architecture) pairs a build leaves out: those whose committed lock says they are not lockable
+    here, and the variants extending one of them on that architecture (`chosen`: parents first)."""
+    out = {(s.variant, s.arch) for s in states if s.state == "unlockable"}
+    for v in chosen:
+        out |= {(v.name, a) for a in v.arch if v.extends and (v.extends, a) in out}
+    return out
+
+
+def locks_into(ctx: Path, recipes: RecipeSet, chosen: list[Variant], root: Path, opts: LockOptions,
+               env: Mapping[str, str], say: Callable[[str], None], compat: Compat) -> ContextLocks:
+    """Put each variant's lock of each architecture where its Dockerfile mounts it from (`images/<variant>/[<arch>/]`
+    of the build context, for `trainimg build` and `trainimg bake` alike).
+
+    A committed lock must be current (a stale or wrong one is refused: `trainimg lock` it); a variant with none (a
+    recipes folder of your own) gets one compiled for this build, in the context only. An architecture whose
+    committed lock says it is not lockable here is left out, named in `left_out`; a variant left with none is
+    refused, as before architectures."""
     states = lock_states(chosen, compat, root)
-    refused = [s for s in states if s.state in ("stale", "unlockable", "wrong")]
+    unlockable = left_out(chosen, states)
+    states = [s for s in states if s.state == "unlockable" or (s.variant, s.arch) not in unlockable]
+    refused = [s for s in states if s.state in ("stale", "wrong")
+               or (s.state == "unlockable" and all((s.variant, a) in unlockable for a in recipes.by_name[s.variant].arch))]
     if refused:
         s = refused[0]
         raise UserInputError(state_line(s.path, s.state, s.variant, s.source, s.why))
@@ -169,8 +206,11 @@ def locks_into(ctx: Path, recipes: RecipeSet, chosen: list[Variant], root: Path,
             target = ctx / s.path
             target.parent.mkdir(parents=True, exist_ok=True)
             shutil.copyfile(root / s.path, target)
-    missing = [s.variant for s in states if s.state == "missing"]
+    missing = sorted({s.variant for s in states if s.state == "missing"})
     if missing:
-        lock_variants(recipes, missing, ctx, opts, env, say, compat)
+        lock_variants(recipes, missing, ctx, opts, env, say, compat, frozenset(unlockable))
         say(f"locked {', '.join(missing)} for this build (no committed lock)")
-    return {v.name: text_digest((ctx / "images" / v.name / LOCK_NAME).read_text(encoding="utf-8")) for v in chosen}
+    left = tuple(f"{arch_key(s.variant, s.arch)} not built: {s.path} says it is not lockable here: {s.why}"
+                 for s in states if s.state == "unlockable")
+    return ContextLocks({arch_key(v.name, a): text_digest(lock_path(ctx, v.name, a).read_text(encoding="utf-8"))
+                         for v in chosen for a in v.arch if (v.name, a) not in unlockable}, left)

@@ -24,7 +24,7 @@ from ..errors import UserInputError
 from ..recipe.gpuarch import archs_of, describe, runs_on, show, why_missing
 from ..recipe.loading import Variant
 from ..runtime.contract import CUDA_ARCHS_LABEL, FRAMEWORK_LABEL, RECIPE_VERSION_PREFIX, VERSION_PREFIX
-from .gputable import capability
+from .gputable import capability, machine_arch
 from .platforms import job_platform
 from .shape import ImageFacts, SpecOptions
 
@@ -50,7 +50,10 @@ def check_gpus(opts: SpecOptions) -> None:
     flag, name = asked
     gpu = gpu_of(opts.platform, name)
     facts = opts.facts
-    if gpu is None or facts is None or facts.archs is None:
+    if gpu is None or facts is None:
+        return
+    check_platform(flag, name, gpu, facts, opts.image)
+    if facts.archs is None:
         return
     cc = capability(gpu)
     if runs_on(facts.archs, cc):
@@ -60,6 +63,23 @@ def check_gpus(opts: SpecOptions) -> None:
     instead = f"{' or '.join(fits[:2])} runs on it" if fits else "no variant here runs on it"
     raise UserInputError(f"{name} is compute capability {show(cc)} ({gpu}); {image} runs on {describe(facts.archs)}"
                          f"{why_missing(facts.cuda, cc)}; {instead}", where=flag)
+
+
+def check_platform(flag: str, name: str, gpu: str, facts: ImageFacts, image: str) -> None:
+    """The machines carrying `gpu` are arm64 (a Grace superchip) or amd64 (`gputable.machine_arch`): refuse an
+    image whose index holds no image of that architecture, naming a variant of its framework that has one (and
+    whose CUDA build runs on the GPU). An image whose architectures are unknown is let through."""
+    arch = machine_arch(gpu)
+    if facts.platforms is None or arch in facts.platforms:
+        return
+    cc = capability(gpu)
+    kernels = dict(facts.alternatives)
+    fits = [other for other, plats in facts.platform_alternatives
+            if arch in plats and (other not in kernels or runs_on(kernels[other], cc))]
+    instead = f"{' or '.join(fits[:2])} runs on it" if fits else f"no variant here has an {arch} image"
+    what = "a Grace superchip: its machines are arm64" if arch != "amd64" else "in amd64 (x86-64) machines"
+    raise UserInputError(f"{name} is {gpu}, {what}; {facts.name or image} holds {', '.join(facts.platforms)} "
+                         f"only; {instead}", where=flag)
 
 
 def check_names(opts: SpecOptions) -> None:
@@ -72,14 +92,17 @@ def with_alternatives(resolved: tuple[str, ImageFacts | None], variants: Mapping
     """`resolved` with its facts knowing the other GPU variants of its framework and their architectures, so a
     refusal can name one that runs on the GPU asked for."""
     reference, facts = resolved
-    if facts is None or facts.archs is None:
+    if facts is None:
         return resolved
     others = []
     for name, v in sorted(variants.items()):
         archs = archs_of(v.framework, v.version, v.cuda)
         if name != facts.name and v.framework == facts.framework and archs is not None:
             others.append((name, archs))
-    return reference, replace(facts, alternatives=tuple(others))
+    plats = tuple((name, v.arch) for name, v in sorted(variants.items())
+                  if name != facts.name and v.framework == facts.framework and v.gpu)
+    return reference, replace(facts, alternatives=tuple(others) if facts.archs is not None else (),
+                              platform_alternatives=plats)
 
 
 def archs_from_labels(labels: Mapping[str, str]) -> tuple[str, ...] | None:

@@ -20,10 +20,12 @@ from ..recipe.gpuarch import Capability, parse_capability
 
 
 class GpuTable(BaseModel):
-    """GPU -> compute capability; every other top-level key is a platform module's section (`section`)."""
+    """GPU -> compute capability, the GPUs whose machines are arm64 (`grace`); every other top-level key is a
+    platform module's section (`section`)."""
 
     model_config = ConfigDict(frozen=True, extra="allow")
     gpus: dict[str, str]
+    grace: tuple[str, ...] = ()
 
 
 @cache
@@ -39,6 +41,11 @@ def gpu_table() -> GpuTable:
 
 def capability(gpu: str) -> Capability:
     return parse_capability(gpu_table().gpus[gpu])
+
+
+def machine_arch(gpu: str) -> str:
+    """The CPU architecture of the machines carrying `gpu`: arm64 for a Grace superchip, else amd64."""
+    return "arm64" if gpu in gpu_table().grace else "amd64"
 
 
 @cache

@@ -17,7 +17,7 @@ name that is neither a known variant nor a reference with a path is refused, nev
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 
 from ..engine.base import ImageInfo
 from ..errors import UserInputError
@@ -32,7 +32,7 @@ from ..runtime.contract import (
 )
 from ..runtime.expect import versions_from_labels
 from ..runtime.frameworks import RECIPE_NAMES
-from ..publish.lockfile import LockEntry
+from ..publish.lockfile import LockEntry, variant_entries
 from ..publish.movingtags import moving_tags
 from ..registry.references import RegistryTarget
 from ..recipe.loading import Variant
@@ -46,21 +46,26 @@ FRAMEWORK_CHOICES = RECIPE_NAMES
 Inspect = Callable[[str], ImageInfo | None]
 
 
-def facts_from_variant(v: Variant) -> ImageFacts:
+def facts_from_variant(v: Variant, released: Sequence[LockEntry] = ()) -> ImageFacts:
+    """A variant's facts from its recipe; the CPU architectures its tag holds are those the lockfile's entries
+    record as released (`released`), else those the recipe lists."""
     return ImageFacts(source="recipe", name=v.name, framework=v.framework, cuda=v.cuda or NONE,
                       nccl=v.nccl or NONE, reduction_server=v.reduction_server,
-                      archs=archs_of(v.framework, v.version, v.cuda))
+                      archs=archs_of(v.framework, v.version, v.cuda),
+                      platforms=tuple(e.arch for e in released) or v.arch)
 
 
-def facts_from_labels(labels: Mapping[str, str]) -> ImageFacts | None:
-    """Facts from a built image's labels (what the build installed), or None for an image trainimg did not build."""
+def facts_from_labels(labels: Mapping[str, str], architecture: str = "") -> ImageFacts | None:
+    """Facts from a built image's labels (what the build installed) and its config's `architecture`, or None for
+    an image trainimg did not build."""
     if FRAMEWORK_LABEL not in labels:
         return None
     absent = set(filter(None, labels.get(ABSENT_LABEL, "").split(",")))
     return ImageFacts(source="labels", name=labels.get(VARIANT_LABEL), framework=labels[FRAMEWORK_LABEL],
                       cuda=_cuda_from_labels(labels), nccl=labels.get(f"{VERSION_PREFIX}nccl", NONE),
                       reduction_server=labels.get(REDUCTION_SERVER_LABEL) == "wanted"
-                      and REDUCTION_SERVER_PACKAGE not in absent, archs=archs_from_labels(labels))
+                      and REDUCTION_SERVER_PACKAGE not in absent, archs=archs_from_labels(labels),
+                      platforms=(architecture,) if architecture else None)
 
 
 def _cuda_from_labels(labels: Mapping[str, str]) -> str | None:
@@ -86,7 +91,8 @@ def resolve_image(image: str, *, variants: Mapping[str, Variant], lock: Mapping[
         raise UserInputError(f"expected one of {', '.join(FRAMEWORK_CHOICES)}, got {framework!r}",
                              where="--framework")
     if image in variants or image in lock:
-        return with_alternatives(_from_variant(image, variants.get(image), lock.get(image), registry, framework),
+        released = variant_entries(lock, image)
+        return with_alternatives(_from_variant(image, variants.get(image), released, registry, framework),
                                  variants)
     if registry is not None:
         raise UserInputError(f"--registry goes with a variant name; {image!r} is not one", where="--registry")
@@ -101,16 +107,17 @@ def resolve_image(image: str, *, variants: Mapping[str, Variant], lock: Mapping[
     if info is None:
         raise UserInputError(f"{image} is not a local image, so its labels cannot say its framework; "
                              f"add --framework {{{','.join(FRAMEWORK_CHOICES)}}}", where="--image")
-    facts = facts_from_labels(info.labels)
+    facts = facts_from_labels(info.labels, info.architecture)
     if facts is None:
         raise UserInputError(f"{image} has no trainimg labels; add --framework {{{','.join(FRAMEWORK_CHOICES)}}}",
                              where="--image")
     return with_alternatives((image, facts), variants)
 
 
-def _from_variant(name: str, v: Variant | None, entry: LockEntry | None, registry: str | None,
+def _from_variant(name: str, v: Variant | None, released: Sequence[LockEntry], registry: str | None,
                   framework: str | None) -> tuple[str, ImageFacts | None]:
-    facts = facts_from_variant(v) if v is not None else None
+    entry = released[0] if released else None
+    facts = facts_from_variant(v, released) if v is not None else None
     if framework is not None and facts is not None and framework != facts.framework:
         raise UserInputError(f"variant {name} is a {facts.framework} image, not {framework}", where="--framework")
     if facts is None and framework is not None:

@@ -38,6 +38,11 @@ class ImageFacts:
     reduction_server: bool | None = None
     archs: tuple[str, ...] | None = None  # the CUDA architectures its framework build holds (recipe.gpuarch)
     alternatives: tuple[tuple[str, tuple[str, ...]], ...] = ()  # other variants of its framework: (name, archs)
+    # The CPU architectures it is there for (an index's platforms, a variant's builds, a local image's own); None:
+    # unknown (a reference known only by --framework), so not checked.
+    platforms: tuple[str, ...] | None = None
+    # other variants of its framework: (name, the CPU architectures each is built for)
+    platform_alternatives: tuple[tuple[str, tuple[str, ...]], ...] = ()
 
     @property
     def knows_libraries(self) -> bool:

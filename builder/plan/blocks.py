@@ -26,12 +26,13 @@ from .installer import (
     UV,
     UV_CONF_SECRET,
     UV_DIR,
-    UV_SHA256,
+    UV_SHA256_BY_ARCH,
     UV_VERSION,
     WHEEL_CACHE_ID,
 )
 from .reproducible import BASE_FILES, SEAL_BEGIN, SEAL_END, SECRETS_DIR
 from .requirements import LOCK_NAME, lock_path, variant_requirements
+from ..recipe.arches import DEFAULT_ARCH
 from ..runtime import lockgroups
 from ..runtime.contract import (
     ABSENT_DIR,
@@ -104,10 +105,10 @@ def python(v: Variant) -> Block:
     return Block("python", _render("python", python=v.python, venv=VENV))
 
 
-def installer_stage() -> Block:
-    """uv, pinned by hash, into a stage the install steps mount (`--installer uv`)."""
+def installer_stage(arch: str = DEFAULT_ARCH) -> Block:
+    """uv, pinned by hash (its wheel for `arch`), into a stage the install steps mount (`--installer uv`)."""
     return Block(INSTALLER_STAGE, _render("installer", version=UV_VERSION, uv_dir=UV_DIR,
-                                          requirement=f"uv=={UV_VERSION} --hash=sha256:{UV_SHA256}",
+                                          requirement=f"uv=={UV_VERSION} --hash=sha256:{UV_SHA256_BY_ARCH[arch]}",
                                           conf_secret=PIP_CONF_SECRET, ca_secret=CA_SECRET))
 
 
@@ -128,12 +129,12 @@ def install_groups(v: Variant) -> tuple[str | None, ...]:
     return (None,) if v.extends else lockgroups.GROUP_NAMES
 
 
-def packages(v: Variant, compat: Compat, installer: str) -> Block:
+def packages(v: Variant, compat: Compat, installer: str, arch: str = DEFAULT_ARCH) -> Block:
     """Every wheel of the variant's lock, hash-checked, no resolver, in one step per layer group (CUDA libraries,
     NCCL, the framework, hypertune: runtime/lockgroups.py); NCCL registered with the loader after its group (GPU),
     and after the last a pip freeze into the constraints file that holds every version for a team's later
     `pip install`."""
-    req = variant_requirements(v, compat, parent=None) if not v.extends else None
+    req = variant_requirements(v, compat, parent=None, arch=arch) if not v.extends else None
     wanted = ", ".join(req.requirements) if req else ", ".join(v.extras)
     groups = install_groups(v)
     comment = [f"Every wheel {LOCK_NAME} pins, checked against its hash, no resolver. Locked from:",
@@ -150,7 +151,7 @@ def packages(v: Variant, compat: Compat, installer: str) -> Block:
     after[groups[-1]].append(f"mkdir -p {ETC_DIR} && python -m pip freeze > {CONSTRAINTS_PATH}")
     # The lock stays in the image (one small text file): what it was installed from, the hashes its SBOM lists.
     after[groups[-1]].append(f"cp {BUILD_MOUNTS}/{LOCK_NAME} {IMAGE_LOCK_PATH}")
-    steps = [_render("install", comment=notes[g], group=g, installer=installer, lock=lock_source(v),
+    steps = [_render("install", comment=notes[g], group=g, installer=installer, lock=lock_source(v, arch),
                      whole_lock=g == groups[-1], locks_stage=LOCKS_STAGE, locks_dir=LOCKS_DIR,
                      installer_stage=INSTALLER_STAGE, uv_dir=UV_DIR, cache_id=WHEEL_CACHE_ID,
                      python=f"{VENV}/bin/python", compiler=f"{RUNTIME_SOURCE}/bytecode.py", after=after[g],
@@ -160,14 +161,14 @@ def packages(v: Variant, compat: Compat, installer: str) -> Block:
     return Block("packages", "\n".join(steps), mounts=stages)
 
 
-def lock_source(v: Variant) -> str:
-    """Where the build context holds `v`'s lock (`requirements.lock_path`, relative to the context's root)."""
-    return lock_path(Path(), v.name).as_posix()
+def lock_source(v: Variant, arch: str = DEFAULT_ARCH) -> str:
+    """Where the build context holds `v`'s lock for `arch` (`requirements.lock_path`, relative to the context)."""
+    return lock_path(Path(), v.name, arch).as_posix()
 
 
-def locks_stage(v: Variant) -> Block:
+def locks_stage(v: Variant, arch: str = DEFAULT_ARCH) -> Block:
     """The stage that slices `v`'s lock into its layer groups for the install steps to mount (`LOCKS_STAGE`)."""
-    return Block(LOCKS_STAGE, _render("locks", lock=lock_source(v), splitter=f"{RUNTIME_SOURCE}/lockgroups.py",
+    return Block(LOCKS_STAGE, _render("locks", lock=lock_source(v, arch), splitter=f"{RUNTIME_SOURCE}/lockgroups.py",
                                       locks_dir=LOCKS_DIR, groups=" ".join(lockgroups.GROUP_NAMES)))
 
 

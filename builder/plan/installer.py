@@ -17,10 +17,12 @@ from .reproducible import MOUNT_ROOT, SECRETS_DIR
 
 UV, PIP = INSTALLERS
 __all__ = ["DEFAULT_INSTALLER", "INSTALLERS", "UV", "PIP", "SECRETS_DIR", "hash_mismatch"]
-# uv's wheel for x86_64 Linux (PyPI: uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl); the same
-# version `trainimg lock` resolves with (pyproject.toml pins it), so lock and build agree on what a wheel is.
+# uv's wheel per architecture (PyPI: uv-0.13.9-py3-none-manylinux_2_17_x86_64.manylinux2014_x86_64.whl, and
+# uv-0.13.9-py3-none-manylinux_2_28_aarch64.whl for arm64 images); the same version `trainimg lock` resolves with
+# (pyproject.toml pins it), so lock and build agree on what a wheel is.
 UV_VERSION = "0.13.9"
-UV_SHA256 = "d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19"
+UV_SHA256_BY_ARCH = {"amd64": "d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19",
+                     "arm64": "ecb6028d79dc96fbeafffe5c8af62a7099487ebc05a701e76714eebcffd06375"}
 INSTALLER_STAGE = "installer"
 # The stage that slices the lock into its layer groups, and where the slices are in it: each install step mounts its
 # own group's slice, so a changed pin changes the cache key of its group's step (and those above), not of the steps

@@ -23,6 +23,7 @@ from collections.abc import Mapping
 
 from packaging.version import InvalidVersion, Version
 
+from ..recipe.arches import DEFAULT_ARCH
 from ..recipe.compat import Compat
 from ..recipe.loading import Variant
 
@@ -59,9 +60,9 @@ def build_major(v: Variant, compat: Compat) -> int | None:
     return Version(line).major
 
 
-def lock_problems(v: Variant, compat: Compat, pinned: Mapping[str, str]) -> list[str]:
-    """What in a lock (`pinned`: normalized name -> version) contradicts `v`'s recipe and compat data; [] if
-    nothing does."""
+def lock_problems(v: Variant, compat: Compat, pinned: Mapping[str, str], arch: str = DEFAULT_ARCH) -> list[str]:
+    """What in a lock of `arch` (`pinned`: normalized name -> version) contradicts `v`'s recipe and compat data; []
+    if nothing does."""
     if v.framework == "none" or v.version is None:
         return []
     major = build_major(v, compat)
@@ -69,7 +70,7 @@ def lock_problems(v: Variant, compat: Compat, pinned: Mapping[str, str]) -> list
     ncc = sorted(n for n in pinned if _NCCL.match(n))
     if major is not None and len(ncc) != 1:
         problems.append(f"{len(ncc)} NCCL distributions ({', '.join(ncc) or 'none'}); a build holds exactly one")
-    problems += _framework_build(v, compat, pinned)
+    problems += _framework_build(v, compat, pinned, arch)
     for name, version in sorted(pinned.items()):
         wheel = wheel_cuda_major(name, version)
         if wheel is not None and wheel != major:
@@ -78,14 +79,15 @@ def lock_problems(v: Variant, compat: Compat, pinned: Mapping[str, str]) -> list
     return problems
 
 
-def _framework_build(v: Variant, compat: Compat, pinned: Mapping[str, str]) -> list[str]:
-    """The framework's own pin: the local build label its index gives (``+cu126``, ``+cpu``) where it has one."""
+def _framework_build(v: Variant, compat: Compat, pinned: Mapping[str, str], arch: str) -> list[str]:
+    """The framework's own pin: the local build label its index gives (``+cu126``, ``+cpu``) where it has one; a
+    CPU build's distribution is the one `arch` has (tensorflow-cpu publishes no aarch64 wheel)."""
     release = compat.release(v.framework, v.version)  # type: ignore[arg-type]
     if release is None:
         return []
     pip_name = compat.frameworks[v.framework].pip_name  # type: ignore[index]
     if v.cuda is None:
-        pip_name, index, want = release.cpu_pip_name or pip_name, release.cpu_pip_index, "cpu"
+        pip_name, index, want = compat.cpu_pip_name(v.framework, v.version, arch), release.cpu_pip_index, "cpu"  # type: ignore[arg-type]
     else:
         line, wheels = compat.build(v.framework, v.version, v.cuda)  # type: ignore[arg-type]
         index, want = wheels.pip_index, "cu" + line.replace(".", "")
@@ -120,7 +122,8 @@ def not_lockable_text(header: str, variant: str, index: str) -> str:
     return f"{header}{NOT_LOCKABLE} {not_lockable_reason(variant, index)}\n"
 
 
-def judge(v: Variant, compat: Compat, state: str, text: str | None, pinned: Mapping[str, str]) -> tuple[str, str]:
+def judge(v: Variant, compat: Compat, state: str, text: str | None, pinned: Mapping[str, str],
+          arch: str = DEFAULT_ARCH) -> tuple[str, str]:
     """A current ("fresh") lock's verdict: still "fresh", "unlockable" (a not-lockable-here file) or "wrong" (it
     contradicts its recipe), with the reason; other states pass unchanged."""
     if state != "fresh" or text is None:
@@ -128,7 +131,7 @@ def judge(v: Variant, compat: Compat, state: str, text: str | None, pinned: Mapp
     reason = not_lockable(text)
     if reason is not None:
         return "unlockable", reason
-    problems = lock_problems(v, compat, pinned)
+    problems = lock_problems(v, compat, pinned, arch)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         return "wrong", problems[0] + more

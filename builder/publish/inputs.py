@@ -23,11 +23,13 @@ from pathlib import Path
 
 from .. import conformance as conformance_pkg
 from .. import runtime as runtime_pkg
-from ..imagebuild.builder import build_args
+from ..imagebuild.archplan import build_args
 from ..engine.base import Engine
 from ..errors import RegistryError
 from ..options import BuildOptions
-from ..plan.requirements import lock_digest, lock_path
+from ..imagebuild.lockcompile import left_out
+from ..plan.requirements import lock_digest, lock_path, lock_states
+from ..recipe.arches import DEFAULT_ARCH, arch_key, arch_of
 from ..plan.stages import BASE_ARG, PARENT_ARG, plans as plans_of
 from ..recipe.compat import load_compat
 from ..recipe.variant import RecipeSet
@@ -56,9 +58,10 @@ def suite_version() -> str:
     return tree_digest(Path(conformance_pkg.__file__).parent)
 
 
-def variant_lock_digest(root: Path, variant: str) -> str | None:
-    """The digest of `images/<variant>/requirements.lock` under `root`, None when the variant has none."""
-    path = lock_path(root, variant)
+def variant_lock_digest(root: Path, variant: str, arch: str = DEFAULT_ARCH) -> str | None:
+    """The digest of the variant's lock for `arch` under `root` (`images/<variant>/[<arch>/]requirements.lock`),
+    None when the variant has none."""
+    path = lock_path(root, variant, arch)
     return lock_digest(path.parent) if path.is_file() else None
 
 
@@ -95,18 +98,27 @@ def base_digest(engine: Engine, ref: str, env: Mapping[str, str]) -> str:
 
 def inputs_keys(recipes: RecipeSet, engine: Engine, names: Sequence[str], opts: BuildOptions, root: Path,
                 env: Mapping[str, str]) -> dict[str, str]:
-    """{variant: inputs key} for the variants `names` selects and the variants they extend (parents first)."""
+    """{`arch_key`: inputs key} for the variants `names` selects and the variants they extend (parents first), for
+    every architecture a build of them makes (not one left out as not lockable here: `lockcompile.left_out`).
+    Another architecture's key also hashes its platform in; amd64's parts are what they were before."""
     chosen = recipes.with_parents(recipes.select(list(names)))
+    compat = load_compat()
+    skip = left_out(chosen, lock_states(chosen, compat, root))
     runtime, suite = tree_digest(Path(runtime_pkg.__file__).parent), suite_version()
     keys: dict[str, str] = {}
-    for plan in plans_of(recipes, chosen, compat=load_compat()):
+    for plan in plans_of(recipes, chosen, compat=compat):
         v = plan.variant
-        args = build_args(plan, opts, {v.extends: ""} if v.extends else {})
+        if (v.name, plan.arch) in skip or (opts.arches and plan.arch not in opts.arches):
+            continue
+        parent = arch_key(v.extends, plan.arch) if v.extends else ""
+        args = build_args(plan, opts, {parent: ""} if v.extends else {})
         if v.extends:
-            args[PARENT_ARG] = keys[v.extends]
+            args[PARENT_ARG] = keys[parent]
         else:
             args[BASE_ARG] = base_digest(engine, args[BASE_ARG], env)
         parts = {"format": INPUTS_FORMAT, "dockerfile": sha256_digest(render_plan(plan).encode()), "args": args,
-                 "lock": variant_lock_digest(root, v.name), "runtime": runtime, "suite": suite}
-        keys[v.name] = sha256_digest(json.dumps(parts, sort_keys=True).encode())
+                 "lock": variant_lock_digest(root, v.name, plan.arch), "runtime": runtime, "suite": suite}
+        if plan.arch != DEFAULT_ARCH:
+            parts["platform"] = arch_of(plan.arch).platform
+        keys[plan.key] = sha256_digest(json.dumps(parts, sort_keys=True).encode())
     return keys

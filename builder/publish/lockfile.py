@@ -26,6 +26,7 @@ from typing import Any
 from ..engine.base import Engine
 from ..errors import UserInputError
 from ..imagebuild.builder import VariantBuild, installed_versions
+from ..recipe.arches import ARCHES, DEFAULT_ARCH, arch_key
 from ..recipe.variant import RecipeSet
 from ..runtime.report import Suite
 from ..userfiles import read_json_object
@@ -38,7 +39,10 @@ DEFAULT_LOCK = "images.lock"
 
 @dataclass(frozen=True)
 class LockEntry:
-    """One released variant, as images.lock records it."""
+    """One released variant, for one architecture, as images.lock records it. A variant built for more than amd64
+    has an entry per architecture (keyed `<variant>@<arch>` off amd64: `arches.arch_key`): its `pushed` digests
+    are the index's under each tag, `manifest` that architecture's image manifest in it. A single-architecture
+    amd64 variant's entry is what it always was (no `arch`, no `manifest` in the file)."""
 
     variant: str
     recipe: str
@@ -52,9 +56,23 @@ class LockEntry:
     size: int | None = None  # the image's size on the engine, bytes (the support matrix shows it)
     released: str | None = None  # when the entry was made, UTC `YYYY-MM-DDTHH:MM:SSZ`
     inputs: str | None = None  # the inputs key (publish/inputs.py) the image was built from; older files lack it
+    arch: str = DEFAULT_ARCH
+    manifest: str | None = None  # this architecture's image manifest in the index the tags name; None: they name it
+
+    @property
+    def key(self) -> str:
+        return arch_key(self.variant, self.arch)
+
+    def image_digest(self, ref: str) -> str | None:
+        """The digest of this entry's image manifest, pushed under `ref` (its own, or inside the index there)."""
+        return (self.manifest or self.pushed[ref]) if ref in self.pushed else None
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        data = asdict(self)
+        for key, default in (("arch", DEFAULT_ARCH), ("manifest", None)):
+            if data[key] == default:
+                del data[key]  # the file of an amd64-only release reads as it did before architectures
+        return data
 
     @classmethod
     def from_json(cls, data: Any, where: str) -> LockEntry:
@@ -67,16 +85,20 @@ class LockEntry:
         for key in ("versions", "pushed", "conformance"):
             if not isinstance(data.get(key, {}), dict):
                 raise UserInputError(f"{key!r} is not an object", where=where)
-        for key, kind in (("size", int), ("released", str), ("inputs", str)):
+        for key, kind in (("size", int), ("released", str), ("inputs", str), ("manifest", str)):
             if data.get(key) is not None and (isinstance(data[key], bool) or not isinstance(data[key], kind)):
                 raise UserInputError(f"{key!r} is not a {kind.__name__}", where=where)
-        unknown = set(data) - {*required, "versions", "pushed", "conformance", "size", "released", "inputs"}
+        if data.get("arch", DEFAULT_ARCH) not in ARCHES:
+            raise UserInputError(f"'arch' is not one of {', '.join(ARCHES)}", where=where)
+        unknown = set(data) - {*required, "versions", "pushed", "conformance", "size", "released", "inputs", "arch",
+                               "manifest"}
         if unknown:
             raise UserInputError(f"unknown key(s) {', '.join(sorted(unknown))}", where=where)
         return cls(**{k: data[k] for k in required},
                    versions=dict(data.get("versions", {})), pushed=dict(data.get("pushed", {})),
                    conformance=dict(data.get("conformance", {})), size=data.get("size"),
-                   released=data.get("released"), inputs=data.get("inputs"))
+                   released=data.get("released"), inputs=data.get("inputs"), arch=data.get("arch", DEFAULT_ARCH),
+                   manifest=data.get("manifest"))
 
 
 def read_lock(path: str | os.PathLike[str]) -> dict[str, LockEntry]:
@@ -93,10 +115,15 @@ def read_lock(path: str | os.PathLike[str]) -> dict[str, LockEntry]:
     entries = {}
     for name, raw in data["variants"].items():
         entry = LockEntry.from_json(raw, f"{p}:variants.{name}")
-        if entry.variant != name:
-            raise UserInputError(f"entry says variant {entry.variant!r}", where=f"{p}:variants.{name}")
+        if entry.key != name:
+            raise UserInputError(f"entry says variant {entry.key!r}", where=f"{p}:variants.{name}")
         entries[name] = entry
     return entries
+
+
+def variant_entries(entries: Mapping[str, LockEntry], variant: str) -> list[LockEntry]:
+    """Every architecture's entry of `variant`, amd64's first."""
+    return [entries[k] for k in (arch_key(variant, a) for a in ARCHES) if k in entries]
 
 
 def dumps_lock(entries: Mapping[str, LockEntry]) -> str:
@@ -108,7 +135,7 @@ def write_lock(path: str | os.PathLike[str], entries: Mapping[str, LockEntry] | 
                ) -> dict[str, LockEntry]:
     """Merge `entries` into the lockfile at `path` (other variants' entries are kept) and write it atomically.
     Returns every entry the file now holds."""
-    new = dict(entries) if isinstance(entries, Mapping) else {e.variant: e for e in entries}
+    new = dict(entries) if isinstance(entries, Mapping) else {e.key: e for e in entries}
     p = Path(path)
     merged = {**read_lock(p), **new}
     p.parent.mkdir(parents=True, exist_ok=True)
@@ -150,15 +177,18 @@ def conformance_summary(suite: Suite | Mapping[str, Any]) -> dict[str, Any]:
 def lock_entry(build: VariantBuild, *, recipe: str, base_digest: str, suite: Suite | Mapping[str, Any] | None = None,
                pushed: Mapping[str, PushResult | str] | None = None) -> LockEntry:
     """The entry for one build. `pushed` maps a local tag (or remote ref) to a `PushResult` (or a digest string);
-    the entry keys them by remote ref."""
+    the entry keys them by remote ref. A push of an index names this architecture's manifest in it."""
     refs = {}
+    manifest = None
     for key, res in (pushed or {}).items():
         refs[key if isinstance(res, str) else res.ref] = res if isinstance(res, str) else res.digest
+        manifest = manifest or (None if isinstance(res, str) else res.manifests.get(build.arch))
     return LockEntry(
-        variant=build.name, recipe=recipe, tag=build.tag, image_id=build.image_id, base_image=build.base_image,
-        base_digest=base_digest, versions=dict(installed_versions(build.manifest)), pushed=dict(sorted(refs.items())),
-        conformance=conformance_summary(suite) if suite is not None else {},
+        variant=build.name, recipe=recipe, tag=build.variant_tag, image_id=build.image_id,
+        base_image=build.base_image, base_digest=base_digest, versions=dict(installed_versions(build.manifest)),
+        pushed=dict(sorted(refs.items())), conformance=conformance_summary(suite) if suite is not None else {},
         size=build.size, released=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), inputs=build.inputs,
+        arch=build.arch, manifest=manifest,
     )
 
 
@@ -170,8 +200,8 @@ def release_entries(engine: Engine, recipes: RecipeSet, builds: Iterable[Variant
     entries = []
     for b in builds:
         v = recipes.by_name.get(b.name)
-        mine = {t: r for t, r in pushed.items() if t == b.tag or moving_of(t, b.tag)}
+        mine = {t: r for t, r in pushed.items() if t == b.variant_tag or moving_of(t, b.variant_tag)}
         entries.append(lock_entry(b, recipe=v.source if v is not None else "",
-                                  base_digest=base_digest(engine, b.base_image), suite=by_suite.get(b.name),
+                                  base_digest=base_digest(engine, b.base_image), suite=by_suite.get(b.key),
                                   pushed=mine))
     return entries

@@ -24,8 +24,8 @@ from ..errors import UserInputError
 from .lockfile import DEFAULT_LOCK, LockEntry, read_lock
 
 MISSING = "—"
-COLUMNS = ("variant", "tags", "digest", "framework", "CUDA", "cuDNN", "NCCL", "Python", "size", "conformance",
-           "released")
+COLUMNS = ("variant", "arch", "tags", "digest", "framework", "CUDA", "cuDNN", "NCCL", "Python", "size",
+           "conformance", "released")
 TITLE = "trainimg support matrix"
 SHORT_DIGEST = len("sha256:") + 12  # what a digest shows of itself, as `docker images` shows IDs
 STYLE = """
@@ -55,8 +55,9 @@ class MatrixRow:
     """One released variant as the page shows it: strings, MISSING where the lockfile has nothing."""
 
     variant: str
+    arch: str  # the CPU architecture (a variant of several has a row each: the tags name one index of them)
     tags: tuple[str, ...]  # every pushed reference, the immutable tag first
-    digest: str
+    digest: str  # the image a node of that architecture runs: its manifest (in the index the tags name)
     versions: tuple[str, ...]  # framework, CUDA runtime, cuDNN, NCCL, Python, as read back
     size: str
     conformance: str
@@ -65,8 +66,8 @@ class MatrixRow:
 
     def cells(self) -> tuple[str, ...]:
         """The row's plain-text cells, in COLUMNS order (tags joined by a space)."""
-        return (self.variant, " ".join(self.tags), self.digest, *self.versions, self.size, self.conformance,
-                self.released)
+        return (self.variant, self.arch, " ".join(self.tags), self.digest, *self.versions, self.size,
+                self.conformance, self.released)
 
 
 def _conformance(summary: Mapping[str, Any]) -> str:
@@ -89,10 +90,10 @@ def matrix_row(entry: LockEntry) -> MatrixRow:
     version = entry.tag.rpartition(":")[2]
     immutable = sorted(ref for ref in entry.pushed if ref.endswith(f":{version}"))
     tags = (*immutable, *sorted(ref for ref in entry.pushed if ref not in immutable)) or (entry.tag,)
-    digest = entry.pushed.get(tags[0]) or MISSING
+    digest = entry.manifest or entry.pushed.get(tags[0]) or MISSING
     v = entry.versions
     versions = tuple(v.get(k) or MISSING for k in ("framework", "cuda", "cudnn", "nccl", "python"))
-    return MatrixRow(entry.variant, tags, digest, versions,
+    return MatrixRow(entry.variant, entry.arch, tags, digest, versions,
                      _size(entry.size), _conformance(entry.conformance), bool(entry.conformance.get("passed")),
                      entry.released or MISSING)
 
@@ -117,7 +118,7 @@ def render_markdown(rows: list[MatrixRow]) -> str:
     lines = ["| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     for row in rows:
         tags = "<br>".join(_md_cell(t, code=True) for t in row.tags)
-        cells = [_md_cell(row.variant, code=True), tags, _md_cell(row.digest, code=True),
+        cells = [_md_cell(row.variant, code=True), _md_cell(row.arch), tags, _md_cell(row.digest, code=True),
                  *(_md_cell(c) for c in (*row.versions, row.size, row.conformance, row.released))]
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines) + "\n"
@@ -143,9 +144,11 @@ def _html_row(row: MatrixRow) -> str:
     tags = "<br>".join(f"<code>{_breakable(t)}</code>" for t in row.tags)
     plain = "".join(f'<td class="{c.lower()}" data-label="{esc(c)}">'
                     f'{_breakable(text) if c == "released" else esc(text)}</td>'
-                    for c, text in zip(COLUMNS[3:], (*row.versions, row.size, row.conformance, row.released)))
-    return (f'<tr data-variant="{esc(row.variant)}" class="{"passed" if row.passed else "failed"}">'
+                    for c, text in zip(COLUMNS[4:], (*row.versions, row.size, row.conformance, row.released)))
+    return (f'<tr data-variant="{esc(row.variant)}" data-arch="{esc(row.arch)}" '
+            f'class="{"passed" if row.passed else "failed"}">'
             f'<td class="variant" data-label="variant"><code>{esc(row.variant)}</code></td>'
+            f'<td class="arch" data-label="arch">{esc(row.arch)}</td>'
             f'<td class="tags" data-label="tags">{tags}</td>{_digest_cell(row.digest)}{plain}</tr>')
 
 

@@ -18,6 +18,7 @@ from ..engine.base import Engine
 from ..errors import CheckFailed
 from ..imagebuild.builder import VariantBuild
 from ..recipe.grammar import VARIANT_TAG_RE
+from .indexpush import needs_index, push_index
 from .push import PushResult, push, reachable_target
 from ..registry.references import RegistryTarget, split_tag
 from ..registry.registryapi import RegistryAPI
@@ -73,8 +74,14 @@ def copy_moving_tags(api: RegistryAPI, target: RegistryTarget, digests: Mapping[
 def push_release(engine: Engine, builds: Iterable[VariantBuild], target: RegistryTarget,
                  credentials: dict[str, str] | None, gate: Callable[[str, str], None] | None = None, *,
                  on_pushed: Callable[[str, PushResult], None] | None = None, kept: Mapping[str, str] | None = None,
-                 moving: bool = True, **push_kwargs: Any) -> dict[str, PushResult]:
+                 moving: bool = True, kept_manifests: Mapping[str, Mapping[str, str]] | None = None,
+                 on_manifest: Callable[[str, PushResult], None] | None = None,
+                 **push_kwargs: Any) -> dict[str, PushResult]:
     """Push every build's immutable tag, then set the moving tags; {local tag: registry.PushResult} in push order.
+
+    A variant built for more than amd64 goes as one index under its tag (publish/indexpush.py), keyed by that tag:
+    each architecture's image first (`on_manifest(local tag, result)` after each), then the index, naming also the
+    manifests of its architectures the release skipped as unchanged (`kept_manifests`: {tag: {arch: digest}}).
 
     `builds` are the release's builds; `gate(image_id, tag)` runs before each
     push (records.require_pass with the env bound). `kept` ({immutable tag: registry digest}) are the variants of
@@ -84,7 +91,7 @@ def push_release(engine: Engine, builds: Iterable[VariantBuild], target: Registr
     """
     builds = list(builds)
     results: dict[str, PushResult] = {}
-    siblings = [b.tag for b in builds] + list(kept or ())  # a layer one of them holds is mounted, not sent
+    siblings = list(dict.fromkeys(b.variant_tag for b in builds)) + list(kept or ())  # mounted, not sent
 
     def one(local: str, image_id: str) -> PushResult:
         image = engine.image(local)
@@ -102,8 +109,18 @@ def push_release(engine: Engine, builds: Iterable[VariantBuild], target: Registr
             on_pushed(local, res)
         return res
 
+    groups: dict[str, list[VariantBuild]] = {}
     for b in builds:
-        one(b.tag, b.image_id)
+        groups.setdefault(b.variant_tag, []).append(b)
+    for tag, group in groups.items():
+        partial = (kept_manifests or {}).get(tag, {})
+        if not needs_index([*(b.arch for b in group), *partial]):
+            one(group[0].tag, group[0].image_id)
+            continue
+        results[tag] = push_index(engine, tag, [(b.tag, b.arch) for b in group], target, credentials, gate=gate,
+                                  kept=partial, siblings=siblings, on_manifest=on_manifest, **push_kwargs)
+        if on_pushed:
+            on_pushed(tag, results[tag])
     if moving:
         digests = {**(kept or {}), **{tag: res.digest for tag, res in results.items()}}
         api = RegistryAPI(reachable_target(engine, target), credentials)

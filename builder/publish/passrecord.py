@@ -13,6 +13,7 @@ import json
 from collections.abc import Callable, Iterable
 
 from ..errors import RegistryError, UserInputError
+from ..recipe.arches import DEFAULT_ARCH
 from .lockfile import LockEntry
 from ..registry.referrers import attach, fetch, subject_of
 from ..registry.references import RegistryTarget, split_tag
@@ -26,7 +27,7 @@ def attach_records(api: RegistryAPI, target: RegistryTarget, entries: Iterable[L
                    on_line: Callable[[str], None] | None = None) -> None:
     """Push each entry beside the image its immutable tag was pushed as (an entry that pushed nothing: none)."""
     for entry in entries:
-        digest = entry.pushed.get(target.ref(entry.tag))
+        digest = entry.image_digest(target.ref(entry.tag))  # its own manifest: in an index, its architecture's
         if digest is None:
             continue
         repository = target.repository(split_tag(entry.tag)[0])
@@ -38,9 +39,10 @@ def attach_records(api: RegistryAPI, target: RegistryTarget, entries: Iterable[L
 
 
 def registry_entry(api: RegistryAPI, target: RegistryTarget, tag: str, digest: str, variant: str,
-                   inputs: str) -> LockEntry | None:
-    """The passed record of `variant` beside `tag`'s manifest `digest` with inputs key `inputs`; None when there is
-    none, or it does not match (another variant, digest or key) or did not pass."""
+                   inputs: str, arch: str = DEFAULT_ARCH) -> LockEntry | None:
+    """The passed record of `variant` (for `arch`) beside its image manifest `digest` under `tag` with inputs key
+    `inputs`; None when there is none, or it does not match (another variant, architecture, digest or key) or did
+    not pass."""
     repository = target.repository(split_tag(tag)[0])
     data = fetch(api, repository, digest, RECORD_TYPE)
     if data is None:
@@ -49,6 +51,7 @@ def registry_entry(api: RegistryAPI, target: RegistryTarget, tag: str, digest: s
         entry = LockEntry.from_json(json.loads(data), f"record beside {target.ref(tag)}@{digest}")
     except (ValueError, UserInputError) as exc:
         raise RegistryError(f"the release record beside {target.ref(tag)}@{digest} is malformed: {exc}") from None
-    if (entry.variant, entry.pushed.get(target.ref(tag)), entry.inputs) != (variant, digest, inputs):
+    if (entry.variant, entry.arch, entry.image_digest(target.ref(tag)), entry.inputs) != (variant, arch, digest,
+                                                                                          inputs):
         return None
     return entry if entry.conformance.get("passed") else None

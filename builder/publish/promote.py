@@ -4,16 +4,21 @@ well-formed, every digest in the registry with a passed record, or nothing moves
 registry manifest copy of its winner (no layer pulled or pushed) and the parts are merged into `images.lock`.
 
 A part is a lockfile (publish/lockfile.py's format) holding exactly one variant, named `<variant>.json`: the same
-reader checks both, and a part is what that variant's entry in `images.lock` becomes.
+reader checks both, and a part is what that variant's entry in `images.lock` becomes. A variant built for more than
+amd64 has a part per architecture (`<variant>@<arch>.json`, `arches.arch_key`), each naming the index its stage
+job pushed under the tag and its own manifest in it; every architecture a build makes (not one its committed lock
+says is not lockable here) must be there.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 from pathlib import Path
 
 from ..errors import UserInputError
+from ..recipe.arches import arch_key
+from ..registry.imageindex import architectures
 from ..recipe.variant import RecipeSet
 from .lockfile import LockEntry, read_lock, write_lock
 from .movingtags import copy_moving_tags
@@ -28,10 +33,10 @@ def part_path(lock_dir: str | Path, variant: str) -> Path:
 
 
 def write_parts(lock_dir: str | Path, entries: Iterable[LockEntry]) -> list[Path]:
-    """One part per entry (replacing an older part of the same variant)."""
+    """One part per entry (replacing an older part of the same variant and architecture)."""
     paths = []
     for entry in entries:
-        path = part_path(lock_dir, entry.variant)
+        path = part_path(lock_dir, entry.key)
         path.unlink(missing_ok=True)
         write_lock(path, [entry])
         paths.append(path)
@@ -54,35 +59,41 @@ def _check_entry(entry: LockEntry, path: Path, api: RegistryAPI, target: Registr
     ref = target.ref(entry.tag)
     if not entry.conformance.get("passed"):
         failed = ", ".join(entry.conformance.get("failed") or []) or "no passed record"
-        return f"{entry.variant}: failed conformance ({failed}) in {path}"
+        return f"{entry.key}: failed conformance ({failed}) in {path}"
     digest = entry.pushed.get(ref)
     if digest is None:
-        return f"{entry.variant}: {path} records no push of {ref} (staged to another registry?)"
+        return f"{entry.key}: {path} records no push of {ref} (staged to another registry?)"
     name, tag = ref.split("/", 1)[1].rsplit(":", 1)
-    remote = api.remote_digest(name, tag)
+    got = api.manifest_json(name, tag)
+    remote = got[2] if got is not None else None
     if remote != digest:
-        return f"{entry.variant}: the registry serves {remote or 'nothing'} for {ref}, the part says {digest}"
+        return f"{entry.key}: the registry serves {remote or 'nothing'} for {ref}, the part says {digest}"
+    if got is not None and entry.manifest and architectures(api, name, got).get(entry.arch) != entry.manifest:
+        return f"{entry.key}: the index {ref} serves names no {entry.arch} manifest {entry.manifest}"
     return None
 
 
 def check_parts(recipes: RecipeSet, lock_dir: Path, variants: Iterable[str], api: RegistryAPI,
-                target: RegistryTarget) -> tuple[dict[str, LockEntry], list[str]]:
-    """The staged entries of the expected variants (`variants`, default all, with their parents) and every
-    problem found, one line each: a missing or malformed part, a failed record, a digest the registry lacks."""
+                target: RegistryTarget, left: Set[tuple[str, str]] = frozenset()) -> tuple[dict[str, LockEntry],
+                                                                                        list[str]]:
+    """The staged entries of the expected variants (`variants`, default all, with their parents) for each
+    architecture they are built for (not the (variant, architecture) pairs of `left`: `lockcompile.left_out`), by
+    `arch_key`, and every problem found, one line each: a missing or malformed part, a failed record, a digest the
+    registry lacks."""
     expected = recipes.with_parents(recipes.select(list(variants)))
     entries: dict[str, LockEntry] = {}
     problems: list[str] = []
-    for v in expected:
-        path = part_path(lock_dir, v.name)
+    for key in (arch_key(v.name, a) for v in expected for a in v.arch if (v.name, a) not in left):
+        path = part_path(lock_dir, key)
         if not path.is_file():
-            problems.append(f"{v.name}: no part {path} (its stage job did not finish)")
+            problems.append(f"{key}: no part {path} (its stage job did not finish)")
             continue
-        got = _read_part(path, v.name)
+        got = _read_part(path, key)
         problem = got if isinstance(got, str) else _check_entry(got, path, api, target)
         if problem:
             problems.append(problem)
         elif isinstance(got, LockEntry):
-            entries[v.name] = got
+            entries[key] = got
     return entries, problems
 
 
@@ -99,4 +110,4 @@ def promote(entries: Mapping[str, LockEntry], api: RegistryAPI, target: Registry
                        and mt.rpartition(":")[0] == e.tag.rpartition(":")[0]})
         out.append(dataclasses.replace(e, pushed=dict(sorted(pushed.items()))))
     write_lock(lock_path, out)
-    return {e.variant: e for e in out}
+    return {e.key: e for e in out}

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -54,13 +54,15 @@ _TRANSIENT_MARKERS = (
 @dataclass(frozen=True)
 class PushResult:
     """What a push achieved: the remote reference, its manifest digest, bytes sent, how many attempts it took and
-    who sent the layers (`ENGINE_UPLOAD`, `CLIENT_UPLOAD`; "" for a registry-side copy)."""
+    who sent the layers (`ENGINE_UPLOAD`, `CLIENT_UPLOAD`; "" for a registry-side copy). A push of an image index
+    (registry/imageindex.py) names each architecture's manifest in `manifests`."""
 
     ref: str
     digest: str
     bytes_uploaded: int
     attempts: int
     upload: str = field(default="", compare=False)
+    manifests: Mapping[str, str] = field(default_factory=dict, compare=False)
 
 
 def _classify_stream_error(message: str, host: str, credentials: dict[str, str] | None) -> RegistryError:
@@ -158,15 +160,17 @@ def auto_upload(api: RegistryAPI, tag: str, layers: Iterable[str], siblings: Ite
 
 
 def _attempt_client(engine: Engine, api: RegistryAPI, tag: str, image_id: str, pushed: dict[str, int],
-                    siblings: Iterable[str], known: dict[str, tuple[str, int, str]] | None) -> str:
-    """One push through the registry client: the layers the registry lacks, the config, the manifest."""
+                    siblings: Iterable[str], known: dict[str, tuple[str, int, str]] | None,
+                    untagged: bool = False) -> str:
+    """One push through the registry client: the layers the registry lacks, the config, the manifest (under the
+    tag, or by its digest alone when `untagged`: one architecture's image of an index)."""
     name, tag_part = split_tag(tag)
     repository = api.target.repository(name)
     api.check_access()
     result = push_saved(engine, image_id, api, repository, tag_part, siblings=_sibling_refs(api, siblings),
-                        known=known)
+                        known=known, tagged=not untagged)
     pushed["client"] = pushed.get("client", 0) + result.bytes_uploaded
-    missing = api.missing_blobs(repository, tag_part)
+    missing = api.missing_blobs(repository, result.digest if untagged else tag_part)
     if missing:
         raise Transient(f"registry {api.target.host} lacks {len(missing)} blob(s) of {tag} after the push, "
                         f"e.g. {missing[0]}")
@@ -178,6 +182,26 @@ def reachable_target(engine: Engine, target: RegistryTarget) -> RegistryTarget:
     if not target.insecure and engine.plain_http(target.host):
         return replace(target, insecure=True)
     return target
+
+
+def _engine_name(engine: Engine, image_id: str, ref: str) -> None:
+    """Name the image `ref` (the engine pushes a name), removing the image that name left: no `<none>` litter."""
+    old = engine.image(ref)
+    engine.tag(image_id, ref)
+    remove_superseded(engine, old, image_id)
+
+
+def _wait(exc: Transient, attempts: int, retries: int, backoff: float,
+          on_progress: Callable[[str], None] | None) -> None:
+    """Sleep before attempt `attempts + 1` (`backoff`, doubling, at most 60 s), or give up after `retries` more."""
+    if attempts > retries:
+        raise RegistryError(f"{exc.message} (gave up after {attempts} attempts)") from None
+    delay = min(backoff * 2 ** (attempts - 1), 60.0)
+    message = f"{exc.message}; retrying in {delay:g} s (attempt {attempts + 1} of {retries + 1})"
+    log.warning("%s", message)
+    if on_progress:
+        on_progress(message)
+    time.sleep(delay)
 
 
 def push(
@@ -194,6 +218,7 @@ def push(
     timeout: float = 30.0,
     upload: str = DEFAULT_UPLOAD,
     siblings: Iterable[str] = (),
+    untagged: bool = False,
 ) -> PushResult:
     """Push local image `local_ref` to `target` as `tag` (`name:tag`), retrying transient failures.
 
@@ -205,7 +230,9 @@ def push(
     trainimg's registry client (blobpush.py), only those the registry lacks, whatever the engine remembers;
     `ENGINE_UPLOAD` has the engine push them; `AUTO_UPLOAD` (the default) the client when the registry holds a layer
     of the image (`auto_upload`), else the engine. `siblings` are other local tags pushed to `target` (a release's
-    other variants, the parent an image extends): the client mounts a layer one of them holds instead of sending it."""
+    other variants, the parent an image extends): the client mounts a layer one of them holds instead of sending it.
+    `untagged`: the image is one architecture of an index (publish/indexpush.py): the client stores its manifest by
+    digest, the tag is left to the index, and no engine name is made for it."""
     image = engine.image(local_ref)
     if image is None:
         raise UserInputError(f"no local image {local_ref}: build it first")
@@ -213,9 +240,10 @@ def push(
         gate(image.id)
     ref = target.ref(tag)
     target = reachable_target(engine, target)
-    old = engine.image(ref)
-    engine.tag(image.id, ref)
-    remove_superseded(engine, old, image.id)  # the image this registry name left: no `<none>` litter
+    if untagged:
+        upload = CLIENT_UPLOAD
+    else:
+        _engine_name(engine, image.id, ref)
     api = RegistryAPI(target, credentials, timeout)
     pushed: dict[str, int] = {}
     known: dict[str, tuple[str, int, str]] | None = None  # what `--upload auto` read of the registry, for the client
@@ -225,17 +253,10 @@ def push(
         try:
             if upload == AUTO_UPLOAD:  # decided once, inside the retries: asking the registry can fail as a push can
                 upload, known = auto_upload(api, tag, image.layers, siblings)
-            digest = (_attempt_client(engine, api, tag, image.id, pushed, siblings, known)
+            digest = (_attempt_client(engine, api, tag, image.id, pushed, siblings, known, untagged)
                       if upload == CLIENT_UPLOAD else _attempt(engine, api, tag, pushed, on_progress))
         except Transient as exc:
-            if attempts > retries:
-                raise RegistryError(f"{exc.message} (gave up after {attempts} attempts)") from None
-            delay = min(backoff * 2 ** (attempts - 1), 60.0)
-            message = f"{exc.message}; retrying in {delay:g} s (attempt {attempts + 1} of {retries + 1})"
-            log.warning("%s", message)
-            if on_progress:
-                on_progress(message)
-            time.sleep(delay)
+            _wait(exc, attempts, retries, backoff, on_progress)
             continue
         log.info("pushed %s (%s) in %d attempt(s)", ref, digest, attempts)
         return PushResult(ref=ref, digest=digest, bytes_uploaded=sum(pushed.values()), attempts=attempts,

@@ -80,8 +80,8 @@ class SbomPublisher:
         return self._sboms[tag]
 
     def __call__(self, tag: str, result: Any) -> None:
-        if result.digest in self._done:
-            return
+        if result.digest in self._done or getattr(result, "manifests", None):
+            return  # done, or an index: each architecture's image has its own SBOM, beside its own manifest
         from .push import reachable_target
 
         api = RegistryAPI(reachable_target(self.engine, self.target), self.credentials)

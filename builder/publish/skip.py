@@ -16,7 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ..errors import RegistryError
+from ..recipe.arches import DEFAULT_ARCH, arch_key, split_key
 from ..recipe.variant import Variant
+from ..registry.imageindex import architectures
 from ..runtime.contract import INPUTS_LABEL
 from .lockfile import LockEntry
 from .passrecord import registry_entry
@@ -28,8 +30,9 @@ SKIPPED, BUILDING = "skipped", "building"  # the first word of a decision line
 
 @dataclass(frozen=True)
 class Decision:
-    """Whether one variant is built; `reason` is the one line the CLI prints. A skipped variant names the
-    registry `digest` it keeps and the lock `entry` that vouches for it."""
+    """Whether one variant is built for one architecture; `reason` is the one line the CLI prints. A skipped one
+    names the registry `digest` of its image manifest it keeps, the digest its tag names now (`tag_digest`: the
+    index's, for a variant of several architectures) and the lock `entry` that vouches for it."""
 
     variant: str
     tag: str
@@ -37,9 +40,15 @@ class Decision:
     reason: str
     digest: str | None = None
     entry: LockEntry | None = None
+    arch: str = DEFAULT_ARCH
+    tag_digest: str | None = None
+
+    @property
+    def key(self) -> str:
+        return arch_key(self.variant, self.arch)
 
     def line(self) -> str:
-        return f"{SKIPPED if self.skip else BUILDING} {self.variant}: {self.reason}"
+        return f"{SKIPPED if self.skip else BUILDING} {self.key}: {self.reason}"
 
 
 _DECISION_LINE_RE = re.compile(rf"^({SKIPPED}|{BUILDING}) (\S+): (.*)$", re.MULTILINE)
@@ -55,58 +64,68 @@ def _short(key: str | None) -> str:
     return key.split(":", 1)[-1][:12] if key else "none"
 
 
-def remote_inputs(api: RegistryAPI, repository: str, tag: str) -> tuple[str, str | None] | None:
-    """(manifest digest, its `trainimg.inputs` label) of `repository:tag`, None when the tag is not there."""
+def remote_inputs(api: RegistryAPI, repository: str, tag: str) -> dict[str, tuple[str, str | None]] | None:
+    """{architecture: (its image manifest's digest, its `trainimg.inputs` label)} of what `repository:tag` names
+    (one image, or an index of several), and the tag's own digest under ``""``; None when the tag is not there."""
     got = api.manifest_json(repository, tag)
     if got is None:
         return None
-    manifest = json.loads(got[0])
-    config = manifest.get("config", {}).get("digest")
-    if not config:  # an index (several platforms): trainimg pushes none, so it was not made by a release
-        return got[2], None
-    labels = (json.loads(api.blob(repository, config)).get("config") or {}).get("Labels") or {}
-    return got[2], labels.get(INPUTS_LABEL)
+    found: dict[str, tuple[str, str | None]] = {"": (got[2], None)}
+    for arch, digest in architectures(api, repository, got).items():
+        one = got if digest == got[2] else api.manifest_json(repository, digest)
+        config = json.loads(one[0]).get("config", {}).get("digest") if one else None
+        labels = ((json.loads(api.blob(repository, config)).get("config") or {}).get("Labels") or {}) if config else {}
+        found[arch] = (digest, labels.get(INPUTS_LABEL))
+    return found
 
 
 def decide(api: RegistryAPI, target: RegistryTarget, variants: Sequence[Variant], keys: Mapping[str, str],
            entries: Mapping[str, LockEntry], rebuild: bool) -> dict[str, Decision]:
-    """A Decision per variant of `variants` (with their inputs `keys`), against the registry and lock `entries`."""
+    """A Decision per (variant, architecture) of `keys` ({`arch_key`: inputs key}, the release's variants of
+    `variants`), by `arch_key`, against the registry (each architecture's manifest under the tag) and lock
+    `entries`."""
     out: dict[str, Decision] = {}
     for v in variants:
-        ref = target.ref(v.tag)
-        if rebuild:
-            out[v.name] = Decision(v.name, v.tag, False, "--rebuild")
-            continue
         name, tag = split_tag(v.tag)
-        remote = remote_inputs(api, target.repository(name), tag)
-        if remote is None:
-            out[v.name] = Decision(v.name, v.tag, False, f"{ref} is not in the registry")
-            continue
-        digest, key = remote
-        if key != keys[v.name]:
-            why = "its parent changed" if v.extends and not out.get(v.extends, Decision("", "", True, "")).skip \
-                else "inputs changed"
-            out[v.name] = Decision(v.name, v.tag, False, f"{why} (registry {_short(key)}, now "
-                                                         f"{_short(keys[v.name])})")
-        else:
-            out[v.name] = _unchanged(api, target, v, keys[v.name], digest, entries.get(v.name))
+        remote = None if rebuild else remote_inputs(api, target.repository(name), tag)
+        for key in (k for k in keys if split_key(k)[0] == v.name):
+            arch = split_key(key)[1]
+            out[key] = _decision(api, target, v, arch, keys[key], remote, entries.get(key), rebuild, out)
     return out
 
 
-def _unchanged(api: RegistryAPI, target: RegistryTarget, v: Variant, key: str, digest: str,
-               entry: LockEntry | None) -> Decision:
-    """The decision for a variant whose registry image carries its inputs key: skipped when the lockfile `entry`,
-    else the release record beside the image (passrecord.py), says that digest passed conformance."""
+def _decision(api: RegistryAPI, target: RegistryTarget, v: Variant, arch: str, key: str,
+              remote: dict[str, tuple[str, str | None]] | None, entry: LockEntry | None, rebuild: bool,
+              made: Mapping[str, Decision]) -> Decision:
     ref = target.ref(v.tag)
-    if entry is not None and entry.pushed.get(ref) == digest and entry.conformance.get("passed"):
-        return Decision(v.name, v.tag, True, f"inputs {_short(key)} unchanged; {ref}@{digest} passed conformance "
-                                             "(lockfile)", digest, entry)
+    if rebuild:
+        return Decision(v.name, v.tag, False, "--rebuild", arch=arch)
+    if remote is None or arch not in remote:
+        where = ref if remote is None else f"an {arch} image under {ref}"
+        return Decision(v.name, v.tag, False, f"{where} is not in the registry", arch=arch)
+    digest, held = remote[arch]
+    if held != key:
+        parent = made.get(arch_key(v.extends, arch)) if v.extends else None
+        why = "its parent changed" if parent is not None and not parent.skip else "inputs changed"
+        return Decision(v.name, v.tag, False, f"{why} (registry {_short(held)}, now {_short(key)})", arch=arch)
+    return _unchanged(api, target, v, arch, key, digest, remote[""][0], entry)
+
+
+def _unchanged(api: RegistryAPI, target: RegistryTarget, v: Variant, arch: str, key: str, digest: str,
+               tag_digest: str, entry: LockEntry | None) -> Decision:
+    """The decision for a variant's `arch` image whose registry manifest carries its inputs key: skipped when the
+    lockfile `entry`, else the release record beside that manifest (passrecord.py), says it passed conformance."""
+    ref = target.ref(v.tag)
+    shown = f"{ref}@{digest}" + ("" if arch == DEFAULT_ARCH else f" ({arch})")
+    if entry is not None and entry.image_digest(ref) == digest and entry.conformance.get("passed"):
+        return Decision(v.name, v.tag, True, f"inputs {_short(key)} unchanged; {shown} passed conformance "
+                                             "(lockfile)", digest, entry, arch, tag_digest)
     try:  # a registry that answers the referrers lookup oddly costs a build, never the release
-        beside, problem = registry_entry(api, target, v.tag, digest, v.name, key), ""
+        beside, problem = registry_entry(api, target, v.tag, digest, v.name, key, arch), ""
     except RegistryError as exc:
         beside, problem = None, f" ({exc.message})"
     if beside is not None:
-        return Decision(v.name, v.tag, True, f"inputs {_short(key)} unchanged; {ref}@{digest} passed conformance "
-                                             "(record beside the image)", digest, beside)
+        return Decision(v.name, v.tag, True, f"inputs {_short(key)} unchanged; {shown} passed conformance "
+                                             "(record beside the image)", digest, beside, arch, tag_digest)
     return Decision(v.name, v.tag, False, f"inputs {_short(key)} unchanged but no passed conformance record of "
-                                          f"{ref}@{digest} in the lockfile or beside the image{problem}")
+                                          f"{shown} in the lockfile or beside the image{problem}", arch=arch)

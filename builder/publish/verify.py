@@ -17,6 +17,8 @@ from typing import IO, cast
 
 from ..engine.base import Engine
 from ..errors import RegistryError
+from ..recipe.arches import DEFAULT_ARCH
+from ..registry.imageindex import platform_manifest
 from ..registry.layerfiles import Entry, differences, entries, saved_layer_entries
 from ..registry.references import split_tag
 from ..registry.registryapi import RegistryAPI
@@ -44,12 +46,17 @@ class Verdict:
         return not self.differing
 
 
-def registry_image(api: RegistryAPI, repository: str, tag: str) -> tuple[list[str], list[str]]:
-    """The (diff IDs, layer blob digests) of the image manifest `repository:tag` in the registry."""
+def registry_image(api: RegistryAPI, repository: str, tag: str, arch: str = DEFAULT_ARCH
+                   ) -> tuple[list[str], list[str]]:
+    """The (diff IDs, layer blob digests) of the image manifest `repository:tag` holds for `arch` in the registry
+    (the tag's own manifest, or its index's entry for `arch`)."""
     got = api.manifest_json(repository, tag)
     if got is None:
         raise RegistryError(f"registry {api.target.host} has no {repository}:{tag}: push or release it first")
-    body, media_type, _ = got
+    found = platform_manifest(api, repository, got, arch)
+    if found is None:
+        raise RegistryError(f"registry {api.target.host} holds no {arch} image under {repository}:{tag}")
+    body, media_type, _ = found
     manifest = json.loads(body)
     if media_type not in MANIFEST_TYPES or "config" not in manifest:
         raise RegistryError(f"registry {api.target.host} serves {repository}:{tag} as {media_type or 'no type'}, "
@@ -58,11 +65,12 @@ def registry_image(api: RegistryAPI, repository: str, tag: str) -> tuple[list[st
     return list(config["rootfs"]["diff_ids"]), [layer["digest"] for layer in manifest["layers"]]
 
 
-def compare(engine: Engine, api: RegistryAPI, local_ref: str, variant_tag: str) -> Verdict:
-    """Compare the local image `local_ref` with the registry's image of `variant_tag`, layer by layer."""
+def compare(engine: Engine, api: RegistryAPI, local_ref: str, variant_tag: str, arch: str = DEFAULT_ARCH
+            ) -> Verdict:
+    """Compare the local image `local_ref` with the registry's `arch` image of `variant_tag`, layer by layer."""
     name, tag = split_tag(variant_tag)
     repository = api.target.repository(name)
-    remote_ids, blobs = registry_image(api, repository, tag)
+    remote_ids, blobs = registry_image(api, repository, tag, arch)
     info = engine.image(local_ref)
     if info is None:
         raise RegistryError(f"no local image {local_ref} to compare")
@@ -78,7 +86,8 @@ def compare(engine: Engine, api: RegistryAPI, local_ref: str, variant_tag: str) 
                 ours = saved_layer_entries(saved, report.index) if report.rebuilt else {}
                 theirs = _registry_entries(api, repository, blobs, report.index) if report.registry else {}
                 report.files = differences(ours, theirs)
-    return Verdict(f"{api.target.host}/{repository}:{tag}", count, differing)
+    shown = f"{api.target.host}/{repository}:{tag}" + ("" if arch == DEFAULT_ARCH else f" ({arch})")
+    return Verdict(shown, count, differing)
 
 
 def _at(items: list[str], index: int) -> str | None:

@@ -34,9 +34,11 @@ def _check_version(value: str) -> str:
 
 
 class OperatingSystem(_Frozen):
-    """An OS the images are built on: its CPU base image and the Python versions its apt provides."""
+    """An OS the images are built on: its CPU base image (and the architectures that tag holds) and the Python
+    versions its apt provides."""
 
     cpu_image: str | None = None
+    arches: tuple[str, ...] = ("amd64",)  # the platforms the cpu_image tag's index holds
     python: tuple[str, ...]
     glibc: str  # its C library's version: the manylinux platform a variant's lock is resolved for
     source: str
@@ -49,6 +51,7 @@ class CudaImage(_Frozen):
     os: tuple[str, ...]
     cudnn: str | None = None  # cuDNN in the -cudnn- images
     nccl: str | None = None  # libnccl2 in the runtime/devel images
+    arches: tuple[str, ...] = ("amd64",)  # the platforms its tags' indexes hold
     source: str
 
     @field_validator("image_version")
@@ -202,7 +205,31 @@ class ArchBuild(_Frozen):
     versions: str  # PEP 440 specifier set of release versions
     cuda: str  # PEP 440 specifier set of CUDA build lines
     archs: tuple[str, ...]
+    arch: str = "amd64"  # the CPU architecture of the wheels it was read from (recipe/arches.py)
     source: str
+
+
+class ArchBuilds(_Frozen):
+    """Which builds of a framework's `versions` exist for CPU architecture `arch` (every build under `frameworks` is
+    amd64's: the wheels' x86_64 tags), with the source that says so. `cpu_pip_name` is the CPU build's name there
+    where it differs from amd64's (tensorflow-cpu has no aarch64 wheel: `tensorflow` is that build); `cuda` is a
+    PEP 440 specifier set of the CUDA build lines with wheels for `arch`, None for none; `note` is the fact a
+    refusal quotes."""
+
+    framework: FrameworkName
+    versions: str
+    arch: str
+    cpu: bool
+    cpu_pip_name: str | None = None
+    cuda: str | None = None
+    note: str
+    source: str
+
+    def holds(self, version: str) -> bool:
+        return Version(version) in SpecifierSet(self.versions)
+
+    def has_cuda(self, line: str) -> bool:
+        return self.cuda is not None and Version(line) in SpecifierSet(self.cuda)
 
 
 class Compat(_Frozen):
@@ -212,6 +239,20 @@ class Compat(_Frozen):
     nccl: Nccl
     hypertune: tuple[str, ...]
     gpu_archs: tuple[ArchBuild, ...] = ()
+    architectures: tuple[ArchBuilds, ...] = ()
+
+    def arch_builds(self, framework: FrameworkName, version: str, arch: str) -> ArchBuilds | None:
+        """What compat data says of `framework` `version`'s builds for `arch` (not amd64), None: nothing."""
+        return next((a for a in self.architectures if a.framework == framework and a.arch == arch
+                     and a.holds(version)), None)
+
+    def cpu_pip_name(self, framework: FrameworkName, version: str, arch: str) -> str:
+        """The distribution a CPU variant of `framework` `version` installs on `arch` (validated before)."""
+        found = self.arch_builds(framework, version, arch) if arch != "amd64" else None
+        if found is not None and found.cpu_pip_name:
+            return found.cpu_pip_name
+        release = self.release(framework, version)
+        return (release.cpu_pip_name if release else None) or self.frameworks[framework].pip_name
 
     def release(self, framework: FrameworkName, version: str) -> FrameworkRelease | None:
         """The release line that `version` belongs to (same major.minor), or None when trainimg has no data."""

@@ -36,7 +36,11 @@ FIELDS: dict[str, str] = {
     "labels": "mapping of extra image labels",
     "extends": "name of the variant whose image this one is built on",
     "base_image": "explicit base image reference (a mirror of the nvidia/cuda tag)",
+    "arch": "list of CPU architectures the image is built for: amd64, arm64 (default [amd64])",
 }
+# Fields whose value is a list for the variant itself: in a matrix group they are the group's, never an axis (one
+# variant holds every architecture under one tag; an axis would make a variant per architecture, with one name).
+GROUP_FIELDS = ("arch",)
 _FILE_KEYS = set(FIELDS) | {"matrix", "exclude"}
 _SOURCE_RE = re.compile(r"^[A-Za-z0-9 ._/@+=,()~-]{1,1024}\Z")  # a recipe file's path as shown
 #: One combination of a matrix: the values, the key path each came from, the line of each value.
@@ -128,9 +132,11 @@ def _matrix(matrix: Any, shown: str) -> tuple[list[Combination], list[RecipeErro
     for gi, group in enumerate(groups):
         prefix = "matrix" if not isinstance(matrix, list) else f"matrix[{gi}]"
         axes = _axes(group, shown, prefix, errors)
+        fixed = {key: group[key] for key in GROUP_FIELDS if isinstance(group, dict) and key in group}
+        fixed_lines = {key: line for key in fixed if (line := getattr(group, "lines", {}).get(key))}
         for combo in itertools.product(*(range(len(vals)) for _, vals in axes)):
-            chosen = {key: vals[i] for (key, vals), i in zip(axes, combo)}
-            lines = {key: line for (key, vals), i in zip(axes, combo) if (line := _line_of(vals, i))}
+            chosen = {key: vals[i] for (key, vals), i in zip(axes, combo)} | fixed
+            lines = {key: line for (key, vals), i in zip(axes, combo) if (line := _line_of(vals, i))} | fixed_lines
             out.append((chosen, {key: f"{prefix}.{key}" for key in chosen}, lines))
     return out, errors
 
@@ -143,6 +149,8 @@ def _axes(group: Any, shown: str, prefix: str, errors: list[RecipeError]) -> lis
         return []
     axes = []
     for key, values in group.items():
+        if key in GROUP_FIELDS:
+            continue  # the group's own value (`_matrix`), read with the other fields
         if not isinstance(key, str) or key not in FIELDS:
             errors.append(RecipeError(_unknown(key, FIELDS),
                                       where=_at(shown, group, key, f"{prefix}.{printable_key(key)}")))
@@ -164,7 +172,10 @@ def _excludes(exclude: Any, shown: str) -> list[dict[str, Any]]:
         return []
     if not isinstance(exclude, list) or not all(isinstance(e, dict) for e in exclude):
         raise RecipeError("exclude is a list of mappings (field: value)", where=f"{shown}:exclude")
-    RecipeErrors.raise_any([RecipeError(_unknown(key, FIELDS),
+    RecipeErrors.raise_any([RecipeError(_unknown(key, FIELDS) if key not in FIELDS else
+                                        f"{key} is a list the variant holds whole, not an axis; an exclude cannot "
+                                        f"match it: set {key} in the matrix group instead",
                                         where=_at(shown, ex, key, f"exclude[{i}].{printable_key(key)}"))
-                            for i, ex in enumerate(exclude) for key in ex if key not in FIELDS])
+                            for i, ex in enumerate(exclude) for key in ex
+                            if key not in FIELDS or key in GROUP_FIELDS])
     return exclude

@@ -93,6 +93,21 @@ class _Fields:
             return value
         raise self.fail(key, f"expected true or false, got {value!r}")
 
+    def choices(self, key: str, options: Iterable[str], default: tuple[str, ...]) -> tuple[str, ...]:
+        """A non-empty list of `options`, each at most once, given back in the options' order (``arch``)."""
+        value = self.values.get(key)
+        options = list(options)
+        if value is None:
+            return default
+        if not isinstance(value, list) or not value:
+            raise self.fail(key, f"expected a list of {', '.join(options)}, e.g. {key}: [{', '.join(options)}]")
+        for item in value:
+            if not isinstance(item, str) or item not in options:
+                raise self.fail(key, f"{written(item)!r} is not one of {', '.join(options)}")
+        if len(set(value)) != len(value):
+            raise self.fail(key, "a value is listed twice")
+        return tuple(o for o in options if o in value)
+
     def choice(self, key: str, options: Iterable[str], default: str | None = None) -> str | None:
         value = self.values.get(key, default)
         options = list(options)

@@ -85,9 +85,9 @@ def why_missing(cuda: str | None, cc: Capability) -> str:
     return ""
 
 
-def arch_build(framework: str, version: str | None, cuda: str | None) -> ArchBuild | None:
-    """The compat entry for `framework` `version`'s CUDA build installed on a CUDA `cuda` base, or None when the
-    data has none (a CPU build, a release without an entry)."""
+def arch_build(framework: str, version: str | None, cuda: str | None, cpu: str = "amd64") -> ArchBuild | None:
+    """The compat entry for `framework` `version`'s CUDA build installed on a CUDA `cuda` base, of its wheels for CPU
+    architecture `cpu`, or None when the data has none (a CPU build, a release without an entry)."""
     if framework not in NAMES or version is None or cuda is None:
         return None
     compat = load_compat()
@@ -97,13 +97,13 @@ def arch_build(framework: str, version: str | None, cuda: str | None) -> ArchBui
     if build is None:
         return None
     for entry in compat.gpu_archs:
-        if (entry.framework == framework and Version(version) in SpecifierSet(entry.versions)
+        if (entry.framework == framework and entry.arch == cpu and Version(version) in SpecifierSet(entry.versions)
                 and Version(build[0]) in SpecifierSet(entry.cuda)):
             return entry
     return None
 
 
-def archs_of(framework: str, version: str | None, cuda: str | None) -> tuple[str, ...] | None:
+def archs_of(framework: str, version: str | None, cuda: str | None, cpu: str = "amd64") -> tuple[str, ...] | None:
     """The architecture list of that build (`arch_build`), or None when unknown."""
-    entry = arch_build(framework, version, cuda)
+    entry = arch_build(framework, version, cuda, cpu)
     return entry.archs if entry is not None else None

@@ -26,6 +26,7 @@ from typing import Any
 
 from ..errors import RecipeError, RecipeErrors
 from ..runtime.frameworks import RECIPE_NAMES
+from .arches import ARCHES, DEFAULT_ARCHES
 from .compat import Compat, load_compat
 from .fields import _NAME_RE, _Fields, extras_of, labels_of
 from .grammar import REFERENCE_RE, REPOSITORY_RE
@@ -175,6 +176,7 @@ def _read_root(f: _Fields, compat: Compat) -> dict[str, Any]:
         "repository": lambda: f.string("repository", REPOSITORY_RE,
                                        "a lowercase repository path such as trainimg/pytorch"),
         "name": lambda: f.string("name", _NAME_RE, "a lowercase name ([a-z0-9._-])"),
+        "arch": lambda: f.choices("arch", ARCHES, DEFAULT_ARCHES),
     }
     errors: list[RecipeError] = []
     got = {key: collect(errors, read, None) for key, read in readers.items()}
@@ -197,7 +199,7 @@ def _resolve(f: _Fields, compat: Compat) -> Variant:
         flavour=got["flavour"], cudnn_image=got["cudnn_image"], python=got["python"], nccl=got["nccl"], cudnn=None,
         reduction_server=bool(rs) if rs is not None else cuda is not None, hypertune=got["hypertune"],
         extras=got["extras"], labels=got["labels"], extends=None, base_image=got["base_image"] or "",
-        source=f.shown, origin=dict(f.origin),
+        source=f.shown, arch=got["arch"] or DEFAULT_ARCHES, origin=dict(f.origin),
     )
     resolved = check_variant(draft, f, compat)
     name = got["name"]

@@ -55,10 +55,39 @@ def check_variant(v: Variant, f: _Fields, compat: Compat) -> Variant:
         raise f.fail("nccl", f"NCCL {v.nccl} is below {compat.nccl.minimum}, the minimum Google's "
                              f"Reduction Server needs (seed 003); use {compat.nccl.minimum} or newer")
     check_extras(v.extras, f, compat)
+    check_arches(v, f, compat, pip_name, release)
 
     if v.cuda is None:
         return _check_cpu(v, f, compat, pip_name, release)
     return _check_gpu(v, f, compat, pip_name, release)
+
+
+def check_arches(v: Variant, f: _Fields, compat: Compat, pip_name: str, release: FrameworkRelease | None) -> None:
+    """Every architecture the recipe lists has a base and framework builds for it (compat data's `architectures`
+    and the bases' `arches`); amd64 is what every other rule checks. The first that has none is refused, quoting
+    the fact behind it."""
+    cuda = compat.cuda.get(v.cuda or "")
+    base = cuda.arches if v.cuda and cuda else compat.operating_systems[v.os].arches
+    where = f"nvidia/cuda {cuda.image_version}" if v.cuda and cuda else (
+        compat.operating_systems[v.os].cpu_image or v.os)
+    for arch in v.arch:
+        if arch == "amd64":
+            continue
+        if not v.base_image and arch not in base:
+            raise f.fail("arch", f"{where} is published for {', '.join(base)}, not {arch}; set base_image to an "
+                                 f"{arch} mirror or remove {arch}")
+        if release is None or v.version is None:
+            continue
+        builds = compat.arch_builds(v.framework, v.version, arch)  # type: ignore[arg-type]
+        if builds is None:
+            raise f.fail("arch", f"trainimg has no {arch} data for {pip_name} {release.line}; remove {arch}")
+        if v.cuda is None and not builds.cpu:
+            raise f.fail("arch", f"{pip_name} {release.line} has no CPU build for {arch}: {builds.note}")
+        build = release.build_for(v.cuda) if v.cuda else None
+        line = build[0] if build else None
+        if line is not None and not builds.has_cuda(line):
+            raise f.fail("arch", f"{pip_name} {release.line}'s CUDA {line} build has no {arch} wheels: "
+                                 f"{builds.note}")
 
 
 def check_extras(extras: tuple[str, ...], f: _Fields, compat: Compat) -> None:

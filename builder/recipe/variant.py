@@ -13,6 +13,7 @@ from typing import Literal
 
 from ..errors import RecipeError
 from ..runtime.frameworks import FrameworkName
+from .arches import DEFAULT_ARCHES
 
 
 @dataclass(frozen=True)
@@ -37,6 +38,7 @@ class Variant:
     extends: str | None
     base_image: str
     source: str  # the recipe file, relative to the recipes folder's parent
+    arch: tuple[str, ...] = DEFAULT_ARCHES  # the CPU architectures its image is built for (recipe/arches.py)
     origin: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @property

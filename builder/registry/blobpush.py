@@ -32,7 +32,8 @@ from typing import IO, Any
 
 from ..engine.base import Engine
 from ..errors import RegistryError, UserInputError
-from .registryapi import RegistryAPI
+from .imageindex import INDEX_TYPES, entries
+from .registryapi import RegistryAPI, sha256_digest
 
 MANIFEST_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
 CONFIG_TYPE = "application/vnd.docker.container.image.v1+json"
@@ -81,27 +82,33 @@ def gzip_layer(src: IO[bytes], dest: Path) -> tuple[str, int]:
 
 def known_layers(api: RegistryAPI, refs: Iterable[tuple[str, str]]) -> dict[str, tuple[str, int, str]]:
     """diff ID -> (blob digest, size, repository) of every layer of the image manifests `refs` ((repository,
-    reference) pairs) name; the first ref naming a layer wins."""
+    reference) pairs) name, every architecture's of an index; the first ref naming a layer wins."""
     known: dict[str, tuple[str, int, str]] = {}
     for repository, ref in refs:
         got = api.manifest_json(repository, ref)
-        if got is None or got[1] != MANIFEST_TYPE:
-            continue
-        manifest = json.loads(got[0])
-        config = json.loads(api.blob(repository, manifest["config"]["digest"]))
-        for diff_id, layer in zip(config["rootfs"]["diff_ids"], manifest["layers"]):
-            known.setdefault(diff_id, (layer["digest"], int(layer["size"]), repository))
+        if got is not None and got[1] in INDEX_TYPES:
+            found = [api.manifest_json(repository, e.digest) for e in entries(got[0])]
+        else:
+            found = [got]
+        for one in found:
+            if one is None or one[1] != MANIFEST_TYPE:
+                continue
+            manifest = json.loads(one[0])
+            config = json.loads(api.blob(repository, manifest["config"]["digest"]))
+            for diff_id, layer in zip(config["rootfs"]["diff_ids"], manifest["layers"]):
+                known.setdefault(diff_id, (layer["digest"], int(layer["size"]), repository))
     return known
 
 
 def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str, tag: str,
                also_known: Iterable[str] = (), siblings: Iterable[tuple[str, str]] = (),
-               known: dict[str, tuple[str, int, str]] | None = None) -> BlobPush:
+               known: dict[str, tuple[str, int, str]] | None = None, tagged: bool = True) -> BlobPush:
     """Push local image `local_ref` as `repository:tag`, sending only the layers the registry lacks.
 
     `also_known` are other tags of `repository`; `siblings` ((repository, tag) pairs: the release's other images, an
     extended parent) are read too, and a layer one of them holds is mounted from its repository, not sent. `known`
-    is that reading when the caller has it already (`known_layers`)."""
+    is that reading when the caller has it already (`known_layers`). With `tagged` False the manifest is stored
+    by its digest only: one architecture's image, which an index then names under `tag`."""
     info = engine.image(local_ref)
     if info is None:
         raise UserInputError(f"no local image {local_ref}: build it first")
@@ -142,7 +149,8 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
     manifest = {"schemaVersion": 2, "mediaType": MANIFEST_TYPE,
                 "config": {"mediaType": CONFIG_TYPE, "size": len(config), "digest": config_digest},
                 "layers": layers}
-    result.digest = api.put_manifest(repository, tag, json.dumps(manifest, indent=3).encode(), MANIFEST_TYPE)
+    body = json.dumps(manifest, indent=3).encode()
+    result.digest = api.put_manifest(repository, tag if tagged else sha256_digest(body), body, MANIFEST_TYPE)
     result.compressed_bytes = sum(int(layer["size"]) for layer in layers)
     return result
 

@@ -3,6 +3,9 @@ written by `build.bakefolder`).
 
 A stage two or more chosen variants share becomes one target, and each consumer names it in `contexts` under the
 stage's name; an extending variant's `parent` stage is replaced the same way by its parent variant's target.
+Another architecture's image is a target of its own (`<variant>-<arch>`, its own Dockerfile, `platforms`
+``linux/arm64``, tagged ``<tag>-<arch>``): `docker buildx imagetools create --tag TAG TAG TAG-arm64` then puts both
+under one tag as an index (trainimg's `push` and `release` do that themselves).
 BuildKit looks a named context up by the stage *name* before anything else (frontend/dockerfile/dockerfile2llb/
 convert.go, `if st.Name != "" { s, img, err := namedContext(ctx, st.Name, ...)`), so the key matches literally;
 a key meant for `FROM ${ARG}` would be compared with the expanded, normalised image name instead and miss.
@@ -17,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..plan.stages import FINAL_STAGE, PARENT_STAGE, Plan, Stage
+from ..recipe.arches import DEFAULT_ARCH, arch_of
 
 
 @dataclass(frozen=True)
@@ -24,7 +28,7 @@ class BakeInputs:
     """Where the files a bake file names are, and the labels each variant's target sets."""
 
     context: Path
-    dockerfiles: Mapping[str, Path]  # variant name -> its rendered Dockerfile
+    dockerfiles: Mapping[str, Path]  # `Plan.key` (the variant, @arch off amd64) -> its rendered Dockerfile
     secrets: tuple[str, ...]  # buildx `secret` entries: "id=...,src=..."
     labels: Mapping[str, Mapping[str, str]]  # variant name -> labels known before the build
 
@@ -35,21 +39,29 @@ def bake_file(plans: list[Plan], inputs: BakeInputs) -> dict[str, Any]:
     shared = {k for k, n in Counter(s.key for p in plans for s in p.parents).items() if n > 1}
     targets: dict[str, Any] = {}
     for plan in plans:
-        common = {"context": str(inputs.context), "dockerfile": str(inputs.dockerfiles[plan.variant.name]),
-                  "secret": list(inputs.secrets)}
+        common: dict[str, Any] = {"context": str(inputs.context), "dockerfile": str(inputs.dockerfiles[plan.key]),
+                                  "secret": list(inputs.secrets)}
+        if plan.arch != DEFAULT_ARCH:
+            common["platforms"] = [arch_of(plan.arch).platform]
         contexts = _shared_targets(plan, shared, targets, common)
         v = plan.variant
-        target: dict[str, Any] = {**common, "target": FINAL_STAGE, "tags": [v.tag], "args": dict(plan.args),
+        target: dict[str, Any] = {**common, "target": FINAL_STAGE, "tags": [plan.local_tag], "args": dict(plan.args),
                                   "labels": dict(inputs.labels[v.name])}
         if v.extends:
-            contexts = {**contexts, PARENT_STAGE: f"target:{v.extends}"}
+            contexts = {**contexts, PARENT_STAGE: f"target:{target_name(v.extends, plan.arch)}"}
         if contexts:
             target["contexts"] = contexts
-        targets[v.name] = target
-    groups: dict[str, Any] = {"default": {"targets": [p.variant.name for p in plans]}}
+        targets[target_name(v.name, plan.arch)] = target
+    groups: dict[str, Any] = {"default": {"targets": [target_name(p.variant.name, p.arch) for p in plans]}}
     for plan in plans:
-        groups.setdefault(plan.variant.framework, {"targets": []})["targets"].append(plan.variant.name)
+        groups.setdefault(plan.variant.framework, {"targets": []})["targets"].append(
+            target_name(plan.variant.name, plan.arch))
     return {"group": groups, "target": targets}
+
+
+def target_name(variant: str, arch: str) -> str:
+    """A variant's target: its name for amd64, ``<variant>-<arch>`` for another architecture."""
+    return variant if arch == DEFAULT_ARCH else f"{variant}-{arch}"
 
 
 def parent_target(stage: Stage) -> str:

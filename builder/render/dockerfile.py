@@ -11,6 +11,7 @@ from pathlib import Path
 
 from ..errors import UserInputError
 from ..plan.blocks import environment
+from ..recipe.arches import ARCHES, DEFAULT_ARCH, arch_of
 from ..recipe.compat import Compat
 from ..plan.stages import Plan, plans
 from ..recipe.loading import RecipeSet
@@ -29,8 +30,10 @@ class Drift:
 def render_plan(plan: Plan) -> str:
     """The Dockerfile text of one plan. Same plan, same bytes: nothing here reads the clock or the machine."""
     v = plan.variant
+    platform = "" if plan.arch == DEFAULT_ARCH else f" --platform {arch_of(plan.arch).platform}"
     return environment().get_template("Dockerfile.j2").render(
-        generated_mark=GENERATED_MARK, source=v.source, name=v.name, dockerfile=plan.dockerfile_path(), args=plan.args, stages=plan.stages
+        generated_mark=GENERATED_MARK, source=v.source, name=v.name, dockerfile=plan.dockerfile_path(), args=plan.args,
+        stages=plan.stages, platform=platform,
     )
 
 
@@ -58,8 +61,10 @@ def write(files: dict[str, str], root: Path) -> list[str]:
                 continue
             if d.kind == "extra":
                 target.unlink()
-                if target.parent != root / "images" and not any(target.parent.iterdir()):
-                    target.parent.rmdir()
+                folder = target.parent
+                while folder != root / "images" and not any(folder.iterdir()):  # an architecture's, then its variant's
+                    folder.rmdir()
+                    folder = folder.parent
             else:
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_text(files[d.path], encoding="utf-8")
@@ -87,7 +92,9 @@ def check(files: dict[str, str], root: Path) -> list[Drift]:
             out.append(Drift(rel, "differs" if generated(path) else HAND_WRITTEN))
     images = root / "images"
     if images.is_dir():
-        for path in sorted(images.glob("*/Dockerfile")):
+        found = [*images.glob("*/Dockerfile"), *(p for a in ARCHES if a != DEFAULT_ARCH
+                                                for p in images.glob(f"*/{a}/Dockerfile"))]
+        for path in sorted(found):
             rel = str(path.relative_to(root))
             if rel not in files:
                 out.append(Drift(rel, "extra" if generated(path) else HAND_WRITTEN))

@@ -1,0 +1,69 @@
+"""One tag, every architecture: a variant built for more than amd64 is pushed as each architecture's image manifest
+(by digest, through trainimg's registry client), then one OCI image index naming them under the variant's tag.
+
+Why the client: the engine pushes a tag, and one tag holds one image there; an index is a manifest the registry
+API takes directly (registry/imageindex.py). Each architecture's image is gated before it leaves (the release's
+rule: a passed record for that exact image ID), its layers go as any client push's do (only those the registry
+lacks; registry/blobpush.py), and the index goes last, after every manifest it names is in: a node pulling the tag
+never meets an index naming a manifest that is not there. An architecture the release skipped as unchanged keeps
+its manifest (`kept`): the index names it again.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+
+from ..engine.base import Engine
+from ..errors import RegistryError
+from ..options import CLIENT_UPLOAD
+from ..recipe.arches import ARCHES
+from ..registry.imageindex import INDEX_TYPE, Platformed, index_body
+from ..registry.references import RegistryTarget, split_tag
+from ..registry.registryapi import RegistryAPI
+from .push import PushResult, push, reachable_target
+
+
+def needs_index(arches: Iterable[str]) -> bool:
+    """Whether a variant released for `arches` is pushed as an index (anything but amd64 alone: that stays one
+    image manifest under the tag, as every release before architectures)."""
+    return tuple(arches) != ("amd64",)
+
+
+def push_index(engine: Engine, tag: str, images: list[tuple[str, str]], target: RegistryTarget,
+               credentials: dict[str, str] | None, *, gate: Callable[[str, str], None] | None = None,
+               kept: Mapping[str, str] | None = None, siblings: Iterable[str] = (),
+               on_manifest: Callable[[str, PushResult], None] | None = None, **push_kwargs: object) -> PushResult:
+    """Push each of `images` ((local tag, architecture)) by digest (gated first), then the index of them and of
+    `kept` ({arch: manifest digest}) under `tag`; the result's `manifests` names each architecture's manifest.
+    `on_manifest(local tag, result)` hears each architecture's push (the SBOM and the record go beside it)."""
+    name, tag_part = split_tag(tag)
+    api = RegistryAPI(reachable_target(engine, target), credentials)
+    repository = target.repository(name)
+    manifests = dict(kept or {})
+    sent = 0
+    for local, arch in images:
+        def gated(image_id: str, local: str = local) -> None:
+            if gate is not None:
+                gate(image_id, local)
+
+        res = push(engine, local, target, tag, credentials=credentials, gate=gated, untagged=True,
+                   siblings=[s for s in siblings if s != tag], **push_kwargs)  # type: ignore[arg-type]
+        one = PushResult(ref=f"{target.host}/{repository}@{res.digest}", digest=res.digest,
+                         bytes_uploaded=res.bytes_uploaded, attempts=res.attempts, upload=CLIENT_UPLOAD)
+        manifests[arch] = res.digest
+        sent += res.bytes_uploaded
+        if on_manifest is not None:
+            on_manifest(local, one)
+    described = []
+    for arch in (a for a in ARCHES if a in manifests):
+        got = api.manifest_json(repository, manifests[arch])
+        if got is None:
+            raise RegistryError(f"registry {target.host} lacks the {arch} manifest {manifests[arch]} of {tag}")
+        described.append(Platformed(arch, manifests[arch], len(got[0]), got[1]))
+    digest = api.put_manifest(repository, tag_part, index_body(described), INDEX_TYPE)
+    missing = api.missing_blobs(repository, tag_part)
+    if missing:
+        raise RegistryError(f"registry {target.host} lacks {len(missing)} manifest(s) the index of {tag} names, "
+                            f"e.g. {missing[0]}")
+    return PushResult(ref=target.ref(tag), digest=digest, bytes_uploaded=sent, attempts=1, upload=CLIENT_UPLOAD,
+                      manifests=dict(manifests))
