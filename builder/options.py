@@ -314,6 +314,10 @@ class CiOptions:
     branch: str = "main"  # releases run on pushes to this branch (and by hand)
     recipes: str = "recipes"  # the recipes folder, relative to the checkout
     one_machine: bool = False  # every job runs on this machine (gitlab-ci-local): a loopback registry is shared
+    # Where arm64 images are built: a job of their own on this arm64 runner label (None: the CI's hosted one,
+    # publish/pipelines.py), or, with `emulate_arm64`, in the amd64 job under QEMU (a fleet without arm64 machines).
+    arm64_runner: str | None = None
+    emulate_arm64: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))
@@ -323,7 +327,12 @@ class CiOptions:
         for flag, name in (("--username-var", self.username_var), ("--password-var", self.password_var)):
             if not ENV_NAME.fullmatch(name):
                 raise UserInputError(f"{name!r} is not a variable name", where=flag)
-        for flag, text in (("--install", self.install), *(("--runner", r) for r in self.runner)):
+        if self.emulate_arm64 and self.arm64_runner is not None:
+            raise UserInputError("--emulate-arm64 builds arm64 in the amd64 jobs: drop --arm64-runner",
+                                 where="--emulate-arm64")
+        lines = (("--install", self.install), *(("--runner", r) for r in self.runner),
+                 *((("--arm64-runner", self.arm64_runner),) if self.arm64_runner is not None else ()))
+        for flag, text in lines:
             if not text.strip() or "\n" in text or "${{" in text:
                 raise UserInputError(f"{text!r}: give one non-empty line without `${{{{`", where=flag)
         if not CI_BRANCH.fullmatch(self.branch) or ".." in self.branch:

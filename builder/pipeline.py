@@ -30,7 +30,7 @@ from .publish.passrecord import attach_records
 from .publish.promote import write_parts
 from .publish.push import PushResult, reachable_target
 from .registry.registryapi import RegistryAPI
-from .publish.skip import Decision, decide
+from .publish.skip import Decision, check_whole, decide
 from .registry.references import RegistryTarget
 from .publish.policy import PushPolicy
 from .recipe.loading import RecipeSet
@@ -91,6 +91,8 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
         if on_decision is not None:
             on_decision(d)
     todo = frozenset(k for k, d in decisions.items() if not d.skip)  # per (variant, architecture): arches.arch_key
+    if not opts.stage:
+        check_whole(chosen, decisions, root)  # one index per tag: no architecture left behind
     wanted = sorted({decisions[k].variant for k in todo})
     build_opts = dataclasses.replace(opts.build, inputs_keys=keys, only=todo)
     if not build_opts.cache_from:  # an ephemeral CI runner starts empty: the last release's pushes are its cache
@@ -119,7 +121,7 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
                           kept={d.tag: d.tag_digest or d.digest for d in kept.values()
                                 if d.digest and d.tag not in {b.variant_tag for b in builds}},
                           kept_manifests=_kept_manifests(kept.values()), moving=not opts.stage,
-                          upload=opts.upload, on_manifest=pushed_with_sbom)
+                          index=not opts.stage, upload=opts.upload, on_manifest=pushed_with_sbom)
     attach_records(api, target, _record(opts, engine, recipes, builds, suites, pushed, kept, target), on_record)
     return ReleaseResult(builds, suites, pushed, kept)
 

@@ -58,6 +58,11 @@ def ci_flags(fn: Callback) -> Callback:
                      help="Release on pushes to this branch (and when started by hand)."),
         click.option("--output", type=click.Path(path_type=Path), default=None, metavar="FILE",
                      help="Write the file here (default: stdout)."),
+        click.option("--arm64-runner", metavar="LABEL", default=None,
+                     help="The runner label (GitHub `runs-on`, GitLab tag) of the arm64 stage jobs (default: the CI's "
+                          "hosted arm64 runner: ubuntu-24.04-arm, saas-linux-medium-arm64)."),
+        click.option("--emulate-arm64", is_flag=True,
+                     help="Build arm64 in the amd64 stage jobs under QEMU instead (no arm64 runner)."),
         click.option("--one-machine", is_flag=True,
                      help="Every job runs on this machine (gitlab-ci-local, one shell runner), so a loopback "
                           "--registry is shared; refused without it."),
@@ -84,13 +89,20 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
     @pass_ctx
     def command(c: Ctx, variants: tuple[str, ...], registry: str, base_image: str | None, runner: tuple[str, ...],
                 image: str | None, install: str, username_var: str, password_var: str, branch: str,
-                output: Path | None, one_machine: bool) -> None:
+                output: Path | None, arm64_runner: str | None, emulate_arm64: bool, one_machine: bool) -> None:
+        from ..imagebuild.lockcompile import left_out
+        from ..plan.requirements import lock_states
         from ..publish.pipelines import pipeline
+        from ..recipe.compat import load_compat
 
         opts = CiOptions(system=system, registry=registry, variants=variants, base_image=base_image, runner=runner,
                          image=image, install=install, username_var=username_var, password_var=password_var,
-                         branch=branch, recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine)
-        write_text(pipeline(c.recipes(), opts), output)
+                         branch=branch, recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine,
+                         arm64_runner=arm64_runner, emulate_arm64=emulate_arm64)
+        recipes = c.recipes()
+        chosen = recipes.with_parents(recipes.select(list(variants)))
+        left = left_out(chosen, lock_states(chosen, load_compat(), c.root))  # no job builds what no build makes
+        write_text(pipeline(recipes, opts, left), output)
 
     command.__doc__ = (f"Write {what} that releases VARIANTS (default: all) across runners.\n\n"
                        "Reads the recipes only: no engine, no registry.\n\n\b\nExamples:\n"

@@ -14,7 +14,7 @@ from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
 from .context import (STDOUT, Callback, Ctx, credentials, docker_engine, emit_json, image_ref, json_option, note,
                       pass_ctx, progress_option, variant_images)
-from .images import _build_options, base_image_option, base_images, build_flags
+from .images import _build_options, arch_option, base_image_option, base_images, build_flags
 
 if TYPE_CHECKING:
     from ..engine.base import Engine
@@ -91,12 +91,13 @@ def _built_on(engine: Engine, images: list[tuple[str, str | None, str]], given: 
 @click.argument("image")
 @test_flags
 @base_image_option
+@arch_option
 @json_option("The conformance report")
 @progress_option("each check and each replica's output")
 @pass_ctx
 def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: int, timeout: float,
              junit_path: str | None, structure_tests: tuple[Path, ...], base_image: tuple[str, ...],
-             json_path: str | None, progress: str) -> None:
+             arches: tuple[str, ...], json_path: str | None, progress: str) -> None:
     """Run conformance checks and the multi-container all-reduce on IMAGE, or on a VARIANT's image of each
     architecture it is built for (another architecture's under emulation where the host registered one).
 
@@ -114,7 +115,9 @@ def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: i
 
     opts = TestOptions(platform=platform, replicas=replicas, timeout=timeout, nproc_per_node=nproc_per_node,
                        structure_tests=structure_tests)
-    images = variant_images(c, image)
+    images = [i for i in variant_images(c, image) if not arches or i[2] in arches]
+    if not images:
+        raise UserInputError(f"{image} is not built for {' or '.join(arches)}", where="--arch")
     engine = docker_engine()
     _built_on(engine, images, base_image)
     suites = test_images(engine, [(tag, name) for tag, name, _ in images], opts, c.env, progress, _print_suite)
@@ -226,7 +229,8 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
               help="Where --stage writes <variant>.json.")
 @upload_flag
 @pass_ctx
-def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str, ...], ca_bundle: Path | None,
+def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str, ...], arches: tuple[str, ...],
+            ca_bundle: Path | None,
             wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
             cache_from: tuple[str, ...], installer: str, platform: str, replicas: int, nproc_per_node: int,
             timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], registry: str,
@@ -249,7 +253,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
         raise UserInputError("name the variants to release, or pass --all")
     target = RegistryTarget.parse(registry)  # bad input fails before an hour of building
     opts = ReleaseOptions(build=_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from,
-                                               installer),
+                                               installer, arches),
                           test=TestOptions(platform=platform, replicas=replicas, timeout=timeout,
                                            nproc_per_node=nproc_per_node, structure_tests=structure_tests),
                           lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir, upload=upload)

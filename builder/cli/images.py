@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import CheckFailed, UserInputError, counted
+from ..recipe.arches import ARCHES
 from ..options import BUILD_JOBS, DEFAULT_INSTALLER, INSTALLERS, BuildOptions, default
 from ..runtime.contract import VARIANT_LABEL
 from .context import Callback, Ctx, check_writable, docker_engine, emit_json, json_option, pass_ctx, progress_option
@@ -169,7 +170,7 @@ def base_images(values: tuple[str, ...]) -> tuple[str | None, dict[str, str]]:
 
 def _build_options(c: Ctx, base_image: tuple[str, ...], ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
                    allow_missing: tuple[str, ...], jobs: int, cache_from: tuple[str, ...],
-                   installer: str = DEFAULT_INSTALLER) -> BuildOptions:
+                   installer: str = DEFAULT_INSTALLER, arches: tuple[str, ...] = ()) -> BuildOptions:
     from ..imagebuild.wheelhouse import default_ca_bundle, default_wheelhouses
     from ..recipe.grammar import is_reference
 
@@ -186,9 +187,14 @@ def _build_options(c: Ctx, base_image: tuple[str, ...], ca_bundle: Path | None, 
         jobs=jobs,
         cache_from=cache_from,
         installer=installer,
+        arches=arches,
     )
 
 
+arch_option = click.option(
+    "--arch", "arches", multiple=True, type=click.Choice(list(ARCHES)), metavar="ARCH",
+    help=f"Only this CPU architecture of the variants ({', '.join(ARCHES)}; default: every one each lists); "
+         "repeatable. A variant not built for it is refused.")
 base_image_option = click.option(
     "--base-image", multiple=True, metavar="REF|ARCH=REF",
     help="Replace the root FROM (mirrors, offline machines): REF for every architecture, ARCH=REF for one "
@@ -199,6 +205,7 @@ def build_flags(fn: Callback) -> Callback:
     """The build flags `build` and `release` share."""
     for deco in reversed([
         base_image_option,
+        arch_option,
         click.option("--ca-bundle", type=click.Path(path_type=Path),
                      help="CA bundle for a TLS-intercepting proxy (default: $SSL_CERT_FILE or $PIP_CERT); "
                           "passed as a BuildKit secret, never in a layer."),
@@ -229,9 +236,9 @@ def build_flags(fn: Callback) -> Callback:
               help="The lockfile --locked reads (default: images.lock).")
 @click.option("--no-cache", is_flag=True, help="Run every step anew (BuildKit's layer cache unused): a cold build.")
 @pass_ctx
-def build(c: Ctx, variants: tuple[str, ...], base_image: tuple[str, ...], ca_bundle: Path | None,
-          wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
-          cache_from: tuple[str, ...], installer: str, json_path: str | None, locked: bool,
+def build(c: Ctx, variants: tuple[str, ...], base_image: tuple[str, ...], arches: tuple[str, ...],
+          ca_bundle: Path | None, wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str,
+          jobs: int, cache_from: tuple[str, ...], installer: str, json_path: str | None, locked: bool,
           lock_path: str | None, no_cache: bool) -> None:
     """Build VARIANTS (default: all) through the Docker engine, shared parents first, for every architecture each
     lists (another architecture's image is named <tag>-<arch> on the engine).
@@ -260,7 +267,7 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: tuple[str, ...], ca_bun
     if no_cache and cache_from:
         raise UserInputError("--no-cache builds without any cache; drop --cache-from", where="--no-cache")
     opts = dataclasses.replace(_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from,
-                                              installer), no_cache=no_cache)
+                                              installer, arches), no_cache=no_cache)
     recipes, engine = c.recipes(), docker_engine()
     if locked:
         from ..publish.lockedbases import locked_bases

@@ -36,24 +36,41 @@ def push_index(engine: Engine, tag: str, images: list[tuple[str, str]], target: 
     """Push each of `images` ((local tag, architecture)) by digest (gated first), then the index of them and of
     `kept` ({arch: manifest digest}) under `tag`; the result's `manifests` names each architecture's manifest.
     `on_manifest(local tag, result)` hears each architecture's push (the SBOM and the record go beside it)."""
-    name, tag_part = split_tag(tag)
     api = RegistryAPI(reachable_target(engine, target), credentials)
-    repository = target.repository(name)
+    repository = target.repository(split_tag(tag)[0])
     manifests = dict(kept or {})
     sent = 0
     for local, arch in images:
-        def gated(image_id: str, local: str = local) -> None:
-            if gate is not None:
-                gate(image_id, local)
-
-        res = push(engine, local, target, tag, credentials=credentials, gate=gated, untagged=True,
-                   siblings=[s for s in siblings if s != tag], **push_kwargs)  # type: ignore[arg-type]
-        one = PushResult(ref=f"{target.host}/{repository}@{res.digest}", digest=res.digest,
-                         bytes_uploaded=res.bytes_uploaded, attempts=res.attempts, upload=CLIENT_UPLOAD)
-        manifests[arch] = res.digest
-        sent += res.bytes_uploaded
+        one = push_manifest(engine, local, arch, tag, target, credentials, gate, siblings, **push_kwargs)
+        manifests[arch] = one.digest
+        sent += one.bytes_uploaded
         if on_manifest is not None:
             on_manifest(local, one)
+    return put_index(api, repository, tag, manifests, sent)
+
+
+def push_manifest(engine: Engine, local: str, arch: str, tag: str, target: RegistryTarget,
+                  credentials: dict[str, str] | None, gate: Callable[[str, str], None] | None,
+                  siblings: Iterable[str], **push_kwargs: object) -> PushResult:
+    """One architecture's image `local`, gated, pushed by digest into the repository of `tag` (no tag); the
+    result's `manifests` names it under `arch`, and `ref` is ``host/repository`` (it has no tag)."""
+    def gated(image_id: str) -> None:
+        if gate is not None:
+            gate(image_id, local)
+
+    res = push(engine, local, target, tag, credentials=credentials, gate=gated, untagged=True,
+               siblings=[s for s in siblings if s != tag], **push_kwargs)  # type: ignore[arg-type]
+    repository = target.repository(split_tag(tag)[0])
+    return PushResult(ref=f"{target.host}/{repository}", digest=res.digest,
+                      bytes_uploaded=res.bytes_uploaded, attempts=res.attempts, upload=CLIENT_UPLOAD,
+                      manifests={arch: res.digest})
+
+
+def put_index(api: RegistryAPI, repository: str, tag: str, manifests: Mapping[str, str], sent: int = 0
+              ) -> PushResult:
+    """The index of `manifests` ({arch: digest}, each in `repository` already) under `tag`, checked back."""
+    target = api.target
+    tag_part = split_tag(tag)[1]
     described = []
     for arch in (a for a in ARCHES if a in manifests):
         got = api.manifest_json(repository, manifests[arch])
@@ -66,4 +83,4 @@ def push_index(engine: Engine, tag: str, images: list[tuple[str, str]], target: 
         raise RegistryError(f"registry {target.host} lacks {len(missing)} manifest(s) the index of {tag} names, "
                             f"e.g. {missing[0]}")
     return PushResult(ref=target.ref(tag), digest=digest, bytes_uploaded=sent, attempts=1, upload=CLIENT_UPLOAD,
-                      manifests=dict(manifests))
+                      manifests=dict(manifests), index=True)

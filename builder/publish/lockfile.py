@@ -181,8 +181,9 @@ def lock_entry(build: VariantBuild, *, recipe: str, base_digest: str, suite: Sui
     refs = {}
     manifest = None
     for key, res in (pushed or {}).items():
-        refs[key if isinstance(res, str) else res.ref] = res if isinstance(res, str) else res.digest
         manifest = manifest or (None if isinstance(res, str) else res.manifests.get(build.arch))
+        if isinstance(res, str) or res.index or not res.manifests:  # not one image pushed by digest (`--stage`)
+            refs[key if isinstance(res, str) else res.ref] = res if isinstance(res, str) else res.digest
     return LockEntry(
         variant=build.name, recipe=recipe, tag=build.variant_tag, image_id=build.image_id,
         base_image=build.base_image, base_digest=base_digest, versions=dict(installed_versions(build.manifest)),
@@ -200,7 +201,7 @@ def release_entries(engine: Engine, recipes: RecipeSet, builds: Iterable[Variant
     entries = []
     for b in builds:
         v = recipes.by_name.get(b.name)
-        mine = {t: r for t, r in pushed.items() if t == b.variant_tag or moving_of(t, b.variant_tag)}
+        mine = {t: r for t, r in pushed.items() if t in (b.tag, b.variant_tag) or moving_of(t, b.variant_tag)}
         entries.append(lock_entry(b, recipe=v.source if v is not None else "",
                                   base_digest=base_digest(engine, b.base_image), suite=by_suite.get(b.key),
                                   pushed=mine))

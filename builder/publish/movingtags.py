@@ -18,7 +18,7 @@ from ..engine.base import Engine
 from ..errors import CheckFailed
 from ..imagebuild.builder import VariantBuild
 from ..recipe.grammar import VARIANT_TAG_RE
-from .indexpush import needs_index, push_index
+from .indexpush import needs_index, push_index, push_manifest
 from .push import PushResult, push, reachable_target
 from ..registry.references import RegistryTarget, split_tag
 from ..registry.registryapi import RegistryAPI
@@ -75,13 +75,15 @@ def push_release(engine: Engine, builds: Iterable[VariantBuild], target: Registr
                  credentials: dict[str, str] | None, gate: Callable[[str, str], None] | None = None, *,
                  on_pushed: Callable[[str, PushResult], None] | None = None, kept: Mapping[str, str] | None = None,
                  moving: bool = True, kept_manifests: Mapping[str, Mapping[str, str]] | None = None,
-                 on_manifest: Callable[[str, PushResult], None] | None = None,
+                 on_manifest: Callable[[str, PushResult], None] | None = None, index: bool = True,
                  **push_kwargs: Any) -> dict[str, PushResult]:
     """Push every build's immutable tag, then set the moving tags; {local tag: registry.PushResult} in push order.
 
     A variant built for more than amd64 goes as one index under its tag (publish/indexpush.py), keyed by that tag:
     each architecture's image first (`on_manifest(local tag, result)` after each), then the index, naming also the
     manifests of its architectures the release skipped as unchanged (`kept_manifests`: {tag: {arch: digest}}).
+    With `index` False (a `--stage` job, which may hold one architecture of several) each architecture's image is
+    pushed by digest only, keyed by its local tag: `promote` puts the index under the tag once every part is in.
 
     `builds` are the release's builds; `gate(image_id, tag)` runs before each
     push (records.require_pass with the env bound). `kept` ({immutable tag: registry digest}) are the variants of
@@ -116,6 +118,13 @@ def push_release(engine: Engine, builds: Iterable[VariantBuild], target: Registr
         partial = (kept_manifests or {}).get(tag, {})
         if not needs_index([*(b.arch for b in group), *partial]):
             one(group[0].tag, group[0].image_id)
+            continue
+        if not index:
+            for b in group:
+                results[b.tag] = push_manifest(engine, b.tag, b.arch, tag, target, credentials, gate, siblings,
+                                               **push_kwargs)
+                if on_manifest:
+                    on_manifest(b.tag, results[b.tag])
             continue
         results[tag] = push_index(engine, tag, [(b.tag, b.arch) for b in group], target, credentials, gate=gate,
                                   kept=partial, siblings=siblings, on_manifest=on_manifest, **push_kwargs)

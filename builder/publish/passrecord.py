@@ -35,7 +35,7 @@ def attach_records(api: RegistryAPI, target: RegistryTarget, entries: Iterable[L
         artifact = attach(api, repository, subject_of(api, repository, digest), RECORD_TYPE, payload,
                           title=RECORD_TITLE)
         if on_line is not None:
-            on_line(f"record: pushed {target.host}/{repository}@{artifact.digest} (subject {entry.variant}, {digest})")
+            on_line(f"record: pushed {target.host}/{repository}@{artifact.digest} (subject {entry.key}, {digest})")
 
 
 def registry_entry(api: RegistryAPI, target: RegistryTarget, tag: str, digest: str, variant: str,

@@ -13,11 +13,19 @@ retry rules, and a missing or failed part makes it refuse with a line naming it,
 
 Credentials appear only as the names of CI secrets/variables (`CiOptions.username_var`, `password_var`); every
 value that reaches a shell line is grammar-checked or quoted.
+
+Architectures: a group whose variants are built for arm64 too gets a second stage job on an arm64 runner (`release
+... --stage --arch arm64`; the amd64 job takes `--arch amd64`): native where the CI has arm64 runners, GitHub's
+hosted ``ubuntu-24.04-arm`` and GitLab.com's ``saas-linux-medium-arm64`` by default (`--arm64-runner LABEL` names
+another). With `--emulate-arm64` the group's one job builds arm64 too, under QEMU (GitHub:
+docker/setup-qemu-action; GitLab: tonistiigi/binfmt). The file's header says which. Each architecture's job pushes
+its images by digest and writes its part; promote puts each variant's index under its tag once every part passed.
 """
 
 from __future__ import annotations
 
 import shlex
+from collections.abc import Set
 from dataclasses import dataclass
 from typing import Any
 
@@ -26,6 +34,7 @@ import yaml
 from ..errors import UserInputError
 from ..options import DEFAULT_LOCK_DIR as STAGED_DIR  # `release --stage` writes it, `promote` reads it
 from ..options import CiOptions
+from ..recipe.arches import ARCHES, DEFAULT_ARCH
 from ..recipe.grammar import is_reference
 from ..recipe.variant import RecipeSet, Variant
 from .lockfile import DEFAULT_LOCK
@@ -44,16 +53,19 @@ ARTIFACT_PREFIX = "lock-"  # GitHub: one artifact per stage job, merged by promo
 
 @dataclass(frozen=True)
 class StageGroup:
-    """One stage job: a root variant and every chosen variant that extends it (parents first)."""
+    """One stage job: a root variant and every chosen variant that extends it (parents first), for one
+    architecture (`arch`, the job's `--arch`) or, None, every one its variants are built for."""
 
     root: str
     variants: tuple[str, ...]
     tags: tuple[str, ...]  # local tags: their pushed images are the job's build cache
+    arch: str | None = None
+    emulated: bool = False  # it builds arm64 under QEMU on an amd64 runner
 
     @property
     def job(self) -> str:
         """The job's name (GitLab's, and GitHub's display name)."""
-        return f"stage-{self.root}"
+        return f"stage-{self.root}" + (f"-{self.arch}" if self.arch not in (None, DEFAULT_ARCH) else "")
 
     @property
     def job_id(self) -> str:
@@ -72,6 +84,8 @@ class Plan:
     def stage(self, group: StageGroup, opts: CiOptions, target: RegistryTarget) -> str:
         """`trainimg release ... --stage` for one group, the registry's copy of each variant as its cache."""
         args = [*_trainimg(opts), "release", *group.variants, "--stage", "--registry", str(target)]
+        if group.arch:
+            args += ["--arch", group.arch]
         if opts.base_image:
             args += ["--base-image", opts.base_image]
         for tag in group.tags:
@@ -79,8 +93,11 @@ class Plan:
         return shlex.join([*args, "--progress", "plain"])
 
 
-def stage_groups(recipes: RecipeSet, patterns: tuple[str, ...]) -> tuple[StageGroup, ...]:
-    """The chosen variants (all when `patterns` is empty) with their parents, one group per root variant."""
+def stage_groups(recipes: RecipeSet, patterns: tuple[str, ...], left: Set[tuple[str, str]] = frozenset(),
+                 emulate: bool = False) -> tuple[StageGroup, ...]:
+    """The chosen variants (all when `patterns` is empty) with their parents, one group per root variant; one per
+    root and architecture where the variants are built for more than amd64, unless `emulate` (one job builds them
+    all, arm64 under QEMU). `left`: the (variant, architecture) pairs no build makes (not lockable here)."""
     chosen = recipes.with_parents(recipes.select(list(patterns)))
 
     def root(v: Variant) -> str:
@@ -91,14 +108,25 @@ def stage_groups(recipes: RecipeSet, patterns: tuple[str, ...]) -> tuple[StageGr
     order: dict[str, list[Variant]] = {}
     for v in chosen:
         order.setdefault(root(v), []).append(v)
-    return tuple(StageGroup(name, tuple(v.name for v in vs), tuple(v.tag for v in vs)) for name, vs in order.items())
+    groups = []
+    for name, vs in order.items():
+        arches = [a for a in ARCHES if any(a in v.arch and (v.name, a) not in left for v in vs)]
+        if arches in ([DEFAULT_ARCH], []) or emulate:
+            groups.append(StageGroup(name, tuple(v.name for v in vs), tuple(v.tag for v in vs),
+                                     emulated=emulate and arches not in ([DEFAULT_ARCH], [])))
+            continue
+        for arch in arches:
+            mine = [v for v in vs if arch in v.arch and (v.name, arch) not in left]
+            groups.append(StageGroup(name, tuple(v.name for v in mine), tuple(v.tag for v in mine), arch))
+    return tuple(groups)
 
 
 def _trainimg(opts: CiOptions) -> list[str]:
     return ["trainimg"] if opts.recipes == DEFAULT_RECIPES else ["trainimg", "--recipes", opts.recipes]
 
 
-def plan(recipes: RecipeSet, opts: CiOptions) -> tuple[Plan, RegistryTarget]:
+def plan(recipes: RecipeSet, opts: CiOptions, left: Set[tuple[str, str]] = frozenset()
+         ) -> tuple[Plan, RegistryTarget]:
     """Check every value that reaches a shell line, then lay out the jobs' commands."""
     target = RegistryTarget.parse(opts.registry)
     unshared = why_unshared(target.host)
@@ -113,7 +141,7 @@ def plan(recipes: RecipeSet, opts: CiOptions) -> tuple[Plan, RegistryTarget]:
              f'--username "${opts.username_var}" --password-stdin')
     matrix = [shlex.join([*_trainimg(opts), "matrix", "--lock", DEFAULT_LOCK, "--format", fmt, "--output", path])
               for fmt, path in MATRIX_FILES.items()]
-    groups = stage_groups(recipes, opts.variants)
+    groups = stage_groups(recipes, opts.variants, left, opts.emulate_arm64)
     expected = [name for g in groups for name in g.variants] if opts.variants else []  # none: every variant
     promote = (shlex.join([*_trainimg(opts), "promote", f"{STAGED_DIR}/", *expected, "--registry", str(target)]),
                *matrix)
@@ -123,20 +151,39 @@ def plan(recipes: RecipeSet, opts: CiOptions) -> tuple[Plan, RegistryTarget]:
 HEADER = ("# Generated by `trainimg ci {system}` from the recipes: regenerate it after changing them, rather than\n"
           "# editing it. Stage jobs build, test and push each variant's immutable tag; promote moves the tags\n"
           "# only if every variant passed.\n")
+# The CI's own arm64 runners: GitHub-hosted `ubuntu-24.04-arm` (docs.github.com, "GitHub-hosted runners
+# reference": standard runners for Linux arm64) and GitLab.com's `saas-linux-medium-arm64` (docs.gitlab.com,
+# "Hosted runners on Linux": the arm64 machine types and their tags).
+ARM64_RUNNERS = {"github": "ubuntu-24.04-arm", "gitlab": "saas-linux-medium-arm64"}
+QEMU_ACTION = "docker/setup-qemu-action@v3"  # registers QEMU's binfmt handlers on the runner
+QEMU_GITLAB = "docker run --privileged --rm tonistiigi/binfmt --install arm64"  # the same, where no action exists
 
 
-def _dump(system: str, doc: dict[str, Any]) -> str:
-    return HEADER.format(system=system) + yaml.safe_dump(doc, sort_keys=False, width=1000, default_flow_style=False)
+def arm64_runner(opts: CiOptions) -> str:
+    return opts.arm64_runner or ARM64_RUNNERS[opts.system]
 
 
-def github_workflow(recipes: RecipeSet, opts: CiOptions) -> str:
-    """A GitHub Actions workflow: a stage job per group, then promote needing all of them."""
-    p, target = plan(recipes, opts)
+def _dump(system: str, doc: dict[str, Any], groups: tuple[StageGroup, ...] = (), opts: CiOptions | None = None
+          ) -> str:
+    """The file: the header (and how its arm64 images are built, where it builds any), then the YAML."""
+    how = ""
+    if opts is not None and any(g.arch not in (None, DEFAULT_ARCH) for g in groups):
+        how = f"# arm64: built natively, in the *-arm64 stage jobs, on the arm64 runner `{arm64_runner(opts)}`.\n"
+    elif any(g.emulated for g in groups):
+        how = "# arm64: built under emulation (QEMU) in the amd64 stage jobs: no arm64 runner was asked for.\n"
+    return (HEADER.format(system=system) + how
+            + yaml.safe_dump(doc, sort_keys=False, width=1000, default_flow_style=False))
+
+
+def github_workflow(recipes: RecipeSet, opts: CiOptions, left: Set[tuple[str, str]] = frozenset()) -> str:
+    """A GitHub Actions workflow: a stage job per group (and architecture), then promote needing all of them."""
+    p, target = plan(recipes, opts, left)
     secrets = {name: f"${{{{ secrets.{name} }}}}" for name in (opts.username_var, opts.password_var)}
     runner: str | list[str] = list(opts.runner) if len(opts.runner) > 1 else (opts.runner or (GITHUB_RUNNER,))[0]
 
-    def job(name: str, steps: list[dict[str, Any]], needs: list[str] | None = None) -> dict[str, Any]:
-        body: dict[str, Any] = {"name": name, "runs-on": runner}
+    def job(name: str, steps: list[dict[str, Any]], needs: list[str] | None = None,
+            runs_on: str | list[str] = runner) -> dict[str, Any]:
+        body: dict[str, Any] = {"name": name, "runs-on": runs_on}
         if needs:
             body["needs"] = needs
         if opts.image:
@@ -146,11 +193,15 @@ def github_workflow(recipes: RecipeSet, opts: CiOptions) -> str:
         body["steps"] = [{"uses": GITHUB_ACTIONS["checkout"]}, *setup, *steps]
         return body
 
+    qemu = [{"name": "arm64 under emulation: QEMU's binfmt handlers", "uses": QEMU_ACTION,
+             "with": {"platforms": "arm64"}}]
     jobs = {g.job_id: job(g.job, [
+        *(qemu if g.emulated else []),
         {"name": "build, test, push the immutable tags", "run": p.stage(g, opts, target)},
         {"if": "${{ !cancelled() }}", "uses": GITHUB_ACTIONS["upload"],  # a failed part too: promote names it
-         "with": {"name": ARTIFACT_PREFIX + g.root, "path": f"{STAGED_DIR}/", "if-no-files-found": "warn"}},
-    ]) for g in p.groups}
+         "with": {"name": ARTIFACT_PREFIX + g.job[len("stage-"):], "path": f"{STAGED_DIR}/",
+                  "if-no-files-found": "warn"}},
+    ], runs_on=arm64_runner(opts) if g.arch not in (None, DEFAULT_ARCH) else runner) for g in p.groups}
     jobs["promote"] = job("promote", [
         {"uses": GITHUB_ACTIONS["download"], "with": {"pattern": ARTIFACT_PREFIX + "*", "path": STAGED_DIR,
                                                       "merge-multiple": True}},
@@ -166,12 +217,12 @@ def github_workflow(recipes: RecipeSet, opts: CiOptions) -> str:
            "permissions": {"contents": "read"},
            "concurrency": {"group": "trainimg-release", "cancel-in-progress": False},
            "jobs": jobs}
-    return _dump("github", doc)
+    return _dump("github", doc, p.groups, opts)
 
 
-def gitlab_pipeline(recipes: RecipeSet, opts: CiOptions) -> str:
-    """A `.gitlab-ci.yml`: stage jobs in stage `stage`, then promote (in `promote`) needing every one."""
-    p, target = plan(recipes, opts)
+def gitlab_pipeline(recipes: RecipeSet, opts: CiOptions, left: Set[tuple[str, str]] = frozenset()) -> str:
+    """A `.gitlab-ci.yml`: stage jobs (per architecture) in stage `stage`, then promote needing every one."""
+    p, target = plan(recipes, opts, left)
     default: dict[str, Any] = {}
     if opts.image:
         default["image"] = opts.image
@@ -185,19 +236,21 @@ def gitlab_pipeline(recipes: RecipeSet, opts: CiOptions) -> str:
         "default": default,
     }
     for g in p.groups:
-        doc[g.job] = {"stage": "stage", "script": [p.stage(g, opts, target)],
+        doc[g.job] = {"stage": "stage", "script": [*([QEMU_GITLAB] if g.emulated else []), p.stage(g, opts, target)],
                       "artifacts": {"paths": [f"{STAGED_DIR}/"], "expire_in": "1 week",
                                     "when": "always"}}  # a failed part too: promote names its failed checks
+        if g.arch not in (None, DEFAULT_ARCH):
+            doc[g.job]["tags"] = [arm64_runner(opts)]
     doc["promote"] = {"stage": "promote", "needs": [{"job": g.job, "artifacts": True} for g in p.groups],
                       "when": "always",  # promote is the gate: it runs, and refuses a missing part
                       "resource_group": "trainimg-promote", "script": list(p.promote),
                       "artifacts": {"paths": [DEFAULT_LOCK, *MATRIX_FILES.values()], "expire_in": "1 year"}}
-    return _dump("gitlab", doc)
+    return _dump("gitlab", doc, p.groups, opts)
 
 
 WRITERS = {"github": github_workflow, "gitlab": gitlab_pipeline}
 
 
-def pipeline(recipes: RecipeSet, opts: CiOptions) -> str:
-    """The pipeline file for `opts.system`."""
-    return WRITERS[opts.system](recipes, opts)
+def pipeline(recipes: RecipeSet, opts: CiOptions, left: Set[tuple[str, str]] = frozenset()) -> str:
+    """The pipeline file for `opts.system`; `left`: the (variant, architecture) pairs no build makes."""
+    return WRITERS[opts.system](recipes, opts, left)

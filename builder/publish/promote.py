@@ -18,9 +18,10 @@ from pathlib import Path
 
 from ..errors import UserInputError
 from ..recipe.arches import arch_key
-from ..registry.imageindex import architectures
+
 from ..recipe.variant import RecipeSet
 from .lockfile import LockEntry, read_lock, write_lock
+from .indexpush import put_index
 from .movingtags import copy_moving_tags
 from ..registry.references import RegistryTarget
 from ..registry.registryapi import RegistryAPI
@@ -55,21 +56,24 @@ def _read_part(path: Path, variant: str) -> LockEntry | str:
 
 
 def _check_entry(entry: LockEntry, path: Path, api: RegistryAPI, target: RegistryTarget) -> str | None:
-    """The problem with one staged entry, None when its digest is in the registry with a passed record."""
+    """The problem with one staged entry, None when its digest is in the registry with a passed record (one
+    architecture's image of several: its manifest, which `promote` puts in the tag's index)."""
     ref = target.ref(entry.tag)
     if not entry.conformance.get("passed"):
         failed = ", ".join(entry.conformance.get("failed") or []) or "no passed record"
         return f"{entry.key}: failed conformance ({failed}) in {path}"
+    if entry.manifest:
+        repository = target.repository(entry.tag.rpartition(":")[0])
+        if api.manifest(repository, entry.manifest) is None:
+            return f"{entry.key}: the registry has no manifest {entry.manifest} in {repository}, the part says it does"
+        return None
     digest = entry.pushed.get(ref)
     if digest is None:
         return f"{entry.key}: {path} records no push of {ref} (staged to another registry?)"
     name, tag = ref.split("/", 1)[1].rsplit(":", 1)
-    got = api.manifest_json(name, tag)
-    remote = got[2] if got is not None else None
+    remote = api.remote_digest(name, tag)
     if remote != digest:
         return f"{entry.key}: the registry serves {remote or 'nothing'} for {ref}, the part says {digest}"
-    if got is not None and entry.manifest and architectures(api, name, got).get(entry.arch) != entry.manifest:
-        return f"{entry.key}: the index {ref} serves names no {entry.arch} manifest {entry.manifest}"
     return None
 
 
@@ -97,11 +101,24 @@ def check_parts(recipes: RecipeSet, lock_dir: Path, variants: Iterable[str], api
     return entries, problems
 
 
+def _indexes(entries: Mapping[str, LockEntry], api: RegistryAPI, target: RegistryTarget) -> dict[str, str]:
+    """{tag: index digest} of each variant whose parts name their architecture's manifest, the index put under its
+    tag from those manifests."""
+    manifests: dict[str, dict[str, str]] = {}
+    for e in entries.values():
+        if e.manifest:
+            manifests.setdefault(e.tag, {})[e.arch] = e.manifest
+    return {tag: put_index(api, target.repository(tag.rpartition(":")[0]), tag, held).digest
+            for tag, held in sorted(manifests.items())}
+
+
 def promote(entries: Mapping[str, LockEntry], api: RegistryAPI, target: RegistryTarget,
             lock_path: str | Path) -> dict[str, LockEntry]:
     """Set the moving tags of checked `entries` by registry manifest copies and merge them into `lock_path`;
-    returns the entries as written."""
-    digests = {e.tag: e.pushed[target.ref(e.tag)] for e in entries.values()}
+    returns the entries as written. A variant staged as one image manifest per architecture gets its index under
+    its tag first (every architecture's part is in: `check_parts`)."""
+    indexes = _indexes(entries, api, target)
+    digests = {e.tag: indexes.get(e.tag) or e.pushed[target.ref(e.tag)] for e in entries.values()}
     moved = copy_moving_tags(api, target, digests)
     out = []
     for e in entries.values():

@@ -54,8 +54,9 @@ _TRANSIENT_MARKERS = (
 @dataclass(frozen=True)
 class PushResult:
     """What a push achieved: the remote reference, its manifest digest, bytes sent, how many attempts it took and
-    who sent the layers (`ENGINE_UPLOAD`, `CLIENT_UPLOAD`; "" for a registry-side copy). A push of an image index
-    (registry/imageindex.py) names each architecture's manifest in `manifests`."""
+    who sent the layers (`ENGINE_UPLOAD`, `CLIENT_UPLOAD`; "" for a registry-side copy). An image of several
+    architectures names each one's manifest in `manifests`; `index` says the digest is the index's that names them
+    (registry/imageindex.py), not one image's."""
 
     ref: str
     digest: str
@@ -63,6 +64,7 @@ class PushResult:
     attempts: int
     upload: str = field(default="", compare=False)
     manifests: Mapping[str, str] = field(default_factory=dict, compare=False)
+    index: bool = field(default=False, compare=False)
 
 
 def _classify_stream_error(message: str, host: str, credentials: dict[str, str] | None) -> RegistryError:

@@ -80,8 +80,10 @@ class SbomPublisher:
         return self._sboms[tag]
 
     def __call__(self, tag: str, result: Any) -> None:
-        if result.digest in self._done or getattr(result, "manifests", None):
-            return  # done, or an index: each architecture's image has its own SBOM, beside its own manifest
+        if getattr(result, "index", False):  # each architecture's image has its own SBOM beside its own manifest
+            self._done.add(result.digest)  # (the moving tags name this index too)
+        if result.digest in self._done or not getattr(result, "upload", True):
+            return  # pushed with its SBOM already; or a registry-side copy (a moving tag) of what was pushed so
         from .push import reachable_target
 
         api = RegistryAPI(reachable_target(self.engine, self.target), self.credentials)

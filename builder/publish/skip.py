@@ -14,8 +14,12 @@ import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
-from ..errors import RegistryError
+from ..errors import RegistryError, UserInputError
+from ..imagebuild.lockcompile import left_out
+from ..plan.requirements import lock_states
+from ..recipe.compat import load_compat
 from ..recipe.arches import DEFAULT_ARCH, arch_key, split_key
 from ..recipe.variant import Variant
 from ..registry.imageindex import architectures
@@ -129,3 +133,17 @@ def _unchanged(api: RegistryAPI, target: RegistryTarget, v: Variant, arch: str, 
                                              "(record beside the image)", digest, beside, arch, tag_digest)
     return Decision(v.name, v.tag, False, f"inputs {_short(key)} unchanged but no passed conformance record of "
                                           f"{shown} in the lockfile or beside the image{problem}", arch=arch)
+
+
+def check_whole(chosen: Sequence[Variant], decisions: Mapping[str, Decision], root: Path) -> None:
+    """A release that moves a variant's tag puts every architecture it is built for in the tag's index: one left
+    out by `--arch` (and not kept as unchanged) would vanish from the tag. `--stage` jobs are exempt: `promote`
+    puts the index together from every architecture's part."""
+    compat = load_compat()
+    left = left_out(list(chosen), lock_states(list(chosen), compat, root))
+    for v in chosen:
+        missing = [a for a in v.arch if (v.name, a) not in left and arch_key(v.name, a) not in decisions]
+        if missing and any(split_key(k)[0] == v.name for k in decisions):
+            raise UserInputError(f"{v.name} is built for {', '.join(v.arch)}: releasing it without {', '.join(missing)} "
+                                 f"would take {', '.join(missing)} out of {v.tag}; release every architecture, or "
+                                 "use --stage (promote puts the index together)", where="--arch")
