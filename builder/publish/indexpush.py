@@ -49,6 +49,29 @@ def push_index(engine: Engine, tag: str, images: list[tuple[str, str]], target: 
     return put_index(api, repository, tag, manifests, sent)
 
 
+def push_architectures(engine: Engine, tag: str, images: list[tuple[str, str]], target: RegistryTarget,
+                       credentials: dict[str, str] | None, *, gate: Callable[[str, str], None] | None = None,
+                       kept: Mapping[str, str] | None = None, siblings: Iterable[str] = (),
+                       on_manifest: Callable[[str, PushResult], None] | None = None,
+                       on_pushed: Callable[[str, PushResult], None] | None = None, index: bool = True,
+                       **push_kwargs: object) -> dict[str, PushResult]:
+    """A release's push of one variant of several architectures: the index under `tag` ({tag: its result}), or,
+    with `index` False (a `--stage` job), each architecture's image by digest ({local tag: its result}) for
+    `promote` to put together."""
+    if index:
+        res = push_index(engine, tag, images, target, credentials, gate=gate, kept=kept, siblings=siblings,
+                         on_manifest=on_manifest, **push_kwargs)
+        if on_pushed:
+            on_pushed(tag, res)
+        return {tag: res}
+    out = {}
+    for local, arch in images:
+        out[local] = push_manifest(engine, local, arch, tag, target, credentials, gate, siblings, **push_kwargs)
+        if on_manifest:
+            on_manifest(local, out[local])
+    return out
+
+
 def push_manifest(engine: Engine, local: str, arch: str, tag: str, target: RegistryTarget,
                   credentials: dict[str, str] | None, gate: Callable[[str, str], None] | None,
                   siblings: Iterable[str], **push_kwargs: object) -> PushResult:

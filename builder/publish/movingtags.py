@@ -18,7 +18,7 @@ from ..engine.base import Engine
 from ..errors import CheckFailed
 from ..imagebuild.builder import VariantBuild
 from ..recipe.grammar import VARIANT_TAG_RE
-from .indexpush import needs_index, push_index, push_manifest
+from .indexpush import needs_index, push_architectures
 from .push import PushResult, push, reachable_target
 from ..registry.references import RegistryTarget, split_tag
 from ..registry.registryapi import RegistryAPI
@@ -119,17 +119,9 @@ def push_release(engine: Engine, builds: Iterable[VariantBuild], target: Registr
         if not needs_index([*(b.arch for b in group), *partial]):
             one(group[0].tag, group[0].image_id)
             continue
-        if not index:
-            for b in group:
-                results[b.tag] = push_manifest(engine, b.tag, b.arch, tag, target, credentials, gate, siblings,
-                                               **push_kwargs)
-                if on_manifest:
-                    on_manifest(b.tag, results[b.tag])
-            continue
-        results[tag] = push_index(engine, tag, [(b.tag, b.arch) for b in group], target, credentials, gate=gate,
-                                  kept=partial, siblings=siblings, on_manifest=on_manifest, **push_kwargs)
-        if on_pushed:
-            on_pushed(tag, results[tag])
+        results.update(push_architectures(engine, tag, [(b.tag, b.arch) for b in group], target, credentials,
+                                          gate=gate, kept=partial, siblings=siblings, on_manifest=on_manifest,
+                                          on_pushed=on_pushed, index=index, **push_kwargs))
     if moving:
         digests = {**(kept or {}), **{tag: res.digest for tag, res in results.items()}}
         api = RegistryAPI(reachable_target(engine, target), credentials)
