@@ -8,6 +8,7 @@ and print. Printing is the caller's: it passes callbacks.
 from __future__ import annotations
 
 import dataclasses
+from contextlib import nullcontext
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,8 @@ from .progress import Progress, log_printer
 from .conformance.structure import check_structure_tests
 from .publish.inputs import inputs_keys
 from .publish.lockedbases import cache_sources
-from .publish.lockfile import DEFAULT_LOCK, LockEntry, read_lock, release_entries, write_lock
-from .publish.movingtags import moving_tag, push_release
+from .publish.lockfile import DEFAULT_LOCK, LockEntry, PendingLock, read_lock, release_entries
+from .publish.movingtags import copy_moving_tags, moving_of, planned_moves, push_immutable
 from .publish.passrecord import attach_records
 from .publish.promote import write_parts
 from .publish.push import PushResult, reachable_target
@@ -79,8 +80,10 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
     skipped (publish/skip.py; `on_decision` sees every verdict) and keeps its digest, its lock entry and its
     place in the moving tags. `on_tested` sees every suite before the decision (reports are written even when
     nothing is pushed). Each pushed variant's lock entry then goes beside its image too (publish/passrecord.py;
-    `on_record` sees a line each). Raises CheckFailed, naming each failed variant and check, when anything
-    failed."""
+    `on_record` sees a line each). The moving tags move last, all or nothing, and the lockfile is written only
+    when they did. A skipped variant is never read from the engine: its moving tag is a registry copy and its SBOM
+    is already beside its manifest, so a runner that starts empty releases nothing-to-do with nothing built.
+    Raises CheckFailed, naming each failed variant and check, when anything failed."""
     previous = read_lock(opts.lock_path or DEFAULT_LOCK)  # a malformed lockfile fails before an hour of building
     check_structure_tests(opts.test.structure_tests)
     chosen = recipes.with_parents(recipes.select(list(variants)))
@@ -106,6 +109,17 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
             write_parts(opts.lock_dir, release_entries(engine, recipes, builds, suites, {}))
         raise CheckFailed("nothing pushed: " + "; ".join(
             f"{s.name} failed {', '.join(ch.name for ch in s.failed)}" for s in failed))
+    return _publish(engine, recipes, builds, suites, kept, opts, target=target, credentials=credentials, env=env,
+                    api=api, on_pushed=on_pushed, on_sbom=on_sbom, on_record=on_record)
+
+
+def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], suites: list[Suite],
+             kept: Mapping[str, Decision], opts: ReleaseOptions, *, target: RegistryTarget,
+             credentials: dict[str, str] | None, env: Mapping[str, str], api: RegistryAPI,
+             on_pushed: Callable[[str, Any], None] | None, on_sbom: Callable[[str], None] | None,
+             on_record: Callable[[str], None] | None) -> ReleaseResult:
+    """What a release puts in the registry once every suite passed, in order: the immutable tags with their SBOMs,
+    the release records, then (unless staging) the moving tags and the lockfile, all or nothing."""
     policy = PushPolicy(engine, target, credentials, env, on_sbom)
     policy.admit(b.tag for b in builds)
 
@@ -114,28 +128,40 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
             on_pushed(tag, result)
         policy.pushed(tag, result)
 
-    pushed = push_release(engine, builds, target, credentials, gate=policy.gate, on_pushed=pushed_with_sbom,
-                          kept={d.tag: d.digest for d in kept.values() if d.digest}, moving=not opts.stage,
-                          upload=opts.upload)
-    attach_records(api, target, _record(opts, engine, recipes, builds, suites, pushed, kept, target), on_record)
-    return ReleaseResult(builds, suites, pushed, kept)
+    pushed = push_immutable(engine, builds, target, credentials, gate=policy.gate, on_pushed=pushed_with_sbom,
+                            kept=[d.tag for d in kept.values()], upload=opts.upload)
+    digests = {**{d.tag: d.digest for d in kept.values() if d.digest}, **{t: r.digest for t, r in pushed.items()}}
+    moves = {} if opts.stage else planned_moves(target, digests)
+    for d in kept.values():
+        if d.digest and any(r.digest == d.digest and moving_of(t, d.tag) for t, r in moves.items()):
+            policy.kept(d.tag, d.digest)
+    built, skipped = _entries(engine, recipes, builds, suites, {**pushed, **moves}, kept, target)
+    attach_records(api, target, built, on_record)
+    if opts.stage:
+        write_parts(opts.lock_dir, [*built, *skipped])
+        return ReleaseResult(builds, suites, pushed, kept)
+    # The last step, all or nothing: the lockfile is written beside its path first (one that cannot be written
+    # fails while no tag has moved), the moving tags move (a failed copy puts the moved ones back), then the
+    # lockfile is put in place.
+    with PendingLock(opts.lock_path, [*built, *skipped]) if opts.lock_path else nullcontext() as pending:
+        moved = copy_moving_tags(api, target, digests)
+        if pending is not None:
+            pending.commit()
+    for mt, res in moved.items():
+        if on_pushed is not None:
+            on_pushed(mt, res)
+    return ReleaseResult(builds, suites, {**pushed, **moved}, kept)
 
 
-def _record(opts: ReleaseOptions, engine: Engine, recipes: RecipeSet, builds: list[VariantBuild],
-            suites: list[Suite], pushed: Mapping[str, PushResult], kept: Mapping[str, Decision],
-            target: RegistryTarget) -> list[LockEntry]:
-    """Write what was released: the stage parts, or the lockfile (skipped variants' entries kept, their moving
-    tags updated). Returns the entries of the variants built."""
+def _entries(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], suites: list[Suite],
+             pushed: Mapping[str, PushResult], kept: Mapping[str, Decision], target: RegistryTarget
+             ) -> tuple[list[LockEntry], list[LockEntry]]:
+    """The lock entries of what was built and of what was skipped (its entry kept, its references those of
+    `pushed`: the immutable tag, and the moving tags about to name its digest)."""
     skipped = []
     for d in kept.values():
         assert d.entry is not None and d.digest is not None
         refs = {target.ref(d.tag): d.digest}
-        if not opts.stage:
-            refs.update({r.ref: r.digest for t, r in pushed.items() if moving_tag(d.tag) == t and r.digest == d.digest})
+        refs.update({r.ref: r.digest for t, r in pushed.items() if moving_of(t, d.tag) and r.digest == d.digest})
         skipped.append(dataclasses.replace(d.entry, pushed=dict(sorted(refs.items()))))
-    built = release_entries(engine, recipes, builds, suites, pushed)
-    if opts.stage:
-        write_parts(opts.lock_dir, [*built, *skipped])
-    elif opts.lock_path:
-        write_lock(opts.lock_path, [*built, *skipped])
-    return built
+    return release_entries(engine, recipes, builds, suites, pushed), skipped

@@ -223,7 +223,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
     if stage:
         say(f"staged {len(result.builds) + len(result.skipped)} variant(s) in {lock_dir}")
     elif lock_path:
-        say(f"locked {len(result.builds)} variant(s) in {lock_path}")
+        say(f"locked {len(result.builds) + len(result.skipped)} variant(s) in {lock_path}")
 
 
 @click.command("diff")
