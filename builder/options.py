@@ -257,6 +257,9 @@ class ReleaseOptions:
 
     build: BuildOptions
     test: TestOptions
+    # The advisory audit before anything is built (`--advisories`, or the explicit `--skip-audit`); None only for
+    # callers of the library that audit themselves: the CLI always sets it.
+    audit: AuditOptions | None = None
     lock_path: str | None = None
     rebuild: bool = False  # build, test and push even a variant whose inputs key and passed image are in the registry
     # One CI job of many: push the immutable tags only, write a part per variant into lock_dir (the lockfile is
@@ -336,6 +339,7 @@ class CiOptions:
     branch: str = "main"  # releases run on pushes to this branch (and by hand)
     recipes: str = "recipes"  # the recipes folder, relative to the checkout
     one_machine: bool = False  # every job runs on this machine (gitlab-ci-local): a loopback registry is shared
+    advisories: str | None = None  # `release --advisories` in each stage job; none: `--skip-audit`, said in the file
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))

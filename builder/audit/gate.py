@@ -153,4 +153,4 @@ def refuse(result: AuditResult) -> None:
     """Raise CheckFailed naming every open and expired finding when the audit did not pass."""
     if not result.passed:
         bad = [f"{v}: {j.line()}" for v, js in result.judged.items() for j in js if j.state != "waived"]
-        raise CheckFailed(f"known vulnerabilities, nothing built: {'; '.join(bad)}")
+        raise CheckFailed(f"{len(bad)} known vulnerabilit{'y' if len(bad) == 1 else 'ies'} without a holding waiver: {'; '.join(bad)}")
