@@ -1,4 +1,4 @@
-"""The release pipeline: build -> test -> push only if every variant passed -> lock.
+"""The release pipeline: audit -> build -> test -> push only if every variant passed -> lock.
 
 It lives here, not in the CLI, so the order and the one rule that makes a release safe ("nothing is pushed
 unless everything passed") are library code a CI script or a test can call, and the CLI verbs only parse flags
@@ -14,6 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .audit.gate import AuditResult, not_audited, refuse
+from .imagebuild.audited import audit_variants
 from .imagebuild.builder import Builder, VariantBuild
 from .conformance import records
 from .runtime.report import Suite
@@ -87,19 +89,23 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
     previous = read_lock(opts.lock_path or DEFAULT_LOCK)  # a malformed lockfile fails before an hour of building
     check_structure_tests(opts.test.structure_tests)
     chosen = recipes.with_parents(recipes.select(list(variants)))
-    keys = inputs_keys(recipes, engine, [v.name for v in chosen], opts.build, root, env)
+    audited = _audit(recipes, [v.name for v in chosen], opts, env, root, on_tested)
+    build_opts = dataclasses.replace(opts.build, audits={v.name: audited.document(v.name) for v in chosen})
+    keys = inputs_keys(recipes, engine, [v.name for v in chosen], build_opts, root, env)
     api = RegistryAPI(reachable_target(engine, target), credentials)
     decisions = decide(api, target, chosen, keys, previous, opts.rebuild)
     for d in decisions.values():
         if on_decision is not None:
             on_decision(d)
     wanted = [v.name for v in chosen if not decisions[v.name].skip]
-    build_opts = dataclasses.replace(opts.build, inputs_keys=keys)
+    build_opts = dataclasses.replace(build_opts, inputs_keys=keys)
     if not build_opts.cache_from:  # an ephemeral CI runner starts empty: the last release's pushes are its cache
         build_opts = dataclasses.replace(build_opts, cache_from=cache_sources(previous, wanted))
     builds = Builder(recipes, engine, Progress(progress, env), env, root).build(wanted, build_opts) if wanted else []
     builds = [b for b in builds if b.name in wanted]  # a skipped parent built again only for its child stays out
     suites = test_images(engine, [(b.tag, b.name) for b in builds], opts.test, env, progress, on_suite)
+    for suite in suites:  # the audit's check in each report, the release record and JUnit
+        suite.checks.append(audited.check(suite.name))
     if on_tested is not None:
         on_tested(suites)
     kept = {d.variant: d for d in decisions.values() if d.skip}
@@ -151,6 +157,20 @@ def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], sui
         if on_pushed is not None:
             on_pushed(mt, res)
     return ReleaseResult(builds, suites, {**pushed, **moved}, kept)
+
+
+def _audit(recipes: RecipeSet, names: list[str], opts: ReleaseOptions, env: Mapping[str, str], root: Path,
+           on_tested: Callable[[list[Suite]], None] | None) -> AuditResult:
+    """The advisory audit of every chosen variant, before anything is built or asked of a registry; a failed one
+    is reported (each variant's ``advisories`` check) and stops the release."""
+    if opts.audit is None:
+        return not_audited()
+    result = audit_variants(recipes, names, root, env, opts.audit)
+    if not result.passed:
+        if on_tested is not None:
+            on_tested(result.suites(names))
+        refuse(result)
+    return result
 
 
 def _entries(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], suites: list[Suite],

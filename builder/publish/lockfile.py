@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..audit.gate import CHECK_NAME as AUDIT_CHECK
 from ..engine.base import Engine
 from ..errors import UserInputError
 from ..imagebuild.builder import VariantBuild, installed_versions
@@ -167,13 +168,18 @@ def base_digest(engine: Engine, ref: str) -> str:
 def conformance_summary(suite: Suite | Mapping[str, Any]) -> dict[str, Any]:
     """{passed, counts, failed, platform, replicas} of a report.Suite (or its to_json() dict)."""
     data = suite if isinstance(suite, Mapping) else suite.to_json()
-    return {
+    summary = {
         "passed": bool(data.get("passed")),
         "counts": dict(data.get("counts", {})),
         "failed": sorted(c["name"] for c in data.get("checks", []) if c.get("status") == "failed"),
         "platform": data.get("platform"),
         "replicas": data.get("replicas"),
     }
+    # The advisory audit the release ran (or skipped, saying so): source, data date, findings, waivers.
+    audited = next((c.get("details") for c in data.get("checks", []) if c.get("name") == AUDIT_CHECK), None)
+    if audited is not None:
+        summary["advisories"] = audited
+    return summary
 
 
 def lock_entry(build: VariantBuild, *, recipe: str, base_digest: str, suite: Suite | Mapping[str, Any] | None = None,
