@@ -106,11 +106,41 @@ class BuildOptions:
     # `--arch`: only these CPU architectures of the variants (recipe/arches.py, checked by the CLI); empty: every one
     # each variant lists (a CI job per architecture on its own runner builds one).
     arches: tuple[str, ...] = ()
+    # variant name -> the audit document its SBOM step reads (builder/audit/vex.py: the audit's state and VEX);
+    # `build --advisories` and `release` fill it after their audit, a variant without one is built not audited.
+    audits: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         BUILD_JOBS.check(self.jobs, "--jobs")
         if self.installer not in INSTALLERS:
             raise UserInputError(f"{self.installer!r}: use {' or '.join(INSTALLERS)}", where="--installer")
+
+
+# How old advisory data may be (`--max-age DAYS`): a week. OSV's own service is current within the hour; a mirror
+# or an air-gapped folder synced at least weekly stays inside it, and data older than that means the sync broke:
+# a fix published since would go unseen, so the audit refuses it instead of passing on stale data.
+AUDIT_MAX_AGE = IntLimit(0, 36500)
+DEFAULT_MAX_AGE_DAYS = 7
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditOptions:
+    """`trainimg audit`, and `build`'s and `release`'s audit before they build: where advisories come from
+    (`--advisories DIR|URL`), the committed waivers, how old the data may be, or the explicit `--skip-audit`."""
+
+    advisories: str | None = None
+    waivers: Path | None = None
+    max_age_days: int = DEFAULT_MAX_AGE_DAYS
+    skip: bool = False
+
+    def __post_init__(self) -> None:
+        AUDIT_MAX_AGE.check(self.max_age_days, "--max-age", " days")
+        if self.skip and self.advisories:
+            raise UserInputError("--skip-audit skips the audit --advisories asks for: give one", where="--skip-audit")
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.advisories)
 
 
 # Who sends an image's layers on `push`: the engine (`docker push`), or trainimg's registry client, which sends only
@@ -235,6 +265,9 @@ class ReleaseOptions:
 
     build: BuildOptions
     test: TestOptions
+    # The advisory audit before anything is built (`--advisories`, or the explicit `--skip-audit`); None only for
+    # callers of the library that audit themselves: the CLI always sets it.
+    audit: AuditOptions | None = None
     lock_path: str | None = None
     rebuild: bool = False  # build, test and push even a variant whose inputs key and passed image are in the registry
     # One CI job of many: push the immutable tags only, write a part per variant into lock_dir (the lockfile is
@@ -318,6 +351,7 @@ class CiOptions:
     # publish/pipelines.py), or, with `emulate_arm64`, in the amd64 job under QEMU (a fleet without arm64 machines).
     arm64_runner: str | None = None
     emulate_arm64: bool = False
+    advisories: str | None = None  # `release --advisories` in each stage job; none: `--skip-audit`, said in the file
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))

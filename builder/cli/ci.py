@@ -66,6 +66,9 @@ def ci_flags(fn: Callback) -> Callback:
         click.option("--one-machine", is_flag=True,
                      help="Every job runs on this machine (gitlab-ci-local, one shell runner), so a loopback "
                           "--registry is shared; refused without it."),
+        click.option("--advisories", metavar="DIR|URL", default=None,
+                     help="`release --advisories` in every stage job: every pin audited before the build "
+                          "(without it the jobs say --skip-audit, in the file for review)."),
     ]):
         fn = deco(fn)
     return fn
@@ -89,7 +92,8 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
     @pass_ctx
     def command(c: Ctx, variants: tuple[str, ...], registry: str, base_image: str | None, runner: tuple[str, ...],
                 image: str | None, install: str, username_var: str, password_var: str, branch: str,
-                output: Path | None, arm64_runner: str | None, emulate_arm64: bool, one_machine: bool) -> None:
+                output: Path | None, arm64_runner: str | None, emulate_arm64: bool, one_machine: bool,
+                advisories: str | None) -> None:
         from ..imagebuild.lockcompile import left_out
         from ..plan.requirements import lock_states
         from ..publish.pipelines import pipeline
@@ -98,7 +102,7 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
         opts = CiOptions(system=system, registry=registry, variants=variants, base_image=base_image, runner=runner,
                          image=image, install=install, username_var=username_var, password_var=password_var,
                          branch=branch, recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine,
-                         arm64_runner=arm64_runner, emulate_arm64=emulate_arm64)
+                         arm64_runner=arm64_runner, emulate_arm64=emulate_arm64, advisories=advisories)
         recipes = c.recipes()
         chosen = recipes.with_parents(recipes.select(list(variants)))
         left = left_out(chosen, lock_states(chosen, load_compat(), c.root))  # no job builds what no build makes

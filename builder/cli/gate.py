@@ -13,7 +13,8 @@ from ..options import DEFAULT_UPLOAD, NPROC_PER_NODE, REPLICAS, UPLOADS, Release
 from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
 from .context import (STDOUT, Callback, Ctx, credentials, docker_engine, emit_json, image_ref, json_option, note,
-                      pass_ctx, progress_option, variant_images)
+                      pass_ctx, progress_option, variant_images, write_reports)
+from .audit import audit_flags, audit_options, release_audit
 from .images import _build_options, arch_option, base_image_option, base_images, build_flags
 
 if TYPE_CHECKING:
@@ -53,20 +54,6 @@ def _print_suite(suite: Suite) -> None:
     verdict = "passed" if suite.passed else "FAILED"
     click.echo(f"trainimg: {suite.name} {verdict} ({counts['passed']} passed, {counts['failed']} failed, "
                f"{counts['skipped']} skipped, {counts['warning']} warnings)", err=True)
-
-
-def _write_reports(suites: list[Suite], json_path: str | None, junit_path: str | None) -> None:
-    from ..runtime.report import ReportPathError, json_report, write_json, write_junit
-
-    try:
-        if json_path == STDOUT:
-            click.echo(json_report(suites), nl=False)
-        elif json_path:
-            write_json(suites, json_path)
-        if junit_path:
-            write_junit(suites, junit_path)
-    except ReportPathError as err:
-        raise UserInputError(str(err)) from None
 
 
 def _built_on(engine: Engine, images: list[tuple[str, str | None, str]], given: tuple[str, ...]) -> None:
@@ -121,7 +108,7 @@ def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: i
     engine = docker_engine()
     _built_on(engine, images, base_image)
     suites = test_images(engine, [(tag, name) for tag, name, _ in images], opts, c.env, progress, _print_suite)
-    _write_reports(suites, json_path, junit_path)
+    write_reports(suites, json_path, junit_path)
     if not all(s.passed for s in suites):
         raise CheckFailed(f"{image} failed conformance: " + ", ".join(ch.name for s in suites for ch in s.failed))
 
@@ -228,6 +215,7 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
 @click.option("--lock-dir", "lock_dir", metavar="DIR", default=default(ReleaseOptions, "lock_dir"), show_default=True,
               help="Where --stage writes <variant>.json.")
 @upload_flag
+@audit_flags
 @pass_ctx
 def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str, ...], arches: tuple[str, ...],
             ca_bundle: Path | None,
@@ -235,16 +223,17 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
             cache_from: tuple[str, ...], installer: str, platform: str, replicas: int, nproc_per_node: int,
             timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], registry: str,
             username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None,
-            rebuild: bool, stage: bool, lock_dir: str, upload: str) -> None:
+            rebuild: bool, stage: bool, lock_dir: str, upload: str, advisories: str | None, waivers: Path | None,
+            max_age: int, skip_audit: bool) -> None:
     """Build, test, then push every named variant, only if all of them passed; skip unchanged ones.
 
-    Reaches the registry first (what it holds decides what is skipped), then builds on the engine, starts the
-    test containers and pushes.
+    Audits every pin first (--advisories, as `trainimg audit`; or --skip-audit, recorded), then reaches the
+    registry (what it holds decides what is skipped), builds on the engine, starts the test containers and pushes.
 
     
     Examples:
-      trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --lock images.lock
-      trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d
+      trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --lock images.lock --advisories osv/
+      trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d --advisories https://osv.internal
     """
     from ..pipeline import release as run_release
     from ..registry.references import RegistryTarget
@@ -256,7 +245,8 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
                                                installer, arches),
                           test=TestOptions(platform=platform, replicas=replicas, timeout=timeout,
                                            nproc_per_node=nproc_per_node, structure_tests=structure_tests),
-                          lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir, upload=upload)
+                          lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir, upload=upload,
+                          audit=release_audit(audit_options(advisories, waivers, max_age, skip_audit)))
     creds = credentials(target, username, password_stdin, c.env)
     to_err = json_path == STDOUT  # stdout holds the JSON report then; what release says goes to stderr
 
@@ -265,13 +255,13 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
 
     result = run_release(c.recipes(), docker_engine(), variants, opts, target=target, credentials=creds, env=c.env,
                          root=c.root, progress=progress, on_suite=_print_suite,
-                         on_tested=lambda suites: _write_reports(suites, json_path, junit_path),
+                         on_tested=lambda suites: write_reports(suites, json_path, junit_path),
                          on_pushed=lambda tag, r: say(f"pushed {r.ref}@{r.digest} ({r.bytes_uploaded} bytes uploaded)"),
                          on_sbom=say, on_record=say, on_decision=lambda d: say(d.line()))
     if stage:
         say(f"staged {len(result.builds) + len(result.skipped)} variant(s) in {lock_dir}")
     elif lock_path:
-        say(f"locked {len(result.builds)} variant(s) in {lock_path}")
+        say(f"locked {len(result.builds) + len(result.skipped)} variant(s) in {lock_path}")
 
 
 @click.command("diff")

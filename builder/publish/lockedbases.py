@@ -1,5 +1,5 @@
 """Locked bases: how `trainimg build --locked` rebuilds each root variant on the base images.lock recorded, and
-the previous release's images `release` offers BuildKit as cache.
+the previous release's images `release` offers BuildKit as cache, and the audit each release recorded.
 
 BuildKit (the Docker 20.10 engine's, driven by DOCKER_BUILDKIT=1) cannot use an image ID as a
 FROM: ``FROM sha256:<id>`` is read as the Docker Hub image ``library/sha256`` and the build fails resolving it.
@@ -17,10 +17,12 @@ run, and its recorded `base_digest` (the parent's image ID) is for the record on
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Set
 
+from ..audit.vex import document_text
 from ..engine.base import Engine
 from ..errors import UserInputError
+from ..recipe.arches import ARCH_SEPARATOR, arch_key
 from ..recipe.grammar import DIGEST_RE
 from ..recipe.variant import Variant
 from .lockfile import LockEntry, read_lock
@@ -41,11 +43,13 @@ def locked_base_tag(variant: str, digest: str) -> str:
     return f"{LOCKED_REPOSITORY}/{variant}:{_digest_hex(digest)[:12]}"
 
 
-def locked_bases(engine: Engine, lock_path: str | os.PathLike[str], variants: Iterable[Variant]) -> dict[str, str]:
-    """For `build --locked`: {variant name: a local tag of the recorded base} for every root variant among
-    `variants` (recipe Variants; those that `extends` another are skipped: they build on their parent).
+def locked_bases(engine: Engine, lock_path: str | os.PathLike[str], variants: Iterable[Variant],
+                 left: Set[tuple[str, str]] = frozenset()) -> dict[str, str]:
+    """For `build --locked`: {`arch_key`: a local tag of the recorded base} for every root variant among `variants`
+    (recipe Variants; those that `extends` another are skipped: they build on their parent) and each architecture
+    it is built for (not the (variant, architecture) pairs of `left`, which no build here makes).
 
-    Raises UserInputError naming the lockfile when a root variant has no entry, or its base is not on the engine.
+    Raises UserInputError naming the lockfile when one has no entry, or its base is not on the engine.
     """
     entries = read_lock(lock_path)
     out: dict[str, str] = {}
@@ -53,23 +57,37 @@ def locked_bases(engine: Engine, lock_path: str | os.PathLike[str], variants: It
     for v in variants:
         if v.extends:
             continue
-        entry = entries.get(v.name)
-        if entry is None:
-            missing.append(v.name)
-            continue
-        digest = entry.base_digest
-        if not (DIGEST_RE.match(digest) or ("@" in digest and DIGEST_RE.match(digest.rsplit("@", 1)[1]))):
-            raise UserInputError(f"base_digest {digest!r} is not sha256:<64 hex> or repo@sha256:<64 hex>",
-                                 where=f"{lock_path}:variants.{v.name}")
-        info = engine.image(digest)
-        if info is None:
-            how = f"docker pull {digest}" if "@" in digest else "rebuild or load that image"
-            raise UserInputError(f"the locked base of {v.name}, {digest}, is not on this engine ({how})",
-                                 where=str(lock_path))
-        tag = locked_base_tag(v.name, digest)
-        engine.tag(info.id, tag)
-        out[v.name] = tag
+        for key in (arch_key(v.name, a) for a in v.arch if (v.name, a) not in left):
+            entry = entries.get(key)
+            if entry is None:
+                missing.append(key)
+                continue
+            out[key] = _locked_base(engine, lock_path, key, entry.base_digest)
     if missing:
         raise UserInputError(f"no entry for {', '.join(missing)}: release them with --lock first, or build "
                              "without --locked", where=str(lock_path))
     return out
+
+
+def _locked_base(engine: Engine, lock_path: str | os.PathLike[str], key: str, digest: str) -> str:
+    """A local tag naming the recorded base `digest` of entry `key` (its image must be on the engine)."""
+    if not (DIGEST_RE.match(digest) or ("@" in digest and DIGEST_RE.match(digest.rsplit("@", 1)[1]))):
+        raise UserInputError(f"base_digest {digest!r} is not sha256:<64 hex> or repo@sha256:<64 hex>",
+                             where=f"{lock_path}:variants.{key}")
+    info = engine.image(digest)
+    if info is None:
+        how = f"docker pull {digest}" if "@" in digest else "rebuild or load that image"
+        raise UserInputError(f"the locked base of {key}, {digest}, is not on this engine ({how})",
+                             where=str(lock_path))
+    tag = locked_base_tag(key.replace(ARCH_SEPARATOR, "-"), digest)
+    engine.tag(info.id, tag)
+    return tag
+
+
+def locked_audits(lock_path: str | os.PathLike[str], variants: Iterable[Variant]) -> dict[str, str]:
+    """{variant: the audit document its release's SBOM step mounted}, for the variants whose lockfile entry
+    records one (audit/vex.py): `build --locked` rebuilds the released SBOM layer, whatever the audit would say
+    today. A variant without one is built as not audited, as any build without `--advisories`."""
+    entries = read_lock(lock_path)
+    return {v.name: document_text(entries[v.name].audit or {}) for v in variants
+            if v.name in entries and entries[v.name].audit}

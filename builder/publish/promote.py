@@ -1,13 +1,14 @@
 """Release across runners: each CI job stages its variants (`release --stage`: immutable tags pushed, one part per
 variant in `lock.d/`), and one final job promotes them (`trainimg promote lock.d/`): every part there and
 well-formed, every digest in the registry with a passed record, or nothing moves. Then each moving tag is a
-registry manifest copy of its winner (no layer pulled or pushed) and the parts are merged into `images.lock`.
+registry manifest copy of its winner (no layer pulled or pushed) and the parts are merged into `images.lock`, all
+or nothing (a failed copy puts the moved tags back and writes no lockfile).
 
 A part is a lockfile (publish/lockfile.py's format) holding exactly one variant, named `<variant>.json`: the same
 reader checks both, and a part is what that variant's entry in `images.lock` becomes. A variant built for more than
-amd64 has a part per architecture (`<variant>@<arch>.json`, `arches.arch_key`), each naming the index its stage
-job pushed under the tag and its own manifest in it; every architecture a build makes (not one its committed lock
-says is not lockable here) must be there.
+amd64 has a part per architecture (`<variant>@<arch>.json`, `arches.arch_key`), each naming its own manifest, which
+its stage job pushed by digest; every architecture a build makes (not one its committed lock says is not lockable
+here) must be there, and promote puts the index of them under the immutable tag.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ from ..errors import UserInputError
 from ..recipe.arches import arch_key
 
 from ..recipe.variant import RecipeSet
-from .lockfile import LockEntry, read_lock, write_lock
 from .indexpush import put_index
-from .movingtags import copy_moving_tags
+from .lockfile import LockEntry, PendingLock, read_lock, write_lock
+from .movingtags import copy_moving_tags, moving_of, planned_moves
 from ..registry.references import RegistryTarget
 from ..registry.registryapi import RegistryAPI
 
@@ -115,16 +116,20 @@ def _indexes(entries: Mapping[str, LockEntry], api: RegistryAPI, target: Registr
 def promote(entries: Mapping[str, LockEntry], api: RegistryAPI, target: RegistryTarget,
             lock_path: str | Path) -> dict[str, LockEntry]:
     """Set the moving tags of checked `entries` by registry manifest copies and merge them into `lock_path`;
-    returns the entries as written. A variant staged as one image manifest per architecture gets its index under
-    its tag first (every architecture's part is in: `check_parts`)."""
+    returns the entries as written. All or nothing, as a release's last step: the lockfile is written beside its
+    path first, the tags move (a failed copy puts the moved ones back), then the lockfile is put in place. A variant
+    staged as one image manifest per architecture gets its index under its immutable tag first (every
+    architecture's part is in: `check_parts`)."""
     indexes = _indexes(entries, api, target)
     digests = {e.tag: indexes.get(e.tag) or e.pushed[target.ref(e.tag)] for e in entries.values()}
-    moved = copy_moving_tags(api, target, digests)
+    moves = planned_moves(target, digests)
     out = []
     for e in entries.values():
         pushed = {target.ref(e.tag): digests[e.tag]}
-        pushed.update({res.ref: res.digest for mt, res in moved.items() if res.digest == digests[e.tag]
-                       and mt.rpartition(":")[0] == e.tag.rpartition(":")[0]})
+        pushed.update({res.ref: res.digest for mt, res in moves.items() if moving_of(mt, e.tag)
+                       and res.digest == digests[e.tag]})
         out.append(dataclasses.replace(e, pushed=dict(sorted(pushed.items()))))
-    write_lock(lock_path, out)
+    with PendingLock(lock_path, out) as pending:
+        copy_moving_tags(api, target, digests)
+        pending.commit()
     return {e.key: e for e in out}

@@ -18,6 +18,8 @@ from ..errors import CheckFailed, EngineError, RegistryError, UserInputError
 from ..runtime.contract import SBOM_PATH
 from ..runtime.manifest import distribution_key
 from ..runtime.sbom import MEDIA_TYPE
+from ..recipe.arches import DEFAULT_ARCH
+from ..registry.imageindex import architectures
 from ..registry.referrers import attach, fetch, subject_of
 from ..registry.references import RegistryTarget, split_tag
 from ..registry.registryapi import RegistryAPI
@@ -47,14 +49,19 @@ def parse_sbom(data: bytes, where: str) -> dict[str, Any]:
     return doc
 
 
-def registry_sbom(api: RegistryAPI, image: str) -> bytes:
-    """The SBOM pushed beside `image` (a local ``name:tag``, found under the target's prefix), by its digest."""
+def registry_sbom(api: RegistryAPI, image: str, arch: str | None = None) -> bytes:
+    """The SBOM pushed beside `image` (a local ``name:tag``, found under the target's prefix), by its digest: of
+    its `arch` image where the tag names an index of several (default amd64's, else the first)."""
     name, tag = split_tag(image)
     repository = api.target.repository(name)
-    digest = api.remote_digest(repository, tag)
+    got = api.manifest_json(repository, tag)
     where = f"{api.target.host}/{repository}:{tag}"
-    if digest is None:
+    if got is None:
         raise UserInputError(f"registry has no {where}")
+    held = architectures(api, repository, got)
+    digest = held.get(arch or DEFAULT_ARCH) or (next(iter(held.values())) if held and arch is None else None)
+    if digest is None:
+        raise UserInputError(f"registry has no {arch} image under {where}")
     data = fetch(api, repository, digest, MEDIA_TYPE)
     if data is None:
         raise CheckFailed(f"no SBOM refers to {where} ({digest}): push it with `trainimg push` or `release`")
@@ -66,7 +73,8 @@ class SbomPublisher:
     """Pushes each pushed image's SBOM beside it, once per manifest digest (a moving tag is the same image).
 
     `read(tag)` takes the SBOM from the local image before anything is pushed (so an image without one is refused
-    before it leaves); `__call__(tag, result)` fits `push_release`'s `on_pushed` and `push`'s callers."""
+    before it leaves); `__call__(tag, result)` fits `push_immutable`'s `on_pushed` and `push`'s callers;
+    `require_beside` checks, from the registry alone, an image pushed by an earlier release."""
 
     def __init__(self, engine: Engine, target: RegistryTarget, credentials: dict[str, str] | None,
                  on_line: Callable[[str], None] | None = None) -> None:
@@ -79,11 +87,26 @@ class SbomPublisher:
             self._sboms[tag] = local_sbom(self.engine, tag)
         return self._sboms[tag]
 
+    def require_beside(self, tag: str, digest: str) -> None:
+        """CheckFailed unless the registry holds an SBOM beside `tag`'s manifest `digest`: a skipped variant's
+        moving tag names a manifest pushed earlier, whose SBOM is already its referrer in the same repository (no
+        local image is read, so a runner that starts empty can move it)."""
+        from .push import reachable_target
+
+        api = RegistryAPI(reachable_target(self.engine, self.target), self.credentials)
+        repository = self.target.repository(split_tag(tag)[0])
+        got = api.manifest_json(repository, digest)
+        images = architectures(api, repository, got).values() if got is not None else [digest]  # an index: each
+        for one in images:
+            if fetch(api, repository, one, MEDIA_TYPE) is None:
+                raise CheckFailed(f"no SBOM refers to {self.target.host}/{repository}@{one} ({tag}): its moving "
+                                  "tag would name an image without one; release it with --rebuild")
+
     def __call__(self, tag: str, result: Any) -> None:
         if getattr(result, "index", False):  # each architecture's image has its own SBOM beside its own manifest
-            self._done.add(result.digest)  # (the moving tags name this index too)
-        if result.digest in self._done or not getattr(result, "upload", True):
-            return  # pushed with its SBOM already; or a registry-side copy (a moving tag) of what was pushed so
+            self._done.add(result.digest)
+        if result.digest in self._done:
+            return
         from .push import reachable_target
 
         api = RegistryAPI(reachable_target(self.engine, self.target), self.credentials)
