@@ -64,7 +64,7 @@ def cuda_image(gpu_images: dict[str, dict]) -> str:
 def framework_images(image_matrix: list[str], state_env: dict[str, str]) -> dict[str, str]:
     """The TF and JAX CPU variants, built in one run so they share the python and comms parents: framework -> tag."""
     from conftest import LOCAL_BASE, trainimg
-    r = trainimg("build", *(v for v, _ in FRAMEWORK_IMAGES.values()), "--base-image", LOCAL_BASE, *image_matrix,
-                 "--progress", "plain", env=state_env, timeout=1800)
+    r = trainimg("build", *(v for v, _ in FRAMEWORK_IMAGES.values()), "--base-image", LOCAL_BASE, "--arch", "amd64",
+                 *image_matrix, "--progress", "plain", env=state_env, timeout=1800)
     assert r.returncode == 0, r.stderr[-3000:]
     return {fw: tag for fw, (_, tag) in FRAMEWORK_IMAGES.items()}

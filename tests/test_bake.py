@@ -30,6 +30,7 @@ import pytest
 from conftest import LOCAL_BASE, ROOT, trainimg
 
 from trainimg.engine.docker import BuildRequest, DockerEngine
+from trainimg.imagebuild.lockcompile import left_out
 from trainimg.plan.requirements import lock_states, pins
 from trainimg.recipe.compat import load_compat
 from trainimg.recipe.loading import load_recipes
@@ -111,7 +112,16 @@ def unlockable(recipes: Path) -> set[str]:
     """Variants whose committed lock says they cannot be locked on this machine (their index is unreachable): a
     bake of every variant refuses them in one line, as build does, so the bake below names the others."""
     shipped = load_recipes(recipes)
-    return {s.variant for s in lock_states(shipped.variants, load_compat(), recipes.parent) if s.state == "unlockable"}
+    states = lock_states(shipped.variants, load_compat(), recipes.parent)
+    return {v.name for v in shipped.variants  # every architecture of it (one left out alone gets no target)
+            if all(s.state == "unlockable" for s in states if s.variant == v.name)}
+
+
+def arch_targets(recipes: Path, variants: list[str]) -> list[str]:
+    """The targets of `variants`' other architectures (`<variant>-<arch>`) a bake writes: not those left out."""
+    shipped = load_recipes(recipes)
+    left = left_out(shipped.variants, lock_states(shipped.variants, load_compat(), recipes.parent))
+    return [f"{v}-{a}" for v in variants for a in shipped.by_name[v].arch if a != "amd64" and (v, a) not in left]
 
 
 def test_a_bake_of_every_variant_refuses_one_that_cannot_be_locked_here(recipes: Path,
@@ -131,14 +141,16 @@ def test_bake_file_targets_groups_secrets_and_contexts(recipes: Path, state_env:
     variants = [v["name"] for v in listed if v["name"] not in refused]
     data = bake(recipes, state_env, *variants)
     targets = data["target"]
-    assert data["group"]["default"]["targets"] == variants
+    others = arch_targets(recipes, variants)
+    assert others and all(targets[t]["platforms"] == [f"linux/{t.rsplit('-', 1)[1]}"] for t in others)
+    assert sorted(data["group"]["default"]["targets"]) == sorted([*variants, *others])
     for framework in ("pytorch", "tensorflow", "jax"):
-        assert data["group"][framework]["targets"] == [v["name"] for v in listed
-                                                       if v["framework"] == framework and v["name"] in variants]
+        assert [t for t in data["group"][framework]["targets"] if t in variants] == [
+            v["name"] for v in listed if v["framework"] == framework and v["name"] in variants]
     # One target per variant and one per stage that two or more variants share, not one per parent stage: for
     # each group of variants on one base and Python (CPU, CUDA 12, CUDA 13), its python stage and the stage uv
     # comes from. (comms, the Reduction Server, sits above the framework's layers, which no two variants share.)
-    parents = set(targets) - set(variants)
+    parents = set(targets) - set(variants) - set(others)
     assert 0 < len(parents) <= 8, sorted(parents)
     assert {p.rsplit("-", 1)[0] for p in parents} == {"python", "installer"}, sorted(parents)
     folder = Path(state_env["TRAINIMG_STATE_DIR"]) / "bake"

@@ -113,6 +113,18 @@ def listed_variants(checkout: Path) -> list[dict[str, Any]]:
     return variants
 
 
+def expected_jobs(variants: list[dict[str, Any]]) -> int:
+    """A stage job per root variant and architecture its group is built for (the child rides with its parent)."""
+    arches: dict[str, set[str]] = {}
+    by_name = {v["name"]: v for v in variants}
+    for v in variants:
+        root = v
+        while root["extends"]:
+            root = by_name[root["extends"]]
+        arches.setdefault(root["name"], set()).update(v["arch"])
+    return sum(len(a) for a in arches.values())
+
+
 @pytest.mark.parametrize("system", sorted(SCHEMAS))
 def test_a_job_per_root_variant_then_promote_needing_all(system: str, checkout: Path) -> None:
     registry = REGISTRIES[0]
@@ -120,24 +132,27 @@ def test_a_job_per_root_variant_then_promote_needing_all(system: str, checkout: 
     assert r.returncode == 0, r.stderr
     doc = yaml.safe_load(r.stdout)
     scripts = stage_scripts(system, doc)
-    released: dict[str, str] = {}
+    released: dict[tuple[str, str], str] = {}
     for job, lines in scripts.items():
         assert len(lines) == 1, lines
         args = shlex.split(lines[0])
         assert args[:2] == ["trainimg", "release"] and "--stage" in args, args
         names = args[2:args.index("--stage")]
+        arch = args[args.index("--arch") + 1] if "--arch" in args else "amd64"
         for name in names:
-            released[name] = job
+            assert (name, arch) not in released, (name, arch)
+            released[name, arch] = job
         cache = [args[i + 1] for i, a in enumerate(args) if a == "--cache-from"]
         assert len(cache) == len(names), args
     variants = listed_variants(checkout)
-    assert sorted(released) == sorted(v["name"] for v in variants)  # every variant, each in exactly one job
+    # every variant and architecture, each in exactly one job
+    assert sorted(released) == sorted((v["name"], a) for v in variants for a in v["arch"])
     for v in variants:
-        assert f"--cache-from {registry}/{v['tag']}" in " ".join(scripts[released[v["name"]]])
+        assert f"--cache-from {registry}/{v['tag']}" in " ".join(scripts[released[v["name"], "amd64"]])
     # the child rides with its parent: one job releases both, parent first
-    parent_job = released["pytorch-2.13.0-cpu-py3.11"]
-    assert released[CHILD] == parent_job
-    assert len(scripts) == len(variants) - 1
+    parent_job = released["pytorch-2.13.0-cpu-py3.11", "amd64"]
+    assert released[CHILD, "amd64"] == parent_job
+    assert len(scripts) == expected_jobs(variants)
     promote = doc["promote"] if system == "gitlab" else doc["jobs"]["promote"]
     needs = [n["job"] for n in promote["needs"]] if system == "gitlab" else promote["needs"]
     assert sorted(needs) == sorted(scripts)
@@ -226,7 +241,7 @@ def test_gitlab_ci_local_reads_the_generated_pipeline(checkout: Path, tmp_path: 
     assert r.returncode == 0, r.stdout + r.stderr
     jobs = {j["name"]: j for j in json.loads(r.stdout)}
     stages = {name for name, j in jobs.items() if j["stage"] == "stage"}
-    assert stages == {n for n in jobs if n.startswith("stage-")} and len(stages) == len(listed_variants(repo)) - 1
+    assert stages == {n for n in jobs if n.startswith("stage-")} and len(stages) == expected_jobs(listed_variants(repo))
     assert jobs["promote"]["stage"] == "promote"
     assert sorted(n["job"] for n in jobs["promote"]["needs"]) == sorted(stages)
 

@@ -16,10 +16,12 @@ import pytest
 from conftest import ROOT, trainimg
 from trainimg.plan.locktruth import NOT_LOCKABLE, build_major, lock_problems, not_lockable
 from trainimg.plan.requirements import lock_states, locked_input, pins, variant_requirements
+from trainimg.recipe.arches import ARCH_SEPARATOR, ARCHES, arch_key
 from trainimg.recipe.compat import load_compat
 from trainimg.recipe.loading import Variant, load_recipes
 
-LOCKS = sorted((ROOT / "images").glob("*/requirements.lock"))
+# Every architecture's lock: amd64's beside the Dockerfile, another's in images/<variant>/<arch>/.
+LOCKS = sorted([*(ROOT / "images").glob("*/requirements.lock"), *(ROOT / "images").glob("*/*/requirements.lock")])
 PINNED = [lock for lock in LOCKS if pins(lock.read_text(encoding="utf-8"))]  # a not-lockable file holds no pin
 UNLOCKABLE = "pytorch-2.14.1-cu126-py3.12"  # download.pytorch.org/whl/cu126 does not answer here
 
@@ -29,24 +31,37 @@ def variants() -> dict[str, Variant]:
     return {v.name: v for v in load_recipes(ROOT / "recipes").variants}
 
 
-@pytest.mark.parametrize("lock", LOCKS, ids=lambda p: p.parent.name)
+def owner(lock: Path) -> tuple[str, str]:
+    """(variant, architecture) of a committed lock's path."""
+    if lock.parent.name in ARCHES:
+        return lock.parent.parent.name, lock.parent.name
+    return lock.parent.name, "amd64"
+
+
+def lock_id(lock: Path) -> str:
+    return arch_key(*owner(lock))
+
+
+@pytest.mark.parametrize("lock", LOCKS, ids=lock_id)
 def test_every_committed_lock_holds_what_its_recipe_asks(lock: Path) -> None:
-    v = variants()[lock.parent.name]
+    name, arch = owner(lock)
+    v = variants()[name]
     text = lock.read_text(encoding="utf-8")
-    state = {s.variant: s for s in lock_states(list(variants().values()), load_compat(), ROOT)}[v.name]
+    state = {(s.variant, s.arch): s for s in lock_states(list(variants().values()), load_compat(), ROOT)}[name, arch]
     reason = not_lockable(text)
     if reason is not None:
         assert state.state == "unlockable" and pins(text) == {}, (state, pins(text))
-        index = variant_requirements(v, load_compat()).indexes[0]
+        index = variant_requirements(v, load_compat(), arch=arch).indexes[0]
         assert index in reason and f"trainimg lock {v.name}" in reason, reason
         return
     assert state.state == "fresh", state
-    assert lock_problems(v, load_compat(), pins(text)) == []
+    assert lock_problems(v, load_compat(), pins(text), arch) == []
 
 
 def test_the_variants_that_cannot_be_locked_here_are_said_so() -> None:
-    marked = [p.parent.name for p in LOCKS if not_lockable(p.read_text(encoding="utf-8")) is not None]
-    assert marked == [UNLOCKABLE]
+    """The cu126 build's index, and the aarch64 +cpu torch's (PyPI's aarch64 torch is the CUDA 13 build)."""
+    marked = [lock_id(p) for p in LOCKS if not_lockable(p.read_text(encoding="utf-8")) is not None]
+    assert marked == [f"pytorch-2.13.0-cpu-py3.11{ARCH_SEPARATOR}arm64", UNLOCKABLE]
 
 
 def other_major(major: int) -> int:
@@ -66,12 +81,13 @@ def wrongs(v: Variant, pinned: dict[str, str]) -> dict[str, dict[str, str]]:
     return out
 
 
-@pytest.mark.parametrize("lock", PINNED, ids=lambda p: p.parent.name)
+@pytest.mark.parametrize("lock", PINNED, ids=lock_id)
 def test_a_lock_made_wrong_is_refused(lock: Path) -> None:
-    v = variants()[lock.parent.name]
+    name, arch = owner(lock)
+    v = variants()[name]
     pinned = pins(lock.read_text(encoding="utf-8"))
     for said, wrong in wrongs(v, pinned).items():
-        problems = lock_problems(v, load_compat(), wrong)
+        problems = lock_problems(v, load_compat(), wrong, arch)
         assert problems and any(said in p or said.split()[0] in p for p in problems), (said, problems)
 
 

@@ -59,8 +59,8 @@ def test_render_check_names_a_recipe_changed_since_its_lock(tmp_path: Path) -> N
     r = trainimg("--recipes", str(tmp_path / "recipes"), "render", "--check")
     assert r.returncode == 1
     stale = [ln for ln in r.stdout.splitlines() if "stale lock" in ln]
-    expected = [v.name for v in load_recipes(ROOT / "recipes").variants if v.framework == "pytorch"]
-    assert len(stale) == len(expected) == 4  # each PyTorch variant, on one line naming its lock and the recipe
+    expected = [(v.name, a) for v in load_recipes(ROOT / "recipes").variants if v.framework == "pytorch" for a in v.arch]
+    assert len(stale) == len(expected) == 6  # each PyTorch variant's lock of each architecture, on one line each
     assert all(ln.startswith("images/pytorch-") and "recipes/pytorch.yaml" in ln for ln in stale)
 
 

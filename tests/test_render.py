@@ -295,7 +295,7 @@ def test_render_from_another_cwd_matches_repo(tmp_path, monkeypatch, capsys):
     rc = main(["--recipes", str(REPO / "recipes"), "render", "--output", str(tmp_path / "out")])
     assert rc == 0, capsys.readouterr().err
     got = sorted(p.relative_to(tmp_path / "out") for p in (tmp_path / "out").rglob("*") if p.is_file())
-    want = sorted(p.relative_to(REPO) for p in (REPO / "images").glob("*/Dockerfile"))
+    want = sorted(p.relative_to(REPO) for p in (REPO / "images").rglob("Dockerfile"))  # arm64's too
     assert got == want
     for rel in want:
         assert (tmp_path / "out" / rel).read_bytes() == (REPO / rel).read_bytes(), rel
@@ -375,7 +375,7 @@ def test_render_keeps_a_hand_written_dockerfile(repo_copy, capsys):
     assert main(["--recipes", str(repo_copy / "recipes"), "render"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == ["images/mine/Dockerfile: kept (hand-written: no trainimg header, no recipe renders it)",
-                   f"{len(list((REPO / 'images').glob('*/Dockerfile')))} Dockerfiles rendered, 0 changed"]
+                   f"{len(list((REPO / 'images').rglob('Dockerfile')))} Dockerfiles rendered, 0 changed"]
     assert mine.read_text() == "FROM scratch\nRUN echo mine\n"
 
 

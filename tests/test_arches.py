@@ -1,0 +1,218 @@
+"""A recipe's `arch` (issue 46): the grammar, the refusals compat data's `architectures` table makes (generated from
+the table: every framework release line x CPU and each CUDA build x arm64), what the shipped recipes list, and what
+another architecture changes in the plan, the lock and the rendered Dockerfile (and what it leaves alone: amd64's).
+
+In process, no engine: the real CLI (`trainimg.cli.app.main`) on recipes written to a fresh folder, and the library.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from trainimg.cli.app import main
+from trainimg.plan.installer import UV_SHA256_BY_ARCH
+from trainimg.plan.requirements import LOCK_NAME, lock_path, variant_requirements
+from trainimg.plan.stages import plans
+from trainimg.recipe.arches import ARCHES, arch_key, local_tag, split_key
+from trainimg.recipe.compat import load_compat
+from trainimg.recipe.loading import load_recipes
+from trainimg.render.dockerfile import render_plan
+
+ROOT = Path(__file__).resolve().parents[1]
+CPU = 'framework: pytorch\nversion: "2.13.0"\nos: debian12\npython: "3.11"\n'
+
+
+def write(root: Path, files: dict[str, str]) -> Path:
+    d = root / "recipes"
+    d.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (d / name).write_text(text, encoding="utf-8")
+    return d
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, list[str]]:
+    capsys.readouterr()
+    rc = main(list(argv))
+    out, err = capsys.readouterr()
+    return rc, out, err.splitlines()
+
+
+def refusal(capsys: pytest.CaptureFixture[str], d: Path) -> str:
+    rc, out, err = run(capsys, "--recipes", str(d), "validate")
+    assert rc == 2 and len(err) == 1, (out, err)
+    return err[0]
+
+
+# --- the grammar -------------------------------------------------------------------------------------------------
+
+def test_default_is_amd64_and_list_json_shows_each_variants_arch(tmp_path, capsys):
+    d = write(tmp_path, {"a.yaml": CPU, "b.yaml": CPU.replace("pytorch", "jax").replace("2.13.0", "0.10.2")
+                         + "arch: [arm64, amd64]\n"})
+    rc, out, err = run(capsys, "--recipes", str(d), "list", "--json")
+    assert rc == 0, err
+    rows = {r["name"]: r for r in json.loads(out)}
+    assert rows["pytorch-2.13.0-cpu-py3.11"]["arch"] == ["amd64"]
+    assert rows["jax-0.10.2-cpu-py3.11"]["arch"] == ["amd64", "arm64"]  # the table's order, however written
+    assert rows["jax-0.10.2-cpu-py3.11"]["dockerfiles"] == {
+        "amd64": "images/jax-0.10.2-cpu-py3.11/Dockerfile", "arm64": "images/jax-0.10.2-cpu-py3.11/arm64/Dockerfile"}
+
+
+@pytest.mark.parametrize("value, said", [
+    ("arm64", "expected a list of amd64, arm64"),
+    ("[]", "expected a list of amd64, arm64"),
+    ("[amd64, riscv64]", "'riscv64' is not one of amd64, arm64"),
+    ("[arm64, arm64]", "a value is listed twice"),
+    ("[aarch64]", "'aarch64' is not one of amd64, arm64"),
+])
+def test_a_bad_arch_is_one_line(tmp_path, capsys, value, said):
+    line = refusal(capsys, write(tmp_path, {"a.yaml": CPU + f"arch: {value}\n"}))
+    assert re.match(r"^recipes/a\.yaml:5:arch: ", line) and said in line, line
+
+
+def test_arch_in_a_matrix_group_is_the_groups_not_an_axis(tmp_path, capsys):
+    d = write(tmp_path, {"a.yaml": 'framework: jax\nos: debian12\npython: "3.11"\nmatrix:\n'
+                                   '  - version: ["0.10.2"]\n    arch: [amd64, arm64]\n'})
+    rc, out, err = run(capsys, "--recipes", str(d), "list", "--json")
+    assert rc == 0, err
+    assert [(r["name"], r["arch"]) for r in json.loads(out)] == [("jax-0.10.2-cpu-py3.11", ["amd64", "arm64"])]
+
+
+def test_an_exclude_cannot_match_arch(tmp_path, capsys):
+    d = write(tmp_path, {"a.yaml": CPU + "arch: [amd64, arm64]\nexclude:\n  - arch: arm64\n"})
+    line = refusal(capsys, d)
+    assert "exclude[0].arch" in line and "not an axis" in line, line
+
+
+def test_a_child_inherits_its_parents_architectures_and_sets_none(tmp_path, capsys):
+    d = write(tmp_path, {"a.yaml": CPU.replace("pytorch", "jax").replace("2.13.0", "0.10.2") + "arch: [amd64, arm64]\n",
+                         "b.yaml": "extends: jax-0.10.2-cpu-py3.11\nname: team\n"})
+    rc, out, err = run(capsys, "--recipes", str(d), "list", "--json")
+    assert rc == 0, err
+    assert {r["name"]: r["arch"] for r in json.loads(out)}["team"] == ["amd64", "arm64"]
+    (d / "b.yaml").write_text("extends: jax-0.10.2-cpu-py3.11\nname: team\narch: [amd64]\n", encoding="utf-8")
+    assert "arch: set by the variant this one extends" in refusal(capsys, d)
+
+
+# --- the table's refusals, generated: every release line x CPU and each CUDA build x every other architecture ----
+
+def _recipe(framework: str, version: str, cuda: str | None, arch: str) -> str | None:
+    """A recipe of that build for amd64 and `arch`, on a base trainimg has for it (CPU: Debian 12's Python 3.11;
+    CUDA: Ubuntu 24.04's 3.12), or None when the release supports neither Python there (no such variant)."""
+    rel = load_compat().release(framework, version)  # type: ignore[arg-type]
+    assert rel is not None
+    os_name, python = ("debian12", "3.11") if cuda is None else ("ubuntu24.04", "3.12")
+    if not rel.python_spec.contains(python):
+        return None
+    cuda_line = f'cuda: "{cuda}"\n' if cuda else ""
+    return (f'framework: {framework}\nversion: "{version}"\n{cuda_line}os: {os_name}\npython: "{python}"\n'
+            f"arch: [amd64, {arch}]\n")
+
+
+def _cases() -> list[tuple[str, str, str | None, str, str, str]]:
+    compat = load_compat()
+    cases = []
+    for fw_name, fw in compat.frameworks.items():
+        for rel in fw.releases:
+            for cuda in ([None] if rel.cpu else []) + list(rel.cuda):
+                for arch in (a for a in ARCHES if a != "amd64"):
+                    text = _recipe(fw_name, rel.version, cuda, arch)
+                    if text is not None:
+                        cases.append((fw_name, rel.version, cuda, arch, fw.pip_name, text))
+    return cases
+
+
+@pytest.mark.parametrize("framework, version, cuda, arch, pip_name, text", _cases(),
+                         ids=lambda x: "" if x is None or "\n" in str(x) else str(x))
+def test_every_build_for_another_architecture_follows_the_table(tmp_path, capsys, framework, version, cuda, arch,
+                                                                pip_name, text):
+    compat = load_compat()
+    builds = compat.arch_builds(framework, version, arch)  # type: ignore[arg-type]
+    rel = compat.release(framework, version)  # type: ignore[arg-type]
+    assert rel is not None
+    line = rel.build_for(cuda)[0] if cuda and rel.build_for(cuda) else None  # type: ignore[index]
+    fits = builds is not None and (builds.cpu if cuda is None else builds.has_cuda(line or ""))
+    d = write(tmp_path, {"a.yaml": text})
+    rc, out, err = run(capsys, "--recipes", str(d), "validate")
+    if fits:
+        assert rc == 0, err
+        return
+    assert rc == 2 and len(err) == 1, (out, err)
+    assert re.match(r"^recipes/a\.yaml:[0-9]+:arch: ", err[0]), err[0]
+    assert (builds.note if builds is not None else f"no {arch} data for {pip_name}") in err[0], err[0]
+
+
+def test_tensorflow_on_arm64_is_its_cpu_build_and_only_that():
+    compat = load_compat()
+    builds = compat.arch_builds("tensorflow", "2.21.0", "arm64")
+    assert builds is not None and builds.cpu and builds.cuda is None
+    assert compat.cpu_pip_name("tensorflow", "2.21.0", "arm64") == "tensorflow"  # tensorflow-cpu has no aarch64 wheel
+    assert compat.cpu_pip_name("tensorflow", "2.21.0", "amd64") == "tensorflow-cpu"
+
+
+def test_a_base_published_without_the_architecture_is_refused(tmp_path):
+    """The bases' `arches` rule, on compat data whose Debian CPU image lacks arm64 (the shipped data has none such)."""
+    compat = load_compat()
+    debian = compat.operating_systems["debian12"].model_copy(update={"arches": ("amd64",)})
+    narrow = compat.model_copy(update={"operating_systems": {**compat.operating_systems, "debian12": debian}})
+    d = write(tmp_path, {"a.yaml": CPU.replace("pytorch", "jax").replace("2.13.0", "0.10.2") + "arch: [amd64, arm64]\n"})
+    with pytest.raises(Exception) as err:
+        load_recipes(d, compat=narrow)
+    assert "debian:bookworm-slim is published for amd64, not arm64" in str(err.value)
+    (d / "a.yaml").write_text((d / "a.yaml").read_text() + "base_image: mirror.example/debian:bookworm-arm64\n")
+    assert load_recipes(d, compat=narrow).variants[0].arch == ("amd64", "arm64")  # a base of your own: yours to pick
+
+
+# --- what the shipped recipes list -------------------------------------------------------------------------------
+
+def test_the_shipped_recipes_build_cpu_pytorch_and_a_gpu_pytorch_for_arm64():
+    recipes = load_recipes(ROOT / "recipes")
+    arm = {v.name for v in recipes.variants if "arm64" in v.arch}
+    assert "pytorch-2.13.0-cpu-py3.11" in arm
+    assert any(v.framework == "pytorch" and v.gpu for v in recipes.variants if v.name in arm)
+    assert all("amd64" in v.arch for v in recipes.variants)  # every shipped variant keeps its amd64 image
+
+
+# --- another architecture in the plan, the lock and the Dockerfile -----------------------------------------------
+
+def _multi_arch_plans():
+    recipes = load_recipes(ROOT / "recipes")
+    by_key = {p.key: p for p in plans(recipes)}
+    return [(by_key[v.name], by_key[arch_key(v.name, a)]) for v in recipes.variants for a in v.arch if a != "amd64"]
+
+
+@pytest.mark.parametrize("amd, other", _multi_arch_plans(), ids=lambda p: p.key)
+def test_another_architectures_dockerfile_differs_only_where_it_must(amd, other):
+    """Its own uv wheel, its own lock, the --platform to build it with: nothing else of the amd64 file moves."""
+    a, b = render_plan(amd).splitlines(), render_plan(other).splitlines()
+    assert len(a) == len(b)
+    changed = [(x, y) for x, y in zip(a, b) if x != y]
+    assert changed, "the same file for two architectures"
+    for x, y in changed:
+        y_as_amd = (y.replace(f"/{other.arch}/", "/").replace(f" --platform linux/{other.arch}", "")
+                    .replace(UV_SHA256_BY_ARCH[other.arch], UV_SHA256_BY_ARCH["amd64"]))
+        assert y_as_amd == x, (x, y)
+    assert other.dockerfile_path() == f"images/{other.variant.name}/{other.arch}/Dockerfile"
+    # Parents of two architectures never share a stage key (the builder builds a shared parent once).
+    assert not {s.key for s in amd.stages} & {s.key for s in other.stages}
+
+
+@pytest.mark.parametrize("amd, other", _multi_arch_plans(), ids=lambda p: p.key)
+def test_another_architectures_lock_is_resolved_for_its_wheels(amd, other):
+    compat = load_compat()
+    req = variant_requirements(other.variant, compat, arch=other.arch)
+    assert req.platform.startswith(f"{'aarch64' if other.arch == 'arm64' else other.arch}-manylinux_")
+    path = lock_path(ROOT, other.variant.name, other.arch)
+    assert path == ROOT / "images" / other.variant.name / other.arch / LOCK_NAME
+    text = path.read_text(encoding="utf-8")
+    assert f"# target: Python {req.python} on {req.platform}" in text
+
+
+def test_keys_and_local_tags_name_both_and_read_back():
+    assert arch_key("v", "amd64") == "v" and arch_key("v", "arm64") == "v@arm64"
+    assert split_key("v@arm64") == ("v", "arm64") and split_key("v") == ("v", "amd64")
+    assert local_tag("trainimg/jax:0.10.2-cpu-py3.11", "arm64") == "trainimg/jax:0.10.2-cpu-py3.11-arm64"
+    assert local_tag("trainimg/jax:0.10.2-cpu-py3.11", "amd64") == "trainimg/jax:0.10.2-cpu-py3.11"
