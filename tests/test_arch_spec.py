@@ -139,7 +139,7 @@ def test_an_arm64_only_image_runs_only_on_arm64_machines(platform, machine, gpu,
     if arch_of_gpu(gpu) == "arm64":
         assert said is None or " only; " not in said, said
     else:
-        assert said is not None and f"team-arm holds arm64 only; " in said and "amd64 (x86-64) machines" in said, said
+        assert said is not None and "team-arm holds arm64 only; " in said and "amd64 (x86-64) machines" in said, said
 
 
 def test_what_the_lockfile_says_was_released_decides_over_the_recipe():
