@@ -1,0 +1,276 @@
+"""arm64 images built, gated under emulation and released with amd64 as one index (issue 46), on the real engine,
+the real registry and the real clients: the 20.10 docker client's `manifest inspect`, containerd's own `ctr` (an
+instance of its own beside dockerd: its root, state, socket, FIFOs and runc root under the test's folder) and
+`docker run --platform linux/arm64`.
+
+(a) The shipped JAX CPU variant's arm64 image (jaxlib's aarch64 wheels), built on `local/debian:bookworm-arm64`
+    under qemu-aarch64 (.ci/setup-host registers it): its config, labels and SBOM say arm64, and `trainimg test`
+    passes its gate there, the all-reduce under `trainimg-launch` included, the GPU checks skipped, never passed.
+(b) A small variant of both architectures (no framework: Python, hypertune, the runtime) released to the registry:
+    one OCI image index under its tag and its moving tag, each architecture's manifest gated, its config naming its
+    architecture, its SBOM and release record beside it, a lockfile entry each; the real clients see both under one
+    tag, an arm64 pull runs the launcher under emulation, an amd64 pull gets the gated amd64 image byte for byte;
+    the same release again skips both architectures; one architecture failing its gate pushes nothing.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import docker
+import pytest
+import requests
+from conftest import LOCAL_BASE, ROOT, remove_image, trainimg
+from conftest_registry import RegistryLogin
+
+from trainimg.publish.lockfile import read_lock
+from trainimg.publish.skip import read_decisions
+from trainimg.registry.imageindex import INDEX_TYPE
+from trainimg.registry.registryapi import MANIFEST_TYPES
+
+ARM64_BASE = os.environ.get("TRAINIMG_LOCAL_BASE_ARM64", "local/debian:bookworm-arm64")
+BASES = ["--base-image", LOCAL_BASE, "--base-image", f"arm64={ARM64_BASE}"]
+JAX = "jax-0.10.2-cpu-py3.11"
+RUN = uuid.uuid4().hex[:8]
+SMALL = "arm-small"
+VERSION = "base-cpu-py3.11"
+
+
+@pytest.fixture(scope="module")
+def arm64_base(docker_engine: str, client: docker.DockerClient) -> str:
+    """The emulator the kernel runs aarch64 programs with, and the arm64 base: .ci/setup-host makes both."""
+    if not Path("/proc/sys/fs/binfmt_misc/qemu-aarch64").exists():
+        pytest.fail("no qemu-aarch64 in binfmt_misc: run .ci/setup-host (as root) to register it")
+    try:
+        arch = client.images.get(ARM64_BASE).attrs["Architecture"]
+    except docker.errors.ImageNotFound:
+        pytest.fail(f"no {ARM64_BASE}: run .ci/setup-host to make it")
+    assert arch == "arm64", arch
+    return ARM64_BASE
+
+
+# -- (a) the shipped JAX CPU variant for arm64 ---------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def jax_arm64(arm64_base: str, image_matrix: list[str], state_env: dict[str, str]) -> dict:
+    """The shipped variant's arm64 image, as `trainimg build --arch arm64` makes it (its tag: <tag>-arm64)."""
+    report = Path(state_env["TRAINIMG_STATE_DIR"]) / "arm64-build.json"
+    r = trainimg("build", JAX, "--arch", "arm64", *BASES, *image_matrix, "--progress", "plain", "--json", str(report),
+                 env=state_env, timeout=3000)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (row,) = json.loads(report.read_text())
+    return row
+
+
+def test_the_arm64_image_says_arm64_everywhere(jax_arm64: dict, client: docker.DockerClient) -> None:
+    assert jax_arm64["tag"] == "trainimg/jax:0.10.2-cpu-py3.11-arm64" and jax_arm64["arch"] == "arm64"
+    attrs = client.api.inspect_image(jax_arm64["image_id"])
+    assert attrs["Architecture"] == "arm64" and attrs["Os"] == "linux"
+    labels = attrs["Config"]["Labels"]
+    lock = (ROOT / "images" / JAX / "arm64" / "requirements.lock").read_bytes()
+    assert labels["org.opencontainers.image.base.name"] == ARM64_BASE
+    assert labels["trainimg.lock.digest"] == "sha256:" + hashlib.sha256(lock).hexdigest()
+    assert labels["trainimg.version.framework"] == "0.10.2" and labels["trainimg.version.cuda"] == "none"
+    # The SBOM the image wrote under emulation: every Debian package of arm64 (or architecture-independent).
+    sbom = json.loads(client.containers.run(jax_arm64["image_id"], ["cat", "/etc/trainimg/sbom.cdx.json"],
+                                            entrypoint=[], remove=True, network_mode="none"))
+    arches = {p.split("arch=")[1].split("&")[0] for c in sbom["components"]
+              if (p := c.get("purl", "")).startswith("pkg:deb/")}
+    assert arches and arches <= {"arm64", "all"}, arches
+    # Bytecode compiled in the install step, hash-checked (no build time in it), for aarch64's interpreter too.
+    out = client.containers.run(jax_arm64["image_id"], ["python", "-c", (
+        "import importlib.util, platform, jax; p = importlib.util.cache_from_source(jax.__file__); "
+        "flags = int.from_bytes(open(p, 'rb').read()[4:8], 'little'); print(platform.machine(), flags)")],
+        entrypoint=[], remove=True, network_mode="none").decode().split()
+    assert out[0] == "aarch64" and int(out[1]) & 1, out  # flags bit 0: hash-based
+
+
+def test_the_arm64_gate_passes_under_emulation(jax_arm64: dict, state_env: dict[str, str], tmp_path: Path) -> None:
+    report = tmp_path / "gate.json"
+    r = trainimg("test", JAX, "--arch", "arm64", "--json", str(report), "--progress", "quiet", env=state_env,
+                 timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    (suite,) = json.loads(report.read_text())["suites"]
+    assert suite["name"] == f"{JAX}@arm64" and suite["image_id"] == jax_arm64["image_id"]
+    status = {c["name"]: c["status"] for c in suite["checks"]}
+    assert status["framework"] == status["allreduce_vertex_x2"] == "passed", status
+    assert status["gpu"] == status["allreduce_nccl_containers"] == "skipped", status  # never passed without a GPU
+
+
+# -- (b) a release of both architectures as one index --------------------------------------------------------------
+
+class Small:
+    """A variant of both architectures with no framework, in a recipes folder of its own, and its registry."""
+
+    def __init__(self, folder: Path, registry: RegistryLogin, env: dict[str, str]) -> None:
+        self.folder, self.registry = folder, registry
+        self.recipes = folder / "recipes"
+        self.recipes.mkdir()
+        self.repo = f"trainimg-test/arm-{RUN}"
+        (self.recipes / "small.yaml").write_text(
+            f"framework: none\nname: {SMALL}\nrepository: {self.repo}\nos: debian12\npython: \"3.11\"\n"
+            "arch: [amd64, arm64]\n", encoding="utf-8")
+        self.env = {**env, "TRAINIMG_REGISTRY_PASSWORD": registry.password}
+        self.lock = folder / "images.lock"
+
+    def release(self, *extra: str) -> subprocess.CompletedProcess[str]:
+        return trainimg("--recipes", str(self.recipes), "release", SMALL, *BASES, "--registry", self.registry.host,
+                        "--username", self.registry.username, "--lock", str(self.lock), "--skip-audit",
+                        "--progress", "plain", *extra, env=self.env, timeout=1500)
+
+    def get(self, reference: str, accept: str = ", ".join(MANIFEST_TYPES)) -> requests.Response:
+        resp = requests.get(f"http://{self.registry.host}/v2/{self.repo}/manifests/{reference}",
+                            auth=(self.registry.username, self.registry.password), headers={"Accept": accept},
+                            timeout=30)
+        assert resp.status_code == 200, (reference, resp.status_code)
+        return resp
+
+    def blob(self, digest: str) -> dict:
+        return requests.get(f"http://{self.registry.host}/v2/{self.repo}/blobs/{digest}",
+                            auth=(self.registry.username, self.registry.password), timeout=30).json()
+
+
+@pytest.fixture(scope="module")
+def small(arm64_base: str, registry: RegistryLogin, state_env: dict[str, str], client: docker.DockerClient,
+          tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Small, subprocess.CompletedProcess[str]]]:
+    s = Small(tmp_path_factory.mktemp("arm-small"), registry, state_env)
+    r = s.release()
+    try:
+        yield s, r
+    finally:
+        for ref in (f"{s.repo}:{VERSION}", f"{s.repo}:{VERSION}-arm64"):
+            remove_image(client, ref)
+
+
+def test_a_release_of_both_architectures_is_one_index(small: tuple[Small, subprocess.CompletedProcess[str]]) -> None:
+    s, r = small
+    assert r.returncode == 0, r.stderr[-3000:]
+    decided = read_decisions(r.stdout + r.stderr)
+    assert {k: v[0] for k, v in decided.items()} == {SMALL: False, f"{SMALL}@arm64": False}
+    index = s.get(VERSION, INDEX_TYPE)
+    assert index.headers["Content-Type"] == INDEX_TYPE
+    body = index.json()
+    platforms = {m["platform"]["architecture"]: m for m in body["manifests"]}
+    assert sorted(platforms) == ["amd64", "arm64"] and platforms["arm64"]["platform"]["variant"] == "v8"
+    entries = read_lock(s.lock)
+    assert sorted(entries) == [SMALL, f"{SMALL}@arm64"]
+    digest = index.headers["Docker-Content-Digest"]
+    moving = f"{s.registry.host}/{s.repo}:base-cpu"  # no framework version: no moving tag
+    for arch, entry in ((e.arch, e) for e in entries.values()):
+        manifest = s.get(platforms[arch]["digest"]).json()
+        config = s.blob(manifest["config"]["digest"])
+        assert config["architecture"] == arch
+        assert manifest["config"]["digest"] == entry.image_id  # the image the gate passed, byte for byte
+        assert entry.manifest == platforms[arch]["digest"] and entry.conformance["passed"]
+        assert entry.pushed == {f"{s.registry.host}/{s.repo}:{VERSION}": digest} and moving not in entry.pushed
+        referrers = s.get(f"sha256-{entry.manifest.split(':')[1]}", INDEX_TYPE).json()["manifests"]
+        kinds = sorted(m["artifactType"] for m in referrers)
+        assert kinds == ["application/vnd.cyclonedx+json", "application/vnd.trainimg.release-entry.v1+json"], kinds
+
+
+def test_the_real_clients_see_both_under_one_tag(small: tuple[Small, subprocess.CompletedProcess[str]],
+                                                 docker_cli: str, client: docker.DockerClient,
+                                                 tmp_path: Path) -> None:
+    s, r = small
+    assert r.returncode == 0, r.stderr[-3000:]
+    ref = f"{s.registry.host}/{s.repo}:{VERSION}"
+    entries = {e.arch: e for e in read_lock(s.lock).values()}
+    env = {**os.environ, "DOCKER_CONFIG": str(tmp_path / "docker")}  # a login of its own, not the user's
+    subprocess.run([docker_cli, "login", s.registry.host, "-u", s.registry.username, "--password-stdin"],
+                   input=s.registry.password, text=True, check=True, env=env, capture_output=True)
+    seen = json.loads(subprocess.run([docker_cli, "manifest", "inspect", "--insecure", "-v", ref], env=env,
+                                     check=True, capture_output=True, text=True).stdout)
+    assert sorted((m["Descriptor"]["platform"]["architecture"], m["SchemaV2Manifest"]["config"]["digest"])
+                  for m in seen) == sorted((a, e.image_id) for a, e in entries.items())
+    with containerd(tmp_path) as ctr:
+        pulled = ctr("images", "pull", "--plain-http", "--platform", "linux/arm64", "--user",
+                     f"{s.registry.username}:{s.registry.password}", ref)
+        assert pulled.returncode == 0, pulled.stderr
+        ran = ctr("run", "--rm", "--platform", "linux/arm64", "--fifo-dir", str(tmp_path / "fifo"), "--runc-root",
+                  str(tmp_path / "runc"), ref, f"arm-{RUN}", "trainimg-launch", "--", "python", "-c",
+                  "import platform; print(platform.machine())")
+        assert ran.returncode == 0 and ran.stdout.strip().splitlines()[-1] == "aarch64", ran.stdout + ran.stderr
+    try:  # the engine: an arm64 run of the tag, and an amd64-only node's pull of it
+        out = subprocess.run([docker_cli, "run", "--rm", "--platform", "linux/arm64", ref, "python", "-c",
+                              "import platform; print(platform.machine())"], env=env, capture_output=True, text=True)
+        assert out.returncode == 0 and out.stdout.strip() == "aarch64", out.stderr
+        assert client.images.get(ref).id == entries["arm64"].image_id
+        remove_image(client, ref)
+        subprocess.run([docker_cli, "pull", "--platform", "linux/amd64", ref], env=env, check=True,
+                       capture_output=True)
+        assert client.images.get(ref).id == entries["amd64"].image_id  # byte for byte what was gated
+    finally:
+        remove_image(client, ref)
+
+
+def test_the_same_release_again_skips_both_architectures(small: tuple[Small, subprocess.CompletedProcess[str]]
+                                                         ) -> None:
+    s, first = small
+    assert first.returncode == 0, first.stderr[-3000:]
+    before = s.get(VERSION, INDEX_TYPE).headers["Docker-Content-Digest"]
+    r = s.release()
+    assert r.returncode == 0, r.stderr[-3000:]
+    decided = read_decisions(r.stdout + r.stderr)
+    assert decided[SMALL][0] and decided[f"{SMALL}@arm64"][0], decided
+    assert s.get(VERSION, INDEX_TYPE).headers["Docker-Content-Digest"] == before
+
+
+def test_one_architecture_failing_its_gate_pushes_nothing(small: tuple[Small, subprocess.CompletedProcess[str]],
+                                                          tmp_path: Path) -> None:
+    """A check only an x86-64 image passes (the team's container-structure-test): the arm64 gate fails, so neither
+    architecture is pushed, the tag keeps its index and the lockfile is unchanged."""
+    s, first = small
+    assert first.returncode == 0, first.stderr[-3000:]
+    checks = tmp_path / "x86-only.yaml"
+    checks.write_text('schemaVersion: 2.0.0\ncommandTests:\n  - name: x86-64 only\n    command: uname\n'
+                      '    args: ["-m"]\n    expectedOutput: ["x86_64"]\n', encoding="utf-8")
+    before = (s.get(VERSION, INDEX_TYPE).headers["Docker-Content-Digest"], s.lock.read_bytes())
+    r = s.release("--rebuild", "--structure-tests", str(checks), "--replicas", "1")
+    assert r.returncode == 1, r.stderr[-3000:]
+    assert "nothing pushed" in r.stderr and f"{SMALL}@arm64 failed structure: " in r.stderr, r.stderr[-2000:]
+    assert f"{SMALL} failed" not in r.stderr.replace(f"{SMALL}@arm64 failed", "")  # amd64 passed its gate
+    assert (s.get(VERSION, INDEX_TYPE).headers["Docker-Content-Digest"], s.lock.read_bytes()) == before
+
+
+# -- containerd of its own -----------------------------------------------------------------------------------------
+
+class containerd:
+    """A containerd of its own beside dockerd (Debian's 1.6, its root, state and socket under `folder`), and `ctr`
+    bound to it: `with containerd(folder) as ctr: ctr("images", "ls")`."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder / "containerd"
+        self.socket = self.folder / "containerd.sock"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def __enter__(self):  # type: ignore[no-untyped-def]
+        self.folder.mkdir(parents=True)
+        config = self.folder / "config.toml"
+        config.write_text(f'version = 2\nroot = "{self.folder}/root"\nstate = "{self.folder}/state"\n'
+                          f'[grpc]\n  address = "{self.socket}"\n[ttrpc]\n  address = "{self.socket}.ttrpc"\n'
+                          '[debug]\n  address = ""\n[metrics]\n  address = ""\n', encoding="utf-8")
+        self.proc = subprocess.Popen([shutil.which("containerd") or "containerd", "--config", str(config)],
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        for _ in range(100):
+            if self.ctr("version").returncode == 0:
+                return self.ctr
+            time.sleep(0.1)
+        raise AssertionError("containerd did not answer on its own socket")
+
+    def ctr(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["ctr", "--address", str(self.socket), *args], capture_output=True, text=True,
+                              timeout=600)
+
+    def __exit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            self.proc.terminate()
+            self.proc.wait(timeout=60)
+        shutil.rmtree(self.folder, ignore_errors=True)
