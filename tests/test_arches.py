@@ -216,3 +216,148 @@ def test_keys_and_local_tags_name_both_and_read_back():
     assert split_key("v@arm64") == ("v", "arm64") and split_key("v") == ("v", "amd64")
     assert local_tag("trainimg/jax:0.10.2-cpu-py3.11", "arm64") == "trainimg/jax:0.10.2-cpu-py3.11-arm64"
     assert local_tag("trainimg/jax:0.10.2-cpu-py3.11", "amd64") == "trainimg/jax:0.10.2-cpu-py3.11"
+
+
+# --- the bases: `--base-image REF | ARCH=REF`, and a base of the wrong architecture --------------------------------
+
+@pytest.mark.parametrize("given, said", [
+    (["--base-image", "riscv64=local/debian:bookworm"], "'riscv64' is not an architecture"),
+    (["--base-image", "arm64=not a ref"], "'not a ref' is not an image reference"),
+    (["--base-image", "a/b:1", "--base-image", "c/d:2"], "a base for every architecture is given twice"),
+    (["--base-image", "arm64=a/b:1", "--base-image", "arm64=c/d:2"], "a base for arm64 is given twice"),
+])
+def test_a_bad_base_image_is_one_line_before_the_engine(tmp_path, capsys, monkeypatch, given, said):
+    monkeypatch.setenv("DOCKER_HOST", "unix:///nonexistent/trainimg.sock")  # refused before any engine call
+    d = write(tmp_path, {"a.yaml": CPU})
+    for verb in ("build", "release"):
+        extra = ["--registry", "localhost:5000", "--skip-audit"] if verb == "release" else []
+        rc, out, err = run(capsys, "--recipes", str(d), verb, "pytorch-2.13.0-cpu-py3.11", *given, *extra)
+        assert rc == 2 and len(err) == 1 and err[0].startswith("--base-image: ") and said in err[0], (verb, err)
+
+
+def test_a_base_of_another_architecture_is_refused_naming_the_flag():
+    from memory_engine import MemoryEngine
+
+    from trainimg.engine.base import ImageInfo
+    from trainimg.errors import UserInputError
+    from trainimg.imagebuild.archplan import build_args, check_bases
+    from trainimg.options import BuildOptions
+
+    recipes = load_recipes(ROOT / "recipes")
+    chosen = [p for p in plans(recipes, [recipes.by_name["jax-0.10.2-cpu-py3.11"]])]
+    engine = MemoryEngine(images={"local/debian:bookworm": ImageInfo("sha256:" + "1" * 64, {}, architecture="amd64"),
+                                  "local/debian:bookworm-arm64": ImageInfo("sha256:" + "2" * 64, {},
+                                                                           architecture="arm64")})
+    with pytest.raises(UserInputError) as err:  # one REF for every architecture: an amd64 image under arm64
+        check_bases(engine, chosen, BuildOptions(base_image="local/debian:bookworm"))
+    assert str(err.value) == ("--base-image: local/debian:bookworm is linux/amd64; jax-0.10.2-cpu-py3.11@arm64 is "
+                              "built for arm64: give its base with --base-image arm64=REF")
+    both = BuildOptions(base_image="local/debian:bookworm", arch_bases={"arm64": "local/debian:bookworm-arm64"})
+    check_bases(engine, chosen, both)
+    assert [build_args(p, both, {})["BASE_IMAGE"] for p in chosen] == ["local/debian:bookworm",
+                                                                        "local/debian:bookworm-arm64"]
+
+
+# --- CI: a job per architecture on an arm64 runner, or emulation said in the file ---------------------------------
+
+@pytest.mark.parametrize("system", ["github", "gitlab"])
+def test_ci_builds_arm64_natively_or_under_emulation_and_says_which(tmp_path, capsys, monkeypatch, system):
+    import shlex
+
+    import yaml
+
+    monkeypatch.chdir(ROOT)
+    rc, native, err = run(capsys, "ci", system, "jax-0.10.2-cpu-py3.11", "--registry", "ghcr.io/acme/ml")
+    assert rc == 0, err
+    assert "# arm64: built natively, in the *-arm64 stage jobs, on the arm64 runner" in native
+    doc = yaml.safe_load(native)
+    jobs = doc["jobs"] if system == "github" else doc
+    arm = jobs["stage-jax-0_10_2-cpu-py3_11-arm64" if system == "github" else "stage-jax-0.10.2-cpu-py3.11-arm64"]
+    runner = arm["runs-on"] if system == "github" else arm["tags"][0]
+    assert runner == {"github": "ubuntu-24.04-arm", "gitlab": "saas-linux-medium-arm64"}[system]
+    line = next(s["run"] for s in arm["steps"] if str(s.get("run", "")).startswith("trainimg")) \
+        if system == "github" else arm["script"][0]
+    args = shlex.split(line)
+    assert args[args.index("--arch") + 1] == "arm64" and "--stage" in args
+    rc, emulated, err = run(capsys, "ci", system, "jax-0.10.2-cpu-py3.11", "--registry", "ghcr.io/acme/ml",
+                            "--emulate-arm64")
+    assert rc == 0, err
+    assert "# arm64: built under emulation (QEMU) in the amd64 stage jobs" in emulated
+    doc = yaml.safe_load(emulated)
+    stages = {k: v for k, v in (doc["jobs"] if system == "github" else doc).items() if k.startswith("stage-")}
+    (job,) = stages.values()  # one job builds both: no --arch, the emulator registered first
+    text = json.dumps(job)
+    assert "--arch" not in text and ("docker/setup-qemu-action" in text or "tonistiigi/binfmt" in text), text
+    rc, out, err = run(capsys, "ci", system, "--registry", "ghcr.io/acme/ml", "--emulate-arm64", "--arm64-runner", "x")
+    assert rc == 2 and err[0].startswith("--emulate-arm64: "), err
+
+
+def test_the_bake_file_has_a_target_per_architecture():
+    from trainimg.render.bake import BakeInputs, bake_file
+
+    recipes = load_recipes(ROOT / "recipes")
+    chosen = plans(recipes, [recipes.by_name["jax-0.10.2-cpu-py3.11"]])
+    data = bake_file(chosen, BakeInputs(Path("/ctx"), {p.key: Path(f"/df/{p.key}") for p in chosen}, (),
+                                        {"jax-0.10.2-cpu-py3.11": {}}))
+    arm = data["target"]["jax-0.10.2-cpu-py3.11-arm64"]
+    assert arm["platforms"] == ["linux/arm64"] and arm["tags"] == ["trainimg/jax:0.10.2-cpu-py3.11-arm64"]
+    assert arm["dockerfile"] == "/df/jax-0.10.2-cpu-py3.11@arm64"
+    assert "platforms" not in data["target"]["jax-0.10.2-cpu-py3.11"]  # amd64's target as it always was
+    assert data["group"]["default"]["targets"] == ["jax-0.10.2-cpu-py3.11", "jax-0.10.2-cpu-py3.11-arm64"]
+
+
+# --- a lockfile entry per architecture, and the index trainimg pushes ---------------------------------------------
+
+def test_a_lockfile_entry_per_architecture_reads_back_and_amd64s_is_as_it_was(tmp_path):
+    from trainimg.errors import UserInputError
+    from trainimg.publish.lockfile import LockEntry, read_lock, variant_entries, write_lock
+
+    common = dict(variant="v", recipe="r.yaml", tag="t/v:1.0.0-cpu-py3.11", image_id="sha256:" + "1" * 64,
+                  base_image="b", base_digest="sha256:" + "2" * 64,
+                  pushed={"reg/t/v:1.0.0-cpu-py3.11": "sha256:" + "9" * 64})
+    amd = LockEntry(**common, manifest="sha256:" + "3" * 64)
+    arm = LockEntry(**common, arch="arm64", manifest="sha256:" + "4" * 64)
+    plain = LockEntry(**common)
+    assert "arch" not in plain.to_json() and "manifest" not in plain.to_json()  # an amd64-only release's entry
+    lock = tmp_path / "images.lock"
+    write_lock(lock, [amd, arm])
+    back = read_lock(lock)
+    assert sorted(back) == ["v", "v@arm64"] and back["v@arm64"] == arm and back["v"] == amd
+    assert [e.arch for e in variant_entries(back, "v")] == ["amd64", "arm64"]
+    assert arm.image_digest("reg/t/v:1.0.0-cpu-py3.11") == arm.manifest  # its own image, inside the index
+    assert plain.image_digest("reg/t/v:1.0.0-cpu-py3.11") == "sha256:" + "9" * 64
+    data = json.loads(lock.read_text())
+    data["variants"]["v"] = data["variants"].pop("v@arm64")  # an arm64 entry under amd64's key
+    lock.write_text(json.dumps(data))
+    with pytest.raises(UserInputError, match="entry says variant 'v@arm64'"):
+        read_lock(lock)
+
+
+def test_the_index_names_each_architecture_as_oci_and_docker_read_it():
+    from trainimg.registry.imageindex import INDEX_TYPE, Platformed, entries, index_body
+
+    manifest = "application/vnd.docker.distribution.manifest.v2+json"
+    body = index_body([Platformed("amd64", "sha256:" + "a" * 64, 10, manifest),
+                       Platformed("arm64", "sha256:" + "b" * 64, 11, manifest)])
+    doc = json.loads(body)
+    assert doc["schemaVersion"] == 2 and doc["mediaType"] == INDEX_TYPE
+    assert [m["platform"] for m in doc["manifests"]] == [{"architecture": "amd64", "os": "linux"},
+                                                        {"architecture": "arm64", "os": "linux", "variant": "v8"}]
+    assert [(e.arch, e.size) for e in entries(body)] == [("amd64", 10), ("arm64", 11)]
+
+
+def test_diff_of_a_variants_two_architectures_says_so(tmp_path):
+    from memory_engine import MemoryEngine
+
+    from trainimg.publish.diff import diff_images, load_side, render_diff
+    from trainimg.publish.lockfile import LockEntry, write_lock
+
+    common = dict(variant="v", recipe="r.yaml", tag="t/v:1.0.0-cpu-py3.11", base_image="b",
+                  base_digest="sha256:" + "2" * 64, versions={"python": "3.11.2"})
+    lock = tmp_path / "images.lock"
+    write_lock(lock, [LockEntry(**common, image_id="sha256:" + "1" * 64),
+                      LockEntry(**common, image_id="sha256:" + "3" * 64, arch="arm64")])
+    engine = MemoryEngine()  # neither image on it: the lockfile's record alone
+    d = diff_images(load_side(engine, "lock:v", lock), load_side(engine, "lock:v@arm64", lock))
+    assert d["architecture"] == {"a": "amd64", "b": "arm64"} and not d["same"]
+    assert "architecture: amd64 -> arm64" in render_diff(d).splitlines()

@@ -10,7 +10,8 @@ A side is loaded by `load_side` from one of:
 A lock side has the recorded versions and image ID; its labels, layers and size come from the engine when the
 recorded image is still there, and are unknown (None) otherwise, which `diff_images` reports as not compared.
 
-Compared: the versions (CUDA first, then framework, cudnn, nccl, python, hypertune: ``trainimg.version.*`` labels for
+Compared: the CPU architecture (an arm64 image against the amd64 one of the same variant: `lock:<variant>@arm64`,
+`<tag>-arm64`), the versions (CUDA first, then framework, cudnn, nccl, python, hypertune: ``trainimg.version.*`` labels for
 an image, the recorded versions for a lock entry), the packages (added, removed, version changed: from the two images' SBOMs), the
 other labels, the layers (count, and the RootFS layer digests only one side has) and the size. Everything is plain data (`diff_images` returns JSON-ready dicts); `render_diff` is the
 text form.
@@ -43,6 +44,7 @@ def _from_inspect(info: ImageInfo) -> dict[str, Any]:
         "labels": {k: v for k, v in labels.items() if not k.startswith(VERSION_PREFIX)},
         "layers": list(info.layers),
         "size": info.size,
+        "architecture": info.architecture or None,
         "_versions": {k[len(VERSION_PREFIX):]: _norm(v) for k, v in labels.items() if k.startswith(VERSION_PREFIX)},
     }
 
@@ -84,6 +86,7 @@ def load_side(engine: Engine, ref: str, lock_path: str | os.PathLike[str] | None
         side: dict[str, Any] = _from_inspect(info) if info else {"labels": None, "layers": None, "size": None}
         side.pop("_versions", None)
         return {**side, "ref": ref, "source": "lock", "tag": entry.tag, "image_id": entry.image_id,
+                "architecture": entry.arch,
                 "sbom": _sbom(engine, info),
                 "versions": {k: _norm(entry.versions.get(k)) for k in VERSION_KEYS}, "base_digest": entry.base_digest,
                 "pushed": dict(entry.pushed)}
@@ -130,13 +133,16 @@ def diff_images(a: dict[str, Any], b: dict[str, Any]) -> dict[str, Any]:
     size = None
     if a.get("size") is not None and b.get("size") is not None:
         size = {"a": a["size"], "b": b["size"], "delta": b["size"] - a["size"]}
+    arch = ({"a": a.get("architecture"), "b": b.get("architecture")}
+            if a.get("architecture") and b.get("architecture") and a["architecture"] != b["architecture"] else None)
     same = (a.get("image_id") == b.get("image_id") and a.get("image_id") is not None) or (
-        not versions and labels is not None and not any(labels.values()) and layers is not None
+        not versions and arch is None and labels is not None and not any(labels.values()) and layers is not None
         and not layers["added"] and not layers["removed"] and layers["a"] == layers["b"])
     return {
         "a": {"ref": a.get("ref"), "source": a.get("source"), "image_id": a.get("image_id")},
         "b": {"ref": b.get("ref"), "source": b.get("source"), "image_id": b.get("image_id")},
         "same": bool(same),
+        "architecture": arch,  # None: the same (or a side does not say)
         "versions": versions,
         "packages": package_changes(a["sbom"], b["sbom"]) if a.get("sbom") and b.get("sbom") else None,
         "labels": labels,
@@ -170,6 +176,8 @@ def render_diff(d: dict[str, Any]) -> str:
     if d["same"]:
         lines.append("same image" if a["image_id"] == b["image_id"] else "no differences")
         return "\n".join(lines) + "\n"
+    if d.get("architecture"):
+        lines.append(f"architecture: {d['architecture']['a']} -> {d['architecture']['b']}")
     lines.append("versions:" if d["versions"] else "versions: same")
     for k, v in d["versions"].items():
         lines.append(f"  {k}: {v['a'] or 'none'} -> {v['b'] or 'none'}")
