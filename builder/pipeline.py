@@ -33,7 +33,11 @@ from .publish.passrecord import attach_records
 from .publish.promote import write_parts
 from .publish.push import PushResult, reachable_target
 from .registry.registryapi import RegistryAPI
+from .imagebuild.lockcompile import left_out
+from .plan.requirements import lock_states
+from .publish.indexpush import needs_index
 from .publish.skip import Decision, check_whole, decide
+from .recipe.compat import load_compat
 from .recipe.arches import split_key
 from .registry.references import RegistryTarget
 from .publish.policy import PushPolicy
@@ -99,8 +103,9 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
         if on_decision is not None:
             on_decision(d)
     todo = frozenset(k for k, d in decisions.items() if not d.skip)  # per (variant, architecture): arches.arch_key
+    left = left_out(chosen, lock_states(chosen, load_compat(), root))  # not lockable here: no build makes them
     if not opts.stage:
-        check_whole(chosen, decisions, root)  # one index per tag: no architecture left behind
+        check_whole(chosen, decisions, left)  # one index per tag: no architecture left behind
     wanted = sorted({decisions[k].variant for k in todo})
     build_opts = dataclasses.replace(build_opts, inputs_keys=keys, only=todo)
     if not build_opts.cache_from:  # an ephemeral CI runner starts empty: the last release's pushes are its cache
@@ -119,8 +124,10 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
             write_parts(opts.lock_dir, release_entries(engine, recipes, builds, suites, {}, build_opts.audits))
         raise CheckFailed("nothing pushed: " + "; ".join(
             f"{s.name} failed {', '.join(ch.name for ch in s.failed)}" for s in failed))
+    indexed = frozenset(v.tag for v in chosen if needs_index([a for a in v.arch if (v.name, a) not in left]))
     return _publish(engine, recipes, builds, suites, kept, opts, target=target, credentials=credentials, env=env,
-                    api=api, audits=build_opts.audits, on_pushed=on_pushed, on_sbom=on_sbom, on_record=on_record)
+                    api=api, audits=build_opts.audits, on_pushed=on_pushed, on_sbom=on_sbom, on_record=on_record,
+                    indexed=indexed)
 
 
 def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], suites: list[Suite],
@@ -128,9 +135,10 @@ def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], sui
              credentials: dict[str, str] | None, env: Mapping[str, str], api: RegistryAPI,
              audits: Mapping[str, str], on_pushed: Callable[[str, Any], None] | None,
              on_sbom: Callable[[str], None] | None,
-             on_record: Callable[[str], None] | None) -> ReleaseResult:
+             on_record: Callable[[str], None] | None, indexed: frozenset[str] = frozenset()) -> ReleaseResult:
     """What a release puts in the registry once every suite passed, in order: the immutable tags with their SBOMs,
-    the release records, then (unless staging) the moving tags and the lockfile, all or nothing."""
+    the release records, then (unless staging) the moving tags and the lockfile, all or nothing. `indexed`: the
+    tags of the variants built for several architectures (one index each)."""
     policy = PushPolicy(engine, target, credentials, env, on_sbom)
     policy.admit(b.tag for b in builds)
 
@@ -142,7 +150,7 @@ def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], sui
     pushed = push_immutable(engine, builds, target, credentials, gate=policy.gate, on_pushed=pushed_with_sbom,
                             kept=sorted({d.tag for d in kept.values()}), upload=opts.upload,
                             kept_manifests=_kept_manifests(kept.values()), index=not opts.stage,
-                            on_manifest=pushed_with_sbom)
+                            on_manifest=pushed_with_sbom, indexed=indexed)
     digests = {**{d.tag: d.tag_digest or d.digest for d in kept.values() if d.digest},
                **{t: r.digest for t, r in pushed.items() if not r.manifests or r.index}}
     moves = {} if opts.stage else planned_moves(target, digests)

@@ -105,6 +105,15 @@ def test_the_arm64_gate_passes_under_emulation(jax_arm64: dict, state_env: dict[
     assert status["gpu"] == status["allreduce_nccl_containers"] == "skipped", status  # never passed without a GPU
 
 
+def test_test_base_image_names_the_base_each_architecture_was_built_on(jax_arm64: dict,
+                                                                       state_env: dict[str, str]) -> None:
+    r = trainimg("test", JAX, "--arch", "arm64", "--base-image", f"arm64={LOCAL_BASE}", "--progress", "quiet",
+                 env=state_env, timeout=120)
+    assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
+    assert r.stderr.startswith(f"--base-image: {jax_arm64['tag']} (arm64) was built on {ARM64_BASE}, not "
+                               f"{LOCAL_BASE}"), r.stderr
+
+
 # -- (b) a release of both architectures as one index --------------------------------------------------------------
 
 class Small:
@@ -238,6 +247,35 @@ def test_one_architecture_failing_its_gate_pushes_nothing(small: tuple[Small, su
     assert "nothing pushed" in r.stderr and f"{SMALL}@arm64 failed structure: " in r.stderr, r.stderr[-2000:]
     assert f"{SMALL} failed" not in r.stderr.replace(f"{SMALL}@arm64 failed", "")  # amd64 passed its gate
     assert (s.get(VERSION, INDEX_TYPE).headers["Docker-Content-Digest"], s.lock.read_bytes()) == before
+
+
+def test_stage_jobs_per_architecture_then_promote_put_the_index_together(
+        small: tuple[Small, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
+    """What `trainimg ci` writes for native arm64 runners: a stage job per architecture, each pushing its manifest by
+    digest and writing its part; promote refuses while a part is missing, then puts the index under the tag."""
+    s, first = small
+    assert first.returncode == 0, first.stderr[-3000:]
+    parts = tmp_path / "lock.d"
+    for arch in ("amd64", "arm64"):
+        r = s.release("--stage", "--arch", arch, "--lock-dir", str(parts), "--rebuild", "--replicas", "1")
+        assert r.returncode == 0, r.stderr[-3000:]
+        part = json.loads((parts / f"{SMALL}{'@arm64' if arch == 'arm64' else ''}.json").read_text())
+        (entry,) = part["variants"].values()
+        assert entry["pushed"] == {} and entry["manifest"].startswith("sha256:")  # by digest: the tag is promote's
+        if arch == "amd64":  # promote names the architecture still missing, and moves nothing
+            lock = tmp_path / "missing.lock"
+            r = trainimg("--recipes", str(s.recipes), "promote", str(parts), SMALL, "--registry", s.registry.host,
+                         "--username", s.registry.username, "--lock", str(lock), env=s.env, timeout=300)
+            assert r.returncode == 1 and f"{SMALL}@arm64: no part" in r.stderr and not lock.exists(), r.stderr
+    lock = tmp_path / "promoted.lock"
+    r = trainimg("--recipes", str(s.recipes), "promote", str(parts), SMALL, "--registry", s.registry.host,
+                 "--username", s.registry.username, "--lock", str(lock), env=s.env, timeout=300)
+    assert r.returncode == 0, r.stderr
+    index = s.get(VERSION, INDEX_TYPE)
+    held = {m["platform"]["architecture"]: m["digest"] for m in index.json()["manifests"]}
+    entries = read_lock(lock)
+    assert {e.arch: e.manifest for e in entries.values()} == held
+    assert {d for e in entries.values() for d in e.pushed.values()} == {index.headers["Docker-Content-Digest"]}
 
 
 # -- containerd of its own -----------------------------------------------------------------------------------------

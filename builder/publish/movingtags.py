@@ -12,7 +12,7 @@ at anything not also reachable by an immutable tag.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Set
 from typing import Any
 
 from ..engine.base import Engine
@@ -116,7 +116,7 @@ def push_immutable(engine: Engine, builds: Iterable[VariantBuild], target: Regis
                    on_pushed: Callable[[str, PushResult], None] | None = None, kept: Iterable[str] = (),
                    kept_manifests: Mapping[str, Mapping[str, str]] | None = None,
                    on_manifest: Callable[[str, PushResult], None] | None = None, index: bool = True,
-                   **push_kwargs: Any) -> dict[str, PushResult]:
+                   indexed: Set[str] = frozenset(), **push_kwargs: Any) -> dict[str, PushResult]:
     """Push every build's immutable tag; {local tag: registry.PushResult} in push order. The moving tags are the
     caller's last step (`copy_moving_tags`), after everything else a release does has succeeded.
 
@@ -129,6 +129,7 @@ def push_immutable(engine: Engine, builds: Iterable[VariantBuild], target: Regis
     manifests of its architectures the release skipped as unchanged (`kept_manifests`: {tag: {arch: digest}}).
     With `index` False (a `--stage` job, which may hold one architecture of several) each architecture's image is
     pushed by digest only, keyed by its local tag: `promote` puts the index under the tag once every part is in.
+    `indexed` names the tags of the variants built for several architectures, however few this release built.
     """
     builds = list(builds)
     results: dict[str, PushResult] = {}
@@ -142,7 +143,7 @@ def push_immutable(engine: Engine, builds: Iterable[VariantBuild], target: Regis
         groups.setdefault(b.variant_tag, []).append(b)
     for tag, group in groups.items():
         partial = (kept_manifests or {}).get(tag, {})
-        if needs_index([*(b.arch for b in group), *partial]):
+        if tag in indexed or needs_index([*(b.arch for b in group), *partial]):
             results.update(push_architectures(engine, tag, [(b.tag, b.arch) for b in group], target, credentials,
                                               gate=gate, kept=partial, siblings=siblings, on_manifest=on_manifest,
                                               on_pushed=on_pushed, index=index, **push_kwargs))

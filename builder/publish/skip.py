@@ -12,14 +12,10 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
-from pathlib import Path
 
 from ..errors import RegistryError, UserInputError
-from ..imagebuild.lockcompile import left_out
-from ..plan.requirements import lock_states
-from ..recipe.compat import load_compat
 from ..recipe.arches import DEFAULT_ARCH, arch_key, split_key
 from ..recipe.variant import Variant
 from ..registry.imageindex import architectures
@@ -135,12 +131,11 @@ def _unchanged(api: RegistryAPI, target: RegistryTarget, v: Variant, arch: str, 
                                           f"{shown} in the lockfile or beside the image{problem}", arch=arch)
 
 
-def check_whole(chosen: Sequence[Variant], decisions: Mapping[str, Decision], root: Path) -> None:
-    """A release that moves a variant's tag puts every architecture it is built for in the tag's index: one left
-    out by `--arch` (and not kept as unchanged) would vanish from the tag. `--stage` jobs are exempt: `promote`
-    puts the index together from every architecture's part."""
-    compat = load_compat()
-    left = left_out(list(chosen), lock_states(list(chosen), compat, root))
+def check_whole(chosen: Sequence[Variant], decisions: Mapping[str, Decision], left: Set[tuple[str, str]]) -> None:
+    """A release that moves a variant's tag puts every architecture it is built for (not those of `left`, which no
+    build here makes: `lockcompile.left_out`) in the tag's index: one left out by `--arch` (and not kept as
+    unchanged) would vanish from the tag. `--stage` jobs are exempt: `promote` puts the index together from every
+    architecture's part."""
     for v in chosen:
         missing = [a for a in v.arch if (v.name, a) not in left and arch_key(v.name, a) not in decisions]
         if missing and any(split_key(k)[0] == v.name for k in decisions):
