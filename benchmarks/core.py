@@ -53,7 +53,7 @@ class Matrix:
         from trainimg.render.dockerfile import render_all
 
         bench = load_recipes(BENCH_RECIPES)
-        shipped = {p.variant.name: p for p in plans(load_recipes(SHIPPED_RECIPES))}
+        shipped = {p.variant.name: p for p in plans(load_recipes(SHIPPED_RECIPES), arches=("amd64",))}
         self.bench_variants = [v.name for v in bench.variants]
         self.bench_tags = {v.name: v.tag for v in bench.variants}
         if len(self.bench_variants) < 3:

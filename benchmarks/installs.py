@@ -77,7 +77,7 @@ def rendered(variant: str, installer: str, cache_id: str, folder: Path) -> Path:
     from trainimg.render.dockerfile import render_plan
 
     recipes = load_recipes(Path("recipes"))
-    (plan,) = plans(recipes, [recipes.by_name[variant]], installer=installer)
+    (plan,) = plans(recipes, [recipes.by_name[variant]], installer=installer, arches=("amd64",))
     text = render_plan(plan)
     if f"id={WHEEL_CACHE_ID}-" not in text:
         raise ValueError(f"{variant}'s Dockerfile mounts no wheel cache `id={WHEEL_CACHE_ID}-...`")

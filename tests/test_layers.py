@@ -115,7 +115,7 @@ def _instructions(text: str) -> list[tuple[str, str]]:
     return out
 
 
-@pytest.mark.parametrize("plan", plans(SHIPPED), ids=lambda p: p.variant.name)
+@pytest.mark.parametrize("plan", plans(SHIPPED), ids=lambda p: p.key)  # every architecture's Dockerfile
 def test_every_run_in_the_image_is_sealed_and_mounts_under_dev(plan: Any) -> None:
     steps = [(s, i) for s, i in _instructions(render_plan(plan)) if s not in (INSTALLER_STAGE, LOCKS_STAGE)]
     runs = [i for _, i in steps if i.startswith("RUN ")]
