@@ -13,6 +13,8 @@ top-level module or subpackage of builder/ sits in one layer, lowest first:
     engine                                    the one door to the container engine
     registry                                  the registry client: references, credentials, the API, blob push,
                                               referrers, layer files, access log, the local registry
+    trust                                     signing keys, signatures and provenance in cosign's format,
+                                              verification by key, cluster admission policies
     imagebuild                                building images, compiling locks
     conformance                               suite, replicas, verdicts, reports, records
     publish                                   push, lockfile, diff, SBOMs and records beside images
@@ -52,6 +54,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("render",),
     ("engine",),
     ("registry",),
+    ("trust",),
     ("imagebuild",),
     ("conformance",),
     ("publish",),
