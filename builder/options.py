@@ -234,6 +234,7 @@ class ReleaseOptions:
     stage: bool = False
     lock_dir: str = DEFAULT_LOCK_DIR
     upload: str = DEFAULT_UPLOAD  # who sends the layers (`--upload`): the engine, or trainimg's registry client
+    sign_key: Path | None = None  # `--sign-key`: sign and attest what is pushed, before any tag moves
 
     def __post_init__(self) -> None:
         if not self.lock_dir.strip():
@@ -252,6 +253,7 @@ class PromoteOptions:
     lock_dir: Path
     variants: tuple[str, ...] = ()
     lock_path: str | None = None
+    sign_key: Path | None = None  # `--sign-key`: sign and attest every promoted image before a tag moves
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))
@@ -306,13 +308,19 @@ class CiOptions:
     branch: str = "main"  # releases run on pushes to this branch (and by hand)
     recipes: str = "recipes"  # the recipes folder, relative to the checkout
     one_machine: bool = False  # every job runs on this machine (gitlab-ci-local): a loopback registry is shared
+    # Signing in promote (the one job that holds the key; stage jobs, which run the builds, never see it): the CI
+    # secret holding the private key (GitHub: its PEM text; GitLab: a File variable), and the passphrase's.
+    sign_key_var: str | None = None
+    sign_password_var: str = "TRAINIMG_SIGN_PASSWORD"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))
         object.__setattr__(self, "runner", tuple(self.runner))
         if self.system not in CI_SYSTEMS:
             raise UserInputError(f"{self.system!r} is not one of {', '.join(CI_SYSTEMS)}")
-        for flag, name in (("--username-var", self.username_var), ("--password-var", self.password_var)):
+        for flag, name in (("--username-var", self.username_var), ("--password-var", self.password_var),
+                           ("--sign-key-var", self.sign_key_var or "X"),
+                           ("--sign-password-var", self.sign_password_var)):
             if not ENV_NAME.fullmatch(name):
                 raise UserInputError(f"{name!r} is not a variable name", where=flag)
         for flag, text in (("--install", self.install), *(("--runner", r) for r in self.runner)):
@@ -334,3 +342,30 @@ class MatrixOptions:
     def __post_init__(self) -> None:
         if self.format not in MATRIX_FORMATS:
             raise UserInputError(f"{self.format!r}: use {' or '.join(MATRIX_FORMATS)}", where="--format")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeygenOptions:
+    """`trainimg trust keygen`: the key pair's files, `<prefix>.key` and `<prefix>.pub` (cosign's names)."""
+
+    prefix: Path = Path("cosign")
+
+
+POLICY_KINDS = ("kyverno", "policy-controller")  # `trainimg trust policy KIND`: the admission controllers written for
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyOptions:
+    """`trainimg trust policy KIND`: which controller, the registry and variants whose repositories it covers, the
+    public key it trusts, the policy's name (a DNS label: `jobs.kubernetes` checks it)."""
+
+    kind: str
+    registry: str
+    key: Path
+    variants: tuple[str, ...] = ()  # names or globs; none: every variant of the recipes
+    name: str = "trainimg-signed-images"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variants", tuple(self.variants))
+        if self.kind not in POLICY_KINDS:
+            raise UserInputError(f"{self.kind!r} is not one of {', '.join(POLICY_KINDS)}")

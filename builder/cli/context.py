@@ -20,6 +20,7 @@ from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
 
 if TYPE_CHECKING:
     from ..engine.docker import DockerEngine
+    from ..trust.signer import Signer
     from ..registry.references import RegistryTarget
     from ..recipe.variant import RecipeSet
 
@@ -95,6 +96,25 @@ def credentials(registry: RegistryTarget, username: str | None, password_stdin: 
             raise UserInputError("--username needs the password in TRAINIMG_REGISTRY_PASSWORD or on "
                                  "--password-stdin", where="--username")
     return resolve_credentials(registry, username, password, env=env)
+
+
+def signer(c: Ctx, key: Path | None, on_line: Callable[[str], None]) -> Signer | None:
+    """The `--sign-key` key, opened now with its passphrase from the environment (a wrong one fails before
+    anything is built or pushed); None without the flag: nothing is signed."""
+    if key is None:
+        return None
+    from ..trust.keys import load_signing_key
+    from ..trust.signer import Signer
+
+    return Signer(load_signing_key(key, c.env), c.env, on_line)
+
+
+#: `--sign-key`, the same on release, push and promote.
+sign_key_option = click.option(
+    "--sign-key", type=click.Path(path_type=Path), default=None, metavar="FILE",
+    help="Sign each pushed image by digest for its repository, with its SLSA provenance, before any tag moves: a "
+         "cosign private key (`trainimg trust keygen`, `cosign generate-key-pair`), its passphrase in "
+         "TRAINIMG_SIGN_PASSWORD or COSIGN_PASSWORD.")
 
 
 def note(text: str, progress: str = DEFAULT_PROGRESS) -> None:

@@ -12,7 +12,7 @@ from ..options import DEFAULT_UPLOAD, NPROC_PER_NODE, REPLICAS, UPLOADS, Release
 from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
 from .context import (STDOUT, Callback, Ctx, credentials, docker_engine, emit_json, image_ref, json_option, note,
-                      pass_ctx, progress_option)
+                      pass_ctx, progress_option, sign_key_option, signer)
 from .images import _build_options, build_flags
 
 if TYPE_CHECKING:
@@ -116,13 +116,16 @@ upload_flag = click.option(
 
 
 def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
-          password_stdin: bool, upload: str = DEFAULT_UPLOAD) -> list[PushResult]:
+          password_stdin: bool, upload: str = DEFAULT_UPLOAD, sign_key: Path | None = None) -> list[PushResult]:
     from ..publish.policy import PushPolicy
-    from ..publish.push import push
+    from ..publish.push import push, reachable_target
+    from ..publish.signing import pushed_image, sign_all
     from ..registry.references import RegistryTarget
+    from ..registry.registryapi import RegistryAPI
 
     target = RegistryTarget.parse(registry)
     creds = credentials(target, username, password_stdin, c.env)
+    sign = signer(c, sign_key, click.echo)
     engine = docker_engine()
     for tag in tags:
         if engine.image(tag) is None:
@@ -139,6 +142,9 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
                       siblings=[t for t in tags if t != tag])
         click.echo(f"pushed {result.ref}@{result.digest} ({result.bytes_uploaded} bytes uploaded)")
         policy.pushed(tag, result)
+        if sign is not None:
+            sign_all(sign, RegistryAPI(reachable_target(engine, target), creds),
+                     [pushed_image(engine, target, tag, result.digest)], c.root)
         results.append(result)
     return results
 
@@ -147,9 +153,10 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
 @click.argument("variants", nargs=-1, required=True)
 @registry_flags
 @upload_flag
+@sign_key_option
 @pass_ctx
 def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | None, password_stdin: bool,
-             upload: str) -> None:
+             upload: str, sign_key: Path | None) -> None:
     """Push variants' images to <registry>/<tag>; refuses images without a passing conformance record.
 
     Reaches the registry (and pushes each image's SBOM beside it); reads each SBOM from the image in a
@@ -160,8 +167,9 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000
       echo "$TOKEN" | trainimg push 'pytorch-*' --registry ghcr.io/team --username bot --password-stdin
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --upload engine
+      TRAINIMG_SIGN_PASSWORD=... trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --sign-key cosign.key
     """
-    _push(c, [image_ref(c, v)[0] for v in variants], registry, username, password_stdin, upload)
+    _push(c, [image_ref(c, v)[0] for v in variants], registry, username, password_stdin, upload, sign_key)
 
 
 @click.command()

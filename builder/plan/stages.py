@@ -69,7 +69,12 @@ class Plan:
         return tuple(s for s in self.stages if s.name not in ("base", PARENT_STAGE, FINAL_STAGE))
 
     def dockerfile_path(self) -> str:
-        return f"images/{self.variant.name}/Dockerfile"
+        return dockerfile_path(self.variant.name)
+
+
+def dockerfile_path(variant: str) -> str:
+    """Where a variant's rendered Dockerfile lives, relative to the repository root."""
+    return f"images/{variant}/Dockerfile"
 
 
 def static_labels(v: Variant, compat: Compat) -> list[tuple[str, str]]:

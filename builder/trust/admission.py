@@ -15,12 +15,12 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from ..options import POLICY_KINDS
 from .provenance import BUILD_TYPE, PREDICATE_TYPE
 from .simplesigning import REPOSITORY_ANNOTATION
 
 KYVERNO_API = "kyverno.io/v1"
 POLICY_CONTROLLER_API = "policy.sigstore.dev/v1beta1"
-DEFAULT_NAME = "trainimg-signed-images"
 
 
 def _keys(public_pem: str) -> dict[str, Any]:
@@ -60,4 +60,4 @@ def policy_controller(name: str, identities: Sequence[str], public_pem: str) -> 
             "spec": {"images": globs, "authorities": [authority], "mode": "enforce"}}
 
 
-WRITERS = {"kyverno": kyverno, "policy-controller": policy_controller}
+WRITERS = dict(zip(POLICY_KINDS, (kyverno, policy_controller)))  # by `trainimg trust policy KIND`

@@ -61,8 +61,8 @@ def check(public: ec.EllipticCurvePublicKey, layers: list[attached.Attached], id
     read = [_provenance_of(public, layer) for layer in layers]
     ours = [claims for claims in read if isinstance(claims, Claims)]
     if not ours:
-        return Finding(False, f"provenance: {len(layers)} attestation(s) of {where}, none by this key "
-                              f"({read[0]})"), None
+        other = next((f" ({why})" for why in read if isinstance(why, str) and not why.endswith("none by this key")), "")
+        return Finding(False, f"provenance: {len(layers)} attestation(s) of {where}, none by this key{other}"), None
     for claims in ours:
         if claims.predicate_type == PREDICATE_TYPE and (identity, digest) in claims.subjects:
             return Finding(True, f"provenance: {PREDICATE_TYPE} of {where}, signed by this key"), claims

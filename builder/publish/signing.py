@@ -1,0 +1,114 @@
+"""What `release`, `push` and `promote` sign with `--sign-key`: each image they pushed, by digest, for the repository
+it was pushed to, with its SLSA provenance (trust/).
+
+The provenance says only what is known here: what the image's own labels record (its variant, recipe, the
+requirements lock's digest, the source repository and revision, the base it was built on, its inputs key: read
+from the registry's copy of the image config, so the same for a release, a push and a promote); the base by
+digest where the lock entry resolved it; the files of this checkout only when this run built the image from them
+(a release); the artifacts pushed beside the image (the SBOM, the release record) as byproducts, by the digests
+the registry lists them under; and the build's start and end times only where this run saw them.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..engine.base import Engine
+from ..plan.requirements import lock_path
+from ..plan.stages import dockerfile_path
+from ..registry.referrers import referrers
+from ..registry.references import RegistryTarget, split_tag
+from ..registry.registryapi import RegistryAPI
+from ..runtime.contract import (INPUTS_LABEL, LOCK_DIGEST_LABEL, OCI_BASE_NAME, OCI_REVISION, OCI_SOURCE,
+                                RECIPE_LABEL, VARIANT_LABEL)
+from ..runtime.sbom import MEDIA_TYPE as SBOM_TYPE
+from ..trust.provenance import Build, Resource
+from ..trust.signer import Signer
+from .lockfile import LockEntry, base_digest
+from .passrecord import RECORD_TITLE, RECORD_TYPE
+from .sbom import SBOM_TITLE
+
+# The artifacts beside an image its provenance names (by the digest of the artifact's manifest), and their files.
+BYPRODUCTS = {SBOM_TYPE: SBOM_TITLE, RECORD_TYPE: RECORD_TITLE}
+
+
+@dataclass(frozen=True)
+class Signed:
+    """One image to sign: where it was pushed, and what this run knows of its build beyond the image's labels."""
+
+    repository: str
+    digest: str
+    base_digest: str | None = None  # the lock entry's resolved base (``repo@sha256:...`` or an image ID)
+    built_here: bool = False  # built by this run from this checkout: its files are named with their digests
+    started: str | None = None
+    finished: str | None = None
+
+
+def _sha256(value: str) -> dict[str, str] | None:
+    """{"sha256": hex} of a ``...sha256:<hex>`` digest, None when it is not one."""
+    head, sep, hexpart = value.rpartition("sha256:")
+    return {"sha256": hexpart} if sep and len(hexpart) == 64 else None
+
+
+def _file(root: Path, relative: str) -> Resource | None:
+    path = root / relative
+    if not relative or not path.is_file():
+        return None
+    return Resource(relative, {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
+
+
+def provenance_of(api: RegistryAPI, image: Signed, root: Path) -> Build:
+    """The provenance facts of `image` (see the module doc)."""
+    got = api.image_labels(image.repository, image.digest)
+    labels = got[1] if got is not None else {}
+    variant, recipe, base = labels.get(VARIANT_LABEL, ""), labels.get(RECIPE_LABEL, ""), labels.get(OCI_BASE_NAME, "")
+    parameters = {key: value for key, value in (("variant", variant), ("recipe", recipe), ("baseImage", base))
+                  if value}
+    dependencies: list[Resource | None] = []
+    revision = labels.get(OCI_REVISION, "")
+    if revision and revision != "unknown":
+        dependencies.append(Resource("source", {"gitCommit": revision}, uri=labels.get(OCI_SOURCE) or None))
+    lock = _sha256(labels.get(LOCK_DIGEST_LABEL, ""))
+    if lock and variant:
+        dependencies.append(Resource(lock_path(Path(), variant).as_posix(), lock))
+    base_digest = _sha256(image.base_digest or "")
+    if base and base_digest:
+        dependencies.append(Resource(base, base_digest))
+    if image.built_here:
+        dependencies += [_file(root, recipe), _file(root, dockerfile_path(variant) if variant else "")]
+    found = referrers(api, image.repository, image.digest)
+    byproducts = tuple(Resource(BYPRODUCTS[str(m["artifactType"])], {"sha256": str(m.get("digest")).split(":")[-1]},
+                                media_type=str(m["artifactType"])) for m in found
+                       if m.get("artifactType") in BYPRODUCTS)
+    extra = {"inputsKey": labels[INPUTS_LABEL]} if labels.get(INPUTS_LABEL) else {}
+    return Build(parameters, tuple(d for d in dependencies if d is not None), byproducts, image.started,
+                 image.finished, extra)
+
+
+def sign_all(signer: Signer, api: RegistryAPI, images: Iterable[Signed], root: Path) -> None:
+    """Sign each image once per (repository, digest), its provenance from `provenance_of`; a failure raises at
+    once (the caller then moves no tag)."""
+    done: set[tuple[str, str]] = set()
+    for image in images:
+        if (image.repository, image.digest) not in done:
+            signer.sign(api, image.repository, image.digest, provenance_of(api, image, root))
+            done.add((image.repository, image.digest))
+
+
+def entry_image(target: RegistryTarget, entry: LockEntry) -> Signed:
+    """What a lock entry (a promoted part, a variant a release kept) names on `target`: its immutable tag's digest
+    in its repository (its moving tags name the same digest there), its base as the entry resolved it."""
+    return Signed(target.repository(split_tag(entry.tag)[0]), entry.pushed[target.ref(entry.tag)],
+                  base_digest=entry.base_digest)
+
+
+def pushed_image(engine: Engine, target: RegistryTarget, tag: str, digest: str) -> Signed:
+    """What `push` signs for local `tag`, pushed to `target` as `digest`: its base resolved on this engine, where
+    the engine has it (else the provenance names it by its label alone)."""
+    info = engine.image(tag)
+    base = (info.labels if info is not None else {}).get(OCI_BASE_NAME)
+    resolved = base_digest(engine, base) if base and engine.image(base) is not None else None
+    return Signed(target.repository(split_tag(tag)[0]), digest, base_digest=resolved)
