@@ -32,7 +32,7 @@ def promote(c: Ctx, lock_dir: Path, variants: tuple[str, ...], registry: str, us
     Examples:
       trainimg promote lock.d --registry ghcr.io/team --lock images.lock
       trainimg promote lock.d 'pytorch-*' --registry localhost:5000
-      TRAINIMG_SIGN_PASSWORD=... trainimg promote lock.d --registry ghcr.io/team --sign-key "$KEY_FILE"
+      trainimg promote lock.d --registry ghcr.io/team --sign-key release.key
     """
     from ..publish.lockfile import DEFAULT_LOCK
     from ..publish.promote import check_parts, promote as run_promote

@@ -167,7 +167,7 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000
       echo "$TOKEN" | trainimg push 'pytorch-*' --registry ghcr.io/team --username bot --password-stdin
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --upload engine
-      TRAINIMG_SIGN_PASSWORD=... trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --sign-key cosign.key
+      trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --sign-key cosign.key
     """
     _push(c, [image_ref(c, v)[0] for v in variants], registry, username, password_stdin, upload, sign_key)
 

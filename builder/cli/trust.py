@@ -23,7 +23,7 @@ def trust() -> None:
 
     \b
     Examples:
-      TRAINIMG_SIGN_PASSWORD=... trainimg trust keygen --output-key-prefix release
+      trainimg trust keygen --output-key-prefix release
       trainimg trust policy kyverno --registry ghcr.io/team --key release.pub --output policy.yaml
     """
 
@@ -41,8 +41,8 @@ def keygen(c: Ctx, prefix: Path) -> None:
 
     \b
     Examples:
-      TRAINIMG_SIGN_PASSWORD="$(cat passphrase)" trainimg trust keygen
-      COSIGN_PASSWORD=... trainimg trust keygen --output-key-prefix keys/release
+      trainimg trust keygen
+      trainimg trust keygen --output-key-prefix keys/release
     """
     from ..trust.keys import passphrase, write_pair
 

@@ -71,6 +71,14 @@ class Finding:
     line: str
 
 
+def repository_of(reference: str) -> str:
+    """``HOST/REPO`` of a signed docker-reference, which may carry a tag or a digest (`cosign sign REF` writes REF
+    as given): containers/image's ``matchRepository`` compares this part."""
+    name = reference.partition("@")[0]
+    head, colon, tag = name.rpartition(":")
+    return head if colon and "/" not in tag else name
+
+
 def _claims(data: bytes) -> tuple[str, str] | None:
     """(docker-reference, docker-manifest-digest) of a simple-signing payload, None when it is not one."""
     try:
@@ -101,8 +109,8 @@ def check(public: ec.EllipticCurvePublicKey, layers: list[attached.Attached], id
             wrong.append("a payload that is not cosign's simple signing")
         elif claims[1] != digest:
             wrong.append(f"it covers {claims[1]}, not this digest")
-        elif claims[0] != identity:
-            wrong.append(f"it names repository {claims[0]}, not {identity}")
+        elif repository_of(claims[0]) != identity:
+            wrong.append(f"it names repository {repository_of(claims[0])}, not {identity}")
         else:
             return Finding(True, f"signature: {where} signed by this key for {identity}")
     return Finding(False, f"signature: this key signed {wrong[0]} (under {attached.signature_tag(digest)})")
