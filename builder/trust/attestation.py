@@ -39,39 +39,40 @@ def attest(key: SigningKey, api: RegistryAPI, repository: str, digest: str, stat
     return written, referrer
 
 
-def _provenance_of(public: ec.EllipticCurvePublicKey, layer: attached.Attached) -> Claims | str:
-    """The claims of one ``.att`` layer signed by `public`, else why not."""
+def _provenance_of(public: ec.EllipticCurvePublicKey, layer: attached.Attached) -> tuple[bool, Claims | str]:
+    """(whether `public` signed it, its claims or why there are none) of one ``.att`` layer."""
     if layer.media_type != dsse.MEDIA_TYPE:
-        return f"a {layer.media_type or 'typeless'} layer"
+        return False, f"a {layer.media_type or 'typeless'} layer"
     opened = dsse.open_envelope(layer.payload, public)
     if isinstance(opened, str):
-        return opened
+        return False, opened
     if opened[0] != dsse.IN_TOTO_PAYLOAD_TYPE:
-        return f"a {opened[0]} payload, not an in-toto statement"
-    return read_statement(opened[1])
+        return True, f"a {opened[0]} payload, not an in-toto statement"
+    return True, read_statement(opened[1])
 
 
 def check(public: ec.EllipticCurvePublicKey, layers: list[attached.Attached], identity: str,
           digest: str) -> tuple[Finding, Claims | None]:
     """Whether one of `layers` (the ``.att`` image's) is SLSA v1 provenance signed by `public` whose subject is
     `digest` of `identity`, with its claims; else the most telling reason, and the claims that came nearest."""
-    where = f"{identity}@{digest}"
+    where, tag = f"{identity}@{digest}", attached.attestation_tag(digest)
     if not layers:
-        return Finding(False, f"provenance: none for {where} (no {attached.attestation_tag(digest)} tag)"), None
+        return Finding(False, f"provenance: none for {where} (no {tag} tag)"), None
     read = [_provenance_of(public, layer) for layer in layers]
-    ours = [claims for claims in read if isinstance(claims, Claims)]
+    ours = [claims for by_key, claims in read if by_key]
     if not ours:
-        other = next((f" ({why})" for why in read if isinstance(why, str) and not why.endswith("none by this key")), "")
-        return Finding(False, f"provenance: {len(layers)} attestation(s) of {where}, none by this key{other}"), None
-    for claims in ours:
+        return Finding(False, f"provenance: {len(layers)} attestation(s) of {where}, none by this key"), None
+    statements = [claims for claims in ours if isinstance(claims, Claims)]
+    for claims in statements:
         if claims.predicate_type == PREDICATE_TYPE and (identity, digest) in claims.subjects:
             return Finding(True, f"provenance: {PREDICATE_TYPE} of {where}, signed by this key"), claims
-    claims = ours[0]
+    if not statements:
+        return Finding(False, f"provenance: this key signed {ours[0]} under {tag}"), None
+    claims = statements[0]
     if claims.predicate_type != PREDICATE_TYPE:
         why = f"its predicate is {claims.predicate_type}, not {PREDICATE_TYPE}"
     elif digest not in {d for _, d in claims.subjects}:
         why = f"its subject is {', '.join(f'{n}@{d}' for n, d in claims.subjects) or 'empty'}, not this digest"
     else:
         why = f"its subject names {', '.join(n for n, d in claims.subjects if d == digest)}, not {identity}"
-    return Finding(False, f"provenance: this key attested something else under "
-                          f"{attached.attestation_tag(digest)}: {why}"), claims
+    return Finding(False, f"provenance: this key attested something else under {tag}: {why}"), claims

@@ -19,6 +19,9 @@ from importlib.metadata import PackageNotFoundError, version
 from typing import Any
 
 STATEMENT_TYPE = "https://in-toto.io/Statement/v1"
+# Read as well: v0.1, which `cosign attest` 2.5 still writes; its subject, predicateType and predicate are v1's
+# (in-toto attestation spec, "Statement layer": v1 is backwards compatible with v0.1 parsers).
+READ_STATEMENT_TYPES = (STATEMENT_TYPE, "https://in-toto.io/Statement/v0.1")
 PREDICATE_TYPE = "https://slsa.dev/provenance/v1"
 COSIGN_TYPE = "slsaprovenance1"  # the name `cosign verify-attestation --type` gives PREDICATE_TYPE
 # What a trainimg release is, as SLSA's buildType: it fixes the meaning of the parameters below.
@@ -118,7 +121,7 @@ def read_statement(body: bytes) -> Claims | str:
     """The claims of an in-toto Statement v1, else why it is not one (one phrase)."""
     try:
         doc: Any = json.loads(body)
-        if doc["_type"] != STATEMENT_TYPE:
+        if doc["_type"] not in READ_STATEMENT_TYPES:
             return f"a statement of type {doc['_type']!r}, not {STATEMENT_TYPE}"
         subjects = tuple((str(s["name"]), f"{algo}:{value}") for s in doc["subject"]
                          for algo, value in sorted(s["digest"].items()))
