@@ -25,15 +25,17 @@ from .conformance.structure import check_structure_tests
 from .publish.inputs import inputs_keys
 from .publish.lockedbases import cache_sources
 from .publish.lockfile import DEFAULT_LOCK, LockEntry, read_lock, release_entries, write_lock
-from .publish.movingtags import moving_tag, push_release
+from .publish.movingtags import copy_moving_tags, moving_tag, push_release
 from .publish.passrecord import attach_records
 from .publish.promote import write_parts
 from .publish.push import PushResult, reachable_target
+from .publish.signing import release_images, sign_all, utc_now
 from .registry.registryapi import RegistryAPI
 from .publish.skip import Decision, decide
 from .registry.references import RegistryTarget
 from .publish.policy import PushPolicy
 from .recipe.loading import RecipeSet
+from .trust.signer import Signer
 
 
 @dataclass(frozen=True)
@@ -71,7 +73,7 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
             on_pushed: Callable[[str, Any], None] | None = None,
             on_decision: Callable[[Decision], None] | None = None,
             on_sbom: Callable[[str], None] | None = None,
-            on_record: Callable[[str], None] | None = None) -> ReleaseResult:
+            on_record: Callable[[str], None] | None = None, signer: Signer | None = None) -> ReleaseResult:
     """Build `variants` (all of them when empty), test each, and push only if every suite passed; then record the
     release in `opts.lock_path` (or, with `opts.stage`, one part per variant in `opts.lock_dir`, no moving tag).
 
@@ -79,8 +81,10 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
     skipped (publish/skip.py; `on_decision` sees every verdict) and keeps its digest, its lock entry and its
     place in the moving tags. `on_tested` sees every suite before the decision (reports are written even when
     nothing is pushed). Each pushed variant's lock entry then goes beside its image too (publish/passrecord.py;
-    `on_record` sees a line each). Raises CheckFailed, naming each failed variant and check, when anything
-    failed."""
+    `on_record` sees a line each). With a `signer` every image a tag of the release names (built, or kept) is
+    signed and attested (publish/signing.py) before any moving tag moves: a failure moves none. Raises
+    CheckFailed, naming each failed variant and check, when anything failed."""
+    started = utc_now()
     previous = read_lock(opts.lock_path or DEFAULT_LOCK)  # a malformed lockfile fails before an hour of building
     check_structure_tests(opts.test.structure_tests)
     chosen = recipes.with_parents(recipes.select(list(variants)))
@@ -106,6 +110,18 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
             write_parts(opts.lock_dir, release_entries(engine, recipes, builds, suites, {}))
         raise CheckFailed("nothing pushed: " + "; ".join(
             f"{s.name} failed {', '.join(ch.name for ch in s.failed)}" for s in failed))
+    return _publish(engine, recipes, builds, suites, kept, opts, target=target, credentials=credentials, env=env,
+                    api=api, root=root, started=started, signer=signer, on_pushed=on_pushed, on_sbom=on_sbom,
+                    on_record=on_record)
+
+
+def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], suites: list[Suite],
+             kept: Mapping[str, Decision], opts: ReleaseOptions, *, target: RegistryTarget,
+             credentials: dict[str, str] | None, env: Mapping[str, str], api: RegistryAPI, root: Path, started: str,
+             signer: Signer | None, on_pushed: Callable[[str, Any], None] | None,
+             on_sbom: Callable[[str], None] | None, on_record: Callable[[str], None] | None) -> ReleaseResult:
+    """What a release puts in the registry once every suite passed, in order: the immutable tags with their SBOMs,
+    the signatures and provenance, then (unless staging) the moving tags, the release records and the lockfile."""
     policy = PushPolicy(engine, target, credentials, env, on_sbom)
     policy.admit(b.tag for b in builds)
 
@@ -114,9 +130,17 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
             on_pushed(tag, result)
         policy.pushed(tag, result)
 
+    kept_digests = {d.tag: d.digest for d in kept.values() if d.digest}
     pushed = push_release(engine, builds, target, credentials, gate=policy.gate, on_pushed=pushed_with_sbom,
-                          kept={d.tag: d.digest for d in kept.values() if d.digest}, moving=not opts.stage,
-                          upload=opts.upload)
+                          kept=kept_digests, moving=False, upload=opts.upload)
+    if signer is not None:  # before a moving tag moves: a signing that fails moves none
+        sign_all(signer, api, release_images(engine, target, builds, pushed, kept.values(), started), root)
+    if not opts.stage:
+        for mt, res in copy_moving_tags(api, target, {**kept_digests, **{t: r.digest for t, r in pushed.items()}}
+                                        ).items():
+            pushed[mt] = res
+            if on_pushed is not None:
+                on_pushed(mt, res)
     attach_records(api, target, _record(opts, engine, recipes, builds, suites, pushed, kept, target), on_record)
     return ReleaseResult(builds, suites, pushed, kept)
 

@@ -127,7 +127,7 @@ class World:
 
     def sign(self, key: Path, repository: str, digest: str) -> None:
         build = provenance.Build({"variant": "trust-test"}, (provenance.Resource("recipe", {"sha256": "0" * 64}),))
-        Signer(keys.load_signing_key(key, self.env), self.env).sign(self.api, repository, digest, build)
+        Signer(keys.load_signing_key(key, self.env), self.env).sign(self.api, repository, digest, lambda: build)
 
     def copy_attached(self, source: str, digest: str, repository: str, to_digest: str) -> None:
         """The `.sig` and `.att` images of `source@digest`, written as `repository@to_digest`'s."""

@@ -189,22 +189,24 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
 @click.option("--lock-dir", "lock_dir", metavar="DIR", default=default(ReleaseOptions, "lock_dir"), show_default=True,
               help="Where --stage writes <variant>.json.")
 @upload_flag
+@sign_key_option
 @pass_ctx
 def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | None, ca_bundle: Path | None,
             wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
             cache_from: tuple[str, ...], installer: str, platform: str, replicas: int, nproc_per_node: int,
             timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], registry: str,
             username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None,
-            rebuild: bool, stage: bool, lock_dir: str, upload: str) -> None:
+            rebuild: bool, stage: bool, lock_dir: str, upload: str, sign_key: Path | None) -> None:
     """Build, test, then push every named variant, only if all of them passed; skip unchanged ones.
 
     Reaches the registry first (what it holds decides what is skipped), then builds on the engine, starts the
-    test containers and pushes.
+    test containers and pushes; with --sign-key it signs what it pushed before a moving tag moves.
 
     
     Examples:
       trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --lock images.lock
       trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d
+      trainimg release pytorch-2.13.0-cpu-py3.11 --registry ghcr.io/team --sign-key release.key
     """
     from ..pipeline import release as run_release
     from ..registry.references import RegistryTarget
@@ -216,18 +218,21 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
                                                installer),
                           test=TestOptions(platform=platform, replicas=replicas, timeout=timeout,
                                            nproc_per_node=nproc_per_node, structure_tests=structure_tests),
-                          lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir, upload=upload)
+                          lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir, upload=upload,
+                          sign_key=sign_key)
     creds = credentials(target, username, password_stdin, c.env)
     to_err = json_path == STDOUT  # stdout holds the JSON report then; what release says goes to stderr
 
     def say(line: str) -> None:
         click.echo(line, err=to_err)
 
+    sign = signer(c, opts.sign_key, say)  # a key that cannot be opened fails before an hour of building
+
     result = run_release(c.recipes(), docker_engine(), variants, opts, target=target, credentials=creds, env=c.env,
                          root=c.root, progress=progress, on_suite=_print_suite,
                          on_tested=lambda suites: _write_reports(suites, json_path, junit_path),
                          on_pushed=lambda tag, r: say(f"pushed {r.ref}@{r.digest} ({r.bytes_uploaded} bytes uploaded)"),
-                         on_sbom=say, on_record=say, on_decision=lambda d: say(d.line()))
+                         on_sbom=say, on_record=say, on_decision=lambda d: say(d.line()), signer=sign)
     if stage:
         say(f"staged {len(result.builds) + len(result.skipped)} variant(s) in {lock_dir}")
     elif lock_path:

@@ -12,11 +12,14 @@ the registry lists them under; and the build's start and end times only where th
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable
+from functools import partial
+from collections.abc import Iterable, Mapping
+from datetime import datetime, timezone
 from dataclasses import dataclass
 from pathlib import Path
 
 from ..engine.base import Engine
+from ..imagebuild.builder import VariantBuild
 from ..plan.requirements import lock_path
 from ..plan.stages import dockerfile_path
 from ..registry.referrers import referrers
@@ -28,6 +31,8 @@ from ..runtime.sbom import MEDIA_TYPE as SBOM_TYPE
 from ..trust.provenance import Build, Resource
 from ..trust.signer import Signer
 from .lockfile import LockEntry, base_digest
+from .push import PushResult
+from .skip import Decision
 from .passrecord import RECORD_TITLE, RECORD_TYPE
 from .sbom import SBOM_TITLE
 
@@ -94,7 +99,7 @@ def sign_all(signer: Signer, api: RegistryAPI, images: Iterable[Signed], root: P
     done: set[tuple[str, str]] = set()
     for image in images:
         if (image.repository, image.digest) not in done:
-            signer.sign(api, image.repository, image.digest, provenance_of(api, image, root))
+            signer.sign(api, image.repository, image.digest, partial(provenance_of, api, image, root))
             done.add((image.repository, image.digest))
 
 
@@ -103,6 +108,23 @@ def entry_image(target: RegistryTarget, entry: LockEntry) -> Signed:
     in its repository (its moving tags name the same digest there), its base as the entry resolved it."""
     return Signed(target.repository(split_tag(entry.tag)[0]), entry.pushed[target.ref(entry.tag)],
                   base_digest=entry.base_digest)
+
+
+def utc_now() -> str:
+    """Now, as SLSA's timestamps are written (RFC 3339, UTC, seconds)."""
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def release_images(engine: Engine, target: RegistryTarget, builds: Iterable[VariantBuild],
+                   pushed: Mapping[str, PushResult], kept: Iterable[Decision], started: str) -> list[Signed]:
+    """What a release signs: each build it pushed (from this checkout, between `started` and now, on the base the
+    engine resolves) and each variant it kept (its registry digest, its base as its lock entry resolved it): every
+    image a moving tag of the release may name."""
+    finished = utc_now()
+    built = [Signed(target.repository(split_tag(b.tag)[0]), pushed[b.tag].digest, base_digest(engine, b.base_image),
+                    True, started, finished) for b in builds]
+    return [*built, *(Signed(target.repository(split_tag(d.tag)[0]), d.digest,
+                             d.entry.base_digest if d.entry is not None else None) for d in kept if d.digest)]
 
 
 def pushed_image(engine: Engine, target: RegistryTarget, tag: str, digest: str) -> Signed:
