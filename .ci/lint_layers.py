@@ -9,6 +9,7 @@ top-level module or subpackage of builder/ sits in one layer, lowest first:
     userfiles                                 userfiles: the JSON files users hand trainimg)
     recipe                                    recipes, grammar, rules, compatibility data
     plan                                      build stages and blocks
+    audit                                     advisories against every pin: OSV records, waivers, the VEX
     render                                    Dockerfiles, bake files
     engine                                    the one door to the container engine
     registry                                  the registry client: references, credentials, the API, blob push,
@@ -51,6 +52,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "state", "progress", "options", "userfiles"),
     ("recipe",),
     ("plan",),
+    ("audit",),
     ("render",),
     ("engine",),
     ("registry",),

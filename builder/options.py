@@ -98,11 +98,41 @@ class BuildOptions:
     installer: str = DEFAULT_INSTALLER
     # Run every step anew, BuildKit's layer cache unused (`verify` rebuilds so; the wheel cache mount still serves).
     no_cache: bool = False
+    # variant name -> the audit document its SBOM step reads (builder/audit/vex.py: the audit's state and VEX);
+    # `build --advisories` and `release` fill it after their audit, a variant without one is built not audited.
+    audits: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         BUILD_JOBS.check(self.jobs, "--jobs")
         if self.installer not in INSTALLERS:
             raise UserInputError(f"{self.installer!r}: use {' or '.join(INSTALLERS)}", where="--installer")
+
+
+# How old advisory data may be (`--max-age DAYS`): a week. OSV's own service is current within the hour; a mirror
+# or an air-gapped folder synced at least weekly stays inside it, and data older than that means the sync broke:
+# a fix published since would go unseen, so the audit refuses it instead of passing on stale data.
+AUDIT_MAX_AGE = IntLimit(0, 36500)
+DEFAULT_MAX_AGE_DAYS = 7
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditOptions:
+    """`trainimg audit`, and `build`'s and `release`'s audit before they build: where advisories come from
+    (`--advisories DIR|URL`), the committed waivers, how old the data may be, or the explicit `--skip-audit`."""
+
+    advisories: str | None = None
+    waivers: Path | None = None
+    max_age_days: int = DEFAULT_MAX_AGE_DAYS
+    skip: bool = False
+
+    def __post_init__(self) -> None:
+        AUDIT_MAX_AGE.check(self.max_age_days, "--max-age", " days")
+        if self.skip and self.advisories:
+            raise UserInputError("--skip-audit skips the audit --advisories asks for: give one", where="--skip-audit")
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.advisories)
 
 
 # Who sends an image's layers on `push`: the engine (`docker push`), or trainimg's registry client, which sends only
@@ -227,6 +257,9 @@ class ReleaseOptions:
 
     build: BuildOptions
     test: TestOptions
+    # The advisory audit before anything is built (`--advisories`, or the explicit `--skip-audit`); None only for
+    # callers of the library that audit themselves: the CLI always sets it.
+    audit: AuditOptions | None = None
     lock_path: str | None = None
     rebuild: bool = False  # build, test and push even a variant whose inputs key and passed image are in the registry
     # One CI job of many: push the immutable tags only, write a part per variant into lock_dir (the lockfile is
@@ -308,6 +341,7 @@ class CiOptions:
     branch: str = "main"  # releases run on pushes to this branch (and by hand)
     recipes: str = "recipes"  # the recipes folder, relative to the checkout
     one_machine: bool = False  # every job runs on this machine (gitlab-ci-local): a loopback registry is shared
+    advisories: str | None = None  # `release --advisories` in each stage job; none: `--skip-audit`, said in the file
     # Signing in promote (the one job that holds the key; stage jobs, which run the builds, never see it): the CI
     # secret holding the private key (GitHub: its PEM text; GitLab: a File variable), and the passphrase's.
     sign_key_var: str | None = None

@@ -66,6 +66,9 @@ def ci_flags(fn: Callback) -> Callback:
         click.option("--one-machine", is_flag=True,
                      help="Every job runs on this machine (gitlab-ci-local, one shell runner), so a loopback "
                           "--registry is shared; refused without it."),
+        click.option("--advisories", metavar="DIR|URL", default=None,
+                     help="`release --advisories` in every stage job: every pin audited before the build "
+                          "(without it the jobs say --skip-audit, in the file for review)."),
     ]):
         fn = deco(fn)
     return fn
@@ -89,13 +92,14 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
     @pass_ctx
     def command(c: Ctx, variants: tuple[str, ...], registry: str, base_image: str | None, runner: tuple[str, ...],
                 image: str | None, install: str, username_var: str, password_var: str, sign_key_var: str | None,
-                sign_password_var: str, branch: str, output: Path | None, one_machine: bool) -> None:
+                sign_password_var: str, branch: str, output: Path | None, one_machine: bool,
+                advisories: str | None) -> None:
         from ..publish.pipelines import pipeline
 
         opts = CiOptions(system=system, registry=registry, variants=variants, base_image=base_image, runner=runner,
                          image=image, install=install, username_var=username_var, password_var=password_var,
                          sign_key_var=sign_key_var, sign_password_var=sign_password_var, branch=branch,
-                         recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine)
+                         recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine, advisories=advisories)
         write_text(pipeline(c.recipes(), opts), output)
 
     command.__doc__ = (f"Write {what} that releases VARIANTS (default: all) across runners.\n\n"

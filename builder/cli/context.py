@@ -17,6 +17,7 @@ import click
 
 from ..errors import UserInputError
 from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
+from ..runtime.report import Suite
 
 if TYPE_CHECKING:
     from ..engine.docker import DockerEngine
@@ -147,3 +148,18 @@ def emit_json(data: Any, path: str | None) -> None:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UserInputError(f"cannot write {path}: {exc.strerror or exc}; choose a file you can write") from None
+
+
+def write_reports(suites: list[Suite], json_path: str | None, junit_path: str | None) -> None:
+    """The conformance reports of `suites`: JSON (stdout or a file) and JUnit, where the flags ask for them."""
+    from ..runtime.report import ReportPathError, json_report, write_json, write_junit
+
+    try:
+        if json_path == STDOUT:
+            click.echo(json_report(suites), nl=False)
+        elif json_path:
+            write_json(suites, json_path)
+        if junit_path:
+            write_junit(suites, junit_path)
+    except ReportPathError as err:
+        raise UserInputError(str(err)) from None

@@ -12,7 +12,8 @@ from ..options import DEFAULT_UPLOAD, NPROC_PER_NODE, REPLICAS, UPLOADS, Release
 from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
 from .context import (STDOUT, Callback, Ctx, credentials, docker_engine, emit_json, image_ref, json_option, note,
-                      pass_ctx, progress_option, sign_key_option, signer)
+                      pass_ctx, progress_option, sign_key_option, signer, write_reports)
+from .audit import audit_flags, audit_options, release_audit
 from .images import _build_options, build_flags
 
 if TYPE_CHECKING:
@@ -52,20 +53,6 @@ def _print_suite(suite: Suite) -> None:
                f"{counts['skipped']} skipped, {counts['warning']} warnings)", err=True)
 
 
-def _write_reports(suites: list[Suite], json_path: str | None, junit_path: str | None) -> None:
-    from ..runtime.report import ReportPathError, json_report, write_json, write_junit
-
-    try:
-        if json_path == STDOUT:
-            click.echo(json_report(suites), nl=False)
-        elif json_path:
-            write_json(suites, json_path)
-        if junit_path:
-            write_junit(suites, junit_path)
-    except ReportPathError as err:
-        raise UserInputError(str(err)) from None
-
-
 @click.command("test")
 @click.argument("image")
 @test_flags
@@ -91,7 +78,7 @@ def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: i
     opts = TestOptions(platform=platform, replicas=replicas, timeout=timeout, nproc_per_node=nproc_per_node,
                        structure_tests=structure_tests)
     suites = test_images(docker_engine(), [image_ref(c, image)], opts, c.env, progress, _print_suite)
-    _write_reports(suites, json_path, junit_path)
+    write_reports(suites, json_path, junit_path)
     if not all(s.passed for s in suites):
         raise CheckFailed(f"{image} failed conformance: " + ", ".join(ch.name for s in suites for ch in s.failed))
 
@@ -189,6 +176,7 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
 @click.option("--lock-dir", "lock_dir", metavar="DIR", default=default(ReleaseOptions, "lock_dir"), show_default=True,
               help="Where --stage writes <variant>.json.")
 @upload_flag
+@audit_flags
 @sign_key_option
 @pass_ctx
 def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | None, ca_bundle: Path | None,
@@ -196,17 +184,19 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
             cache_from: tuple[str, ...], installer: str, platform: str, replicas: int, nproc_per_node: int,
             timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], registry: str,
             username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None,
-            rebuild: bool, stage: bool, lock_dir: str, upload: str, sign_key: Path | None) -> None:
+            rebuild: bool, stage: bool, lock_dir: str, upload: str, advisories: str | None, waivers: Path | None,
+            max_age: int, skip_audit: bool, sign_key: Path | None) -> None:
     """Build, test, then push every named variant, only if all of them passed; skip unchanged ones.
 
-    Reaches the registry first (what it holds decides what is skipped), then builds on the engine, starts the
-    test containers and pushes; with --sign-key it signs what it pushed before a moving tag moves.
+    Audits every pin first (--advisories, as `trainimg audit`; or --skip-audit, recorded), then reaches the
+    registry (what it holds decides what is skipped), builds on the engine, starts the test containers and pushes;
+    with --sign-key it signs what it pushed before a moving tag moves.
 
     
     Examples:
-      trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --lock images.lock
-      trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d
-      trainimg release pytorch-2.13.0-cpu-py3.11 --registry ghcr.io/team --sign-key release.key
+      trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --lock images.lock --advisories osv/
+      trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d --advisories https://osv.internal
+      trainimg release pytorch-2.13.0-cpu-py3.11 --registry ghcr.io/team --skip-audit --sign-key release.key
     """
     from ..pipeline import release as run_release
     from ..registry.references import RegistryTarget
@@ -219,6 +209,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
                           test=TestOptions(platform=platform, replicas=replicas, timeout=timeout,
                                            nproc_per_node=nproc_per_node, structure_tests=structure_tests),
                           lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir, upload=upload,
+                          audit=release_audit(audit_options(advisories, waivers, max_age, skip_audit)),
                           sign_key=sign_key)
     creds = credentials(target, username, password_stdin, c.env)
     to_err = json_path == STDOUT  # stdout holds the JSON report then; what release says goes to stderr
@@ -230,13 +221,13 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
 
     result = run_release(c.recipes(), docker_engine(), variants, opts, target=target, credentials=creds, env=c.env,
                          root=c.root, progress=progress, on_suite=_print_suite,
-                         on_tested=lambda suites: _write_reports(suites, json_path, junit_path),
+                         on_tested=lambda suites: write_reports(suites, json_path, junit_path),
                          on_pushed=lambda tag, r: say(f"pushed {r.ref}@{r.digest} ({r.bytes_uploaded} bytes uploaded)"),
                          on_sbom=say, on_record=say, on_decision=lambda d: say(d.line()), signer=sign)
     if stage:
         say(f"staged {len(result.builds) + len(result.skipped)} variant(s) in {lock_dir}")
     elif lock_path:
-        say(f"locked {len(result.builds)} variant(s) in {lock_path}")
+        say(f"locked {len(result.builds) + len(result.skipped)} variant(s) in {lock_path}")
 
 
 @click.command("diff")

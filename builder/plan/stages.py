@@ -107,7 +107,7 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None, install
             raise ValueError(f"make_plan needs the parent variant {v.extends!r} of {v.name!r}")
         args = ((PARENT_ARG, parent.tag),)
         image_blocks = ([blocks.packages(v, compat, installer)] if v.extras else []) + [
-            blocks.labels(static_labels(v, compat)), blocks.sbom()]
+            blocks.labels(static_labels(v, compat)), blocks.sbom(v)]
         tool = [(INSTALLER_STAGE, PARENT_STAGE, [blocks.installer_stage()])] if installer == UV and v.extras else []
         on_parent = [(PARENT_STAGE, f"${{{PARENT_ARG}}}", [blocks.parent(PARENT_STAGE)]), *tool,
                      (FINAL_STAGE, PARENT_STAGE, image_blocks)]
@@ -131,7 +131,7 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None, install
         spec.append(("comms", last, [blocks.reduction_server()]))
         last = "comms"
     spec.append((FINAL_STAGE, last, install + [blocks.runtime(v), blocks.labels(static_labels(v, compat)),
-                                               blocks.sbom()]))
+                                               blocks.sbom(v)]))
     return Plan(v, args, _chain(spec, args))
 
 

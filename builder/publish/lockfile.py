@@ -23,6 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..audit.gate import CHECK_NAME as AUDIT_CHECK
 from ..engine.base import Engine
 from ..errors import UserInputError
 from ..imagebuild.builder import VariantBuild, installed_versions
@@ -104,23 +105,52 @@ def dumps_lock(entries: Mapping[str, LockEntry]) -> str:
     return json.dumps(data, indent=2, sort_keys=True) + "\n"
 
 
+class PendingLock:
+    """A lockfile update written beside its path at once and put in place by `commit()`, as one rename.
+
+    A release and `promote` make it before they move any tag (a lockfile that cannot be written fails while nothing
+    has moved) and commit it only after every tag moved; leaving the `with` block without a commit (an error)
+    removes the file written beside it, so the lockfile is the old one or the whole new one, never half."""
+
+    def __init__(self, path: str | os.PathLike[str], entries: Mapping[str, LockEntry] | Iterable[LockEntry]) -> None:
+        new = dict(entries) if isinstance(entries, Mapping) else {e.variant: e for e in entries}
+        self.path = Path(path)
+        self.merged = {**read_lock(self.path), **new}
+        self._tmp = ""
+        try:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            fd, self._tmp = tempfile.mkstemp(prefix=f".{self.path.name}.", dir=self.path.parent)
+            with os.fdopen(fd, "w", encoding="utf-8") as fh:
+                fh.write(dumps_lock(self.merged))
+        except OSError as exc:
+            self.discard()
+            raise UserInputError(f"cannot write the lockfile: {exc.strerror or exc}", where=str(self.path)) from None
+        except BaseException:
+            self.discard()
+            raise
+
+    def commit(self) -> dict[str, LockEntry]:
+        """Put the new lockfile in place; returns every entry it holds."""
+        os.replace(self._tmp, self.path)
+        return self.merged
+
+    def discard(self) -> None:
+        if self._tmp:
+            Path(self._tmp).unlink(missing_ok=True)
+
+    def __enter__(self) -> PendingLock:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.discard()  # after a commit there is nothing left to remove
+
+
 def write_lock(path: str | os.PathLike[str], entries: Mapping[str, LockEntry] | Iterable[LockEntry]
                ) -> dict[str, LockEntry]:
     """Merge `entries` into the lockfile at `path` (other variants' entries are kept) and write it atomically.
     Returns every entry the file now holds."""
-    new = dict(entries) if isinstance(entries, Mapping) else {e.variant: e for e in entries}
-    p = Path(path)
-    merged = {**read_lock(p), **new}
-    p.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{p.name}.", dir=p.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
-            fh.write(dumps_lock(merged))
-        os.replace(tmp, p)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    return merged
+    with PendingLock(path, entries) as pending:
+        return pending.commit()
 
 
 def base_digest(engine: Engine, ref: str) -> str:
@@ -138,13 +168,18 @@ def base_digest(engine: Engine, ref: str) -> str:
 def conformance_summary(suite: Suite | Mapping[str, Any]) -> dict[str, Any]:
     """{passed, counts, failed, platform, replicas} of a report.Suite (or its to_json() dict)."""
     data = suite if isinstance(suite, Mapping) else suite.to_json()
-    return {
+    summary = {
         "passed": bool(data.get("passed")),
         "counts": dict(data.get("counts", {})),
         "failed": sorted(c["name"] for c in data.get("checks", []) if c.get("status") == "failed"),
         "platform": data.get("platform"),
         "replicas": data.get("replicas"),
     }
+    # The advisory audit the release ran (or skipped, saying so): source, data date, findings, waivers.
+    audited = next((c.get("details") for c in data.get("checks", []) if c.get("name") == AUDIT_CHECK), None)
+    if audited is not None:
+        summary["advisories"] = audited
+    return summary
 
 
 def lock_entry(build: VariantBuild, *, recipe: str, base_digest: str, suite: Suite | Mapping[str, Any] | None = None,

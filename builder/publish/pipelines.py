@@ -86,6 +86,7 @@ class Plan:
             args += ["--base-image", opts.base_image]
         for tag in group.tags:
             args += ["--cache-from", target.ref(tag)]
+        args += ["--advisories", opts.advisories] if opts.advisories else ["--skip-audit"]
         return shlex.join([*args, "--progress", "plain"])
 
 

@@ -37,7 +37,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import IO
 
-from . import probe
+from . import osfixes, probe
 from .cluster import parse_cluster
 from .world import ClusterError
 from .contract import DEFAULT_PLATFORM, DEFAULT_TEST_TIMEOUT, EXIT_FAILED, EXIT_OK, EXIT_USAGE, LABELS_PATH, \
@@ -235,6 +235,13 @@ def probe_checks(expect: dict[str, object]) -> list[Check]:
     return [Check(r["name"], r["status"], r["reason"], r["duration"], r["details"]) for r in results]
 
 
+def os_fixes_check(waivers: list) -> Check:
+    """The ``os_security_fixes`` check (`osfixes.check`): pending security fixes of this image's OS packages."""
+    start = time.monotonic()
+    status, reason, details = osfixes.check(waivers)
+    return Check(osfixes.CHECK_NAME, status, reason, round(time.monotonic() - start, 3), details)
+
+
 def gpus_seen(checks: list[Check]) -> int:
     """The GPUs the probe's ``gpu`` check saw (0 where it was skipped or failed)."""
     gpu = next((c for c in checks if c.name == "gpu"), None)
@@ -281,6 +288,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--junit", default=None, metavar="FILE", help="write the JUnit XML report here")
     parser.add_argument("--labels", default=LABELS_PATH, metavar="FILE",
                         help="the image's labels file, whence the expectations (default: %(default)s)")
+    parser.add_argument("--os-fixes", action="store_true",
+                        help="also list the OS packages with a published security fix not applied (the release's "
+                             "security suite, over the network; `os_security_fixes`)")
+    parser.add_argument("--waivers", default=None, metavar="FILE",
+                        help="with --os-fixes: a JSON list of waivers (the audit's schema) for pending fixes")
     parser.add_argument("--cluster", action="store_true",
                         help="run under trainimg-launch on a real cluster (spec --conformance): no emulation; "
                              "local rank 0 prints the report as one JSON line")
@@ -324,6 +336,12 @@ def main(argv: list[str]) -> int:
         labels = image_labels(args.labels)
     except (OSError, ValueError) as err:
         return _usage_error(f"--labels: {err}")
+    if args.waivers and not args.os_fixes:
+        return _usage_error("--waivers: the waivers are read by --os-fixes: add it")
+    try:
+        waivers = osfixes.read_waivers(args.waivers)
+    except ValueError as err:
+        return _usage_error(f"--waivers: {err}")
     expect = expectations(labels)
     suite = Suite(labels.get(VARIANT_LABEL) or "selftest", labels.get(OCI_TITLE, ""),
                   "", "cluster" if args.cluster else args.platform, 1)
@@ -346,6 +364,8 @@ def main(argv: list[str]) -> int:
         return _usage_error(too_many)
     suite.replicas = plan.replicas if plan else 1
     suite.checks += allreduce_checks(expect, plan, args.platform, args.timeout)
+    if args.os_fixes:
+        suite.checks.append(os_fixes_check(waivers))
     for line in probe.summary_lines([{"name": c.name, "status": c.status, "reason": c.reason}
                                      for c in suite.checks]):
         print(line, file=sys.stderr)
