@@ -152,7 +152,7 @@ def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], sui
     attach_records(api, target, built, on_record)
     signer, root, started = signing
     if signer is not None:  # after the SBOMs and records (the provenance names them), before a tag moves
-        sign_all(signer, api, release_images(engine, target, builds, pushed, kept.values(), started), root)
+        sign_all(signer, api, release_images(engine, recipes, root, target, builds, pushed, kept.values(), started))
     if opts.stage:
         write_parts(opts.lock_dir, [*built, *skipped])
         return ReleaseResult(builds, suites, pushed, kept)

@@ -299,7 +299,8 @@ def test_trust_policy_writes_the_variants_repositories(pair: tuple[Path, Path], 
     (("push", "pytorch-2.13.0-cpu-py3.11", "--registry", "r.example", "--sign-key", "{pub}"), "--sign-key"),
     (("push", "pytorch-2.13.0-cpu-py3.11", "--registry", "r.example", "--sign-key", "/nonexistent.key"),
      "--sign-key"),
-    (("release", "pytorch-2.13.0-cpu-py3.11", "--registry", "r.example", "--sign-key", "{pub}"), "--sign-key"),
+    (("release", "pytorch-2.13.0-cpu-py3.11", "--registry", "r.example", "--skip-audit", "--sign-key", "{pub}"),
+     "--sign-key"),
     (("promote", "{folder}", "--registry", "r.example", "--sign-key", "{pub}"), "--sign-key"),
 ])
 def test_bad_trust_input_is_one_line_and_exit_2_before_anything_runs(

@@ -43,24 +43,21 @@ def _free_port() -> int:
         return int(s.getsockname()[1])
 
 
-class World:
-    """The registry, two key pairs (trainimg's, cosign's), and the consumers' configuration."""
+class Consumers:
+    """The consumers of the signatures on registry `host`: a docker config with its login (as `docker login` writes
+    it: trainimg and cosign read it, skopeo as its authfile), skopeo's registries.d, a key pair by trainimg."""
 
-    def __init__(self, folder: Path, proxy: FaultProxy, username: str, password: str) -> None:
-        self.folder, self.proxy, self.host = folder, proxy, proxy.address
-        self.user, self.password = username, password
-        host = self.host
-        self.api = RegistryAPI(RegistryTarget.parse(host), {"username": username, "password": password})
+    def __init__(self, folder: Path, host: str, username: str, password: str) -> None:
+        self.folder, self.host, self.user, self.password = folder, host, username, password
         self.docker_config = folder / "docker"
         self.docker_config.mkdir()
         auth = base64.b64encode(f"{username}:{password}".encode()).decode()
         (self.docker_config / "config.json").write_text(json.dumps({"auths": {host: {"auth": auth}}}))
         self.env = {**os.environ, "DOCKER_CONFIG": str(self.docker_config), "TRAINIMG_SIGN_PASSWORD": PASSWORD,
                     "COSIGN_PASSWORD": PASSWORD}
-        self.ours = self.keygen_trainimg()
-        self.cosigns = self.keygen_cosign()
         (folder / "registries.d").mkdir()
         (folder / "registries.d" / "default.yaml").write_text("default-docker:\n  use-sigstore-attachments: true\n")
+        self.ours = self.keygen_trainimg()
 
     def run(self, *argv: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
         return subprocess.run(list(argv), cwd=cwd or self.folder, env=self.env, capture_output=True, text=True,
@@ -70,6 +67,49 @@ class World:
         r = self.run("trainimg", "trust", "keygen", "--output-key-prefix", "ours")
         assert r.returncode == 0, r.stderr
         return self.folder / "ours.key", self.folder / "ours.pub"
+
+    # -- the consumers --------------------------------------------------------------------------------------------
+
+    def verdicts(self, ref: str, key: Path) -> dict[str, tuple[bool, str]]:
+        """{consumer: (accepted, what it said)} for `ref` checked with public key `key`."""
+        identity = ref.rsplit(":", 1)[0]
+        cosign = (str(TOOLS / "cosign"), "--key", str(key), "--insecure-ignore-tlog=true", "--allow-http-registry")
+        commands = {
+            "trainimg": ("trainimg", "verify", ref, "--key", str(key)),
+            "cosign": (cosign[0], "verify", *cosign[1:], ref),
+            "cosign-identity": (cosign[0], "verify", *cosign[1:], "-a",
+                                f"{simplesigning.REPOSITORY_ANNOTATION}={identity}", ref),
+            "cosign-attestation": (cosign[0], "verify-attestation", "--type", provenance.COSIGN_TYPE, *cosign[1:],
+                                   ref),
+            "skopeo": (str(TOOLS / "skopeo"), "--policy", str(self.skopeo_policy(key)), "--registries.d",
+                       str(self.folder / "registries.d"), "copy", "--src-tls-verify=false", "--src-authfile",
+                       str(self.docker_config / "config.json"), f"docker://{ref}",
+                       f"dir:{self.folder / ('copy-' + secrets.token_hex(4))}"),
+        }
+        out = {}
+        for consumer, argv in commands.items():
+            r = self.run(*argv)
+            out[consumer] = (r.returncode == 0, (r.stdout + r.stderr).strip()[-600:])
+        return out
+
+    def skopeo_policy(self, key: Path) -> Path:
+        """containers-policy.json(5): this registry's images only signed by `key` for the repository pulled."""
+        path = self.folder / f"policy-{key.stem}.json"
+        requirement = {"type": "sigstoreSigned", "keyPath": str(key), "signedIdentity": {"type": "matchRepository"}}
+        path.write_text(json.dumps({"default": [{"type": "reject"}],
+                                    "transports": {"docker": {self.host: [requirement]}}}))
+        return path
+
+
+class World(Consumers):
+    """Consumers of a registry of their own behind a FaultProxy, with a second key pair (cosign's), and the cases
+    of tests/test_trust_consumers.py."""
+
+    def __init__(self, folder: Path, proxy: FaultProxy, username: str, password: str) -> None:
+        super().__init__(folder, proxy.address, username, password)
+        self.proxy = proxy
+        self.api = RegistryAPI(RegistryTarget.parse(self.host), {"username": username, "password": password})
+        self.cosigns = self.keygen_cosign()
 
     def keygen_cosign(self) -> tuple[Path, Path]:
         folder = self.folder / "cosign-made"
@@ -153,38 +193,6 @@ class World:
         self.sign(self.ours[0], other, digest)
         self.copy_attached(other, digest, repository, digest)
         return f"{self.host}/{repository}:v1", self.ours[1]
-
-    # -- the consumers --------------------------------------------------------------------------------------------
-
-    def verdicts(self, ref: str, key: Path) -> dict[str, tuple[bool, str]]:
-        """{consumer: (accepted, what it said)} for `ref` checked with public key `key`."""
-        identity = ref.rsplit(":", 1)[0]
-        cosign = (str(TOOLS / "cosign"), "--key", str(key), "--insecure-ignore-tlog=true", "--allow-http-registry")
-        commands = {
-            "trainimg": ("trainimg", "verify", ref, "--key", str(key)),
-            "cosign": (cosign[0], "verify", *cosign[1:], ref),
-            "cosign-identity": (cosign[0], "verify", *cosign[1:], "-a",
-                                f"{simplesigning.REPOSITORY_ANNOTATION}={identity}", ref),
-            "cosign-attestation": (cosign[0], "verify-attestation", "--type", provenance.COSIGN_TYPE, *cosign[1:],
-                                   ref),
-            "skopeo": (str(TOOLS / "skopeo"), "--policy", str(self.skopeo_policy(key)), "--registries.d",
-                       str(self.folder / "registries.d"), "copy", "--src-tls-verify=false", "--src-authfile",
-                       str(self.docker_config / "config.json"), f"docker://{ref}",
-                       f"dir:{self.folder / ('copy-' + secrets.token_hex(4))}"),
-        }
-        out = {}
-        for consumer, argv in commands.items():
-            r = self.run(*argv)
-            out[consumer] = (r.returncode == 0, (r.stdout + r.stderr).strip()[-600:])
-        return out
-
-    def skopeo_policy(self, key: Path) -> Path:
-        """containers-policy.json(5): this registry's images only signed by `key` for the repository pulled."""
-        path = self.folder / f"policy-{key.stem}.json"
-        requirement = {"type": "sigstoreSigned", "keyPath": str(key), "signedIdentity": {"type": "matchRepository"}}
-        path.write_text(json.dumps({"default": [{"type": "reject"}],
-                                    "transports": {"docker": {self.host: [requirement]}}}))
-        return path
 
 
 @contextmanager

@@ -52,7 +52,7 @@ def promote(c: Ctx, lock_dir: Path, variants: tuple[str, ...], registry: str, us
     if problems:
         raise CheckFailed(f"nothing promoted: {len(problems)} problem(s) in {opts.lock_dir}")
     if sign is not None:  # every promoted image signed before a tag moves: a failure moves nothing
-        sign_all(sign, api, [entry_image(target, e) for e in entries.values()], c.root)
+        sign_all(sign, api, [entry_image(target, e) for e in entries.values()])
     written = run_promote(entries, api, target, opts.lock_path or DEFAULT_LOCK)
     for e in written.values():
         click.echo(f"promoted {e.variant}: {', '.join(sorted(e.pushed))}")

@@ -131,7 +131,7 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
         policy.pushed(tag, result)
         if sign is not None:
             sign_all(sign, RegistryAPI(reachable_target(engine, target), creds),
-                     [pushed_image(engine, target, tag, result.digest)], c.root)
+                     [pushed_image(engine, target, tag, result.digest)])
         results.append(result)
     return results
 

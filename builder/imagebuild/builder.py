@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import shutil
 import subprocess
@@ -84,6 +85,7 @@ class VariantBuild:
     absent: list[str]
     manifest: dict[str, Any]
     inputs: str | None = None  # the inputs key it was labelled with (publish/inputs.py), None when not computed
+    dockerfile: str | None = None  # sha256 of the rendered Dockerfile the build read (the provenance names it)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -333,6 +335,7 @@ class Builder:
             steps=res.steps, cached=res.cached, shared_parents=used,
             base_image=base,
             absent=sorted(manifest.get("absent", [])), manifest=manifest, inputs=inputs,
+            dockerfile=f"sha256:{hashlib.sha256(df.read_bytes()).hexdigest()}",
         )
 
 

@@ -4,8 +4,8 @@ it was pushed to, with its SLSA provenance (trust/).
 The provenance says only what is known here: what the image's own labels record (its variant, recipe, the
 requirements lock's digest, the source repository and revision, the base it was built on, its inputs key: read
 from the registry's copy of the image config, so the same for a release, a push and a promote); the base by
-digest where the lock entry resolved it; the files of this checkout only when this run built the image from them
-(a release); the artifacts pushed beside the image (the SBOM, the release record) as byproducts, by the digests
+digest where the lock entry resolved it; the recipe file and the rendered Dockerfile only when this run built the
+image from them (a release); the artifacts pushed beside the image (the SBOM, the release record) as byproducts, by the digests
 the registry lists them under; and the build's start and end times only where this run saw them.
 """
 
@@ -22,6 +22,7 @@ from ..engine.base import Engine
 from ..imagebuild.builder import VariantBuild
 from ..plan.requirements import lock_path
 from ..plan.stages import dockerfile_path
+from ..recipe.variant import RecipeSet, Variant
 from ..registry.referrers import referrers
 from ..registry.references import RegistryTarget, split_tag
 from ..registry.registryapi import RegistryAPI
@@ -47,7 +48,7 @@ class Signed:
     repository: str
     digest: str
     base_digest: str | None = None  # the lock entry's resolved base (``repo@sha256:...`` or an image ID)
-    built_here: bool = False  # built by this run from this checkout: its files are named with their digests
+    made_from: tuple[Resource, ...] = ()  # what this run built it from (its recipe file, the rendered Dockerfile)
     started: str | None = None
     finished: str | None = None
 
@@ -58,14 +59,7 @@ def _sha256(value: str) -> dict[str, str] | None:
     return {"sha256": hexpart} if sep and len(hexpart) == 64 else None
 
 
-def _file(root: Path, relative: str) -> Resource | None:
-    path = root / relative
-    if not relative or not path.is_file():
-        return None
-    return Resource(relative, {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()})
-
-
-def provenance_of(api: RegistryAPI, image: Signed, root: Path) -> Build:
+def provenance_of(api: RegistryAPI, image: Signed) -> Build:
     """The provenance facts of `image` (see the module doc)."""
     got = api.image_labels(image.repository, image.digest)
     labels = got[1] if got is not None else {}
@@ -82,8 +76,7 @@ def provenance_of(api: RegistryAPI, image: Signed, root: Path) -> Build:
     base_digest = _sha256(image.base_digest or "")
     if base and base_digest:
         dependencies.append(Resource(base, base_digest))
-    if image.built_here:
-        dependencies += [_file(root, recipe), _file(root, dockerfile_path(variant) if variant else "")]
+    dependencies += image.made_from
     found = referrers(api, image.repository, image.digest)
     byproducts = tuple(Resource(BYPRODUCTS[str(m["artifactType"])], {"sha256": str(m.get("digest")).split(":")[-1]},
                                 media_type=str(m["artifactType"])) for m in found
@@ -93,13 +86,13 @@ def provenance_of(api: RegistryAPI, image: Signed, root: Path) -> Build:
                  image.finished, extra)
 
 
-def sign_all(signer: Signer, api: RegistryAPI, images: Iterable[Signed], root: Path) -> None:
+def sign_all(signer: Signer, api: RegistryAPI, images: Iterable[Signed]) -> None:
     """Sign each image once per (repository, digest), its provenance from `provenance_of`; a failure raises at
     once (the caller then moves no tag)."""
     done: set[tuple[str, str]] = set()
     for image in images:
         if (image.repository, image.digest) not in done:
-            signer.sign(api, image.repository, image.digest, partial(provenance_of, api, image, root))
+            signer.sign(api, image.repository, image.digest, partial(provenance_of, api, image))
             done.add((image.repository, image.digest))
 
 
@@ -115,14 +108,26 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-def release_images(engine: Engine, target: RegistryTarget, builds: Iterable[VariantBuild],
-                   pushed: Mapping[str, PushResult], kept: Iterable[Decision], started: str) -> list[Signed]:
+def _made_from(root: Path, variant: Variant, build: VariantBuild) -> tuple[Resource, ...]:
+    """The files a build of this run read: the recipe (from the checkout) and the Dockerfile rendered from it."""
+    recipe = root / variant.source
+    found = [Resource(variant.source, {"sha256": hashlib.sha256(recipe.read_bytes()).hexdigest()})] \
+        if recipe.is_file() else []
+    dockerfile = _sha256(build.dockerfile or "")
+    if dockerfile:
+        found.append(Resource(dockerfile_path(variant.name), dockerfile))
+    return tuple(found)
+
+
+def release_images(engine: Engine, recipes: RecipeSet, root: Path, target: RegistryTarget,
+                   builds: Iterable[VariantBuild], pushed: Mapping[str, PushResult], kept: Iterable[Decision],
+                   started: str) -> list[Signed]:
     """What a release signs: each build it pushed (from this checkout, between `started` and now, on the base the
     engine resolves) and each variant it kept (its registry digest, its base as its lock entry resolved it): every
     image a moving tag of the release may name."""
     finished = utc_now()
     built = [Signed(target.repository(split_tag(b.tag)[0]), pushed[b.tag].digest, base_digest(engine, b.base_image),
-                    True, started, finished) for b in builds]
+                    _made_from(root, recipes.by_name[b.name], b), started, finished) for b in builds]
     return [*built, *(Signed(target.repository(split_tag(d.tag)[0]), d.digest,
                              d.entry.base_digest if d.entry is not None else None) for d in kept if d.digest)]
 
