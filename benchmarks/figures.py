@@ -48,6 +48,8 @@ FIGURES: tuple[Figure, ...] = (
            "first framework import in a fresh container / the same with the image's .pyc deleted (worst CPU image)"),
     Figure("audit_s_per_variant", 5.0, "s",
            "seconds `trainimg audit` adds per variant (every pin of the shipped locks, PyPA database folder)"),
+    Figure("sign_s_per_variant", 1.0, "s",
+           "seconds `--sign-key` adds per variant (signature and SLSA provenance, `promote` of staged variants)"),
 )
 FIGURE_NAMES = tuple(f.name for f in FIGURES)
 GOALS = {f.name: f for f in FIGURES}
