@@ -106,11 +106,11 @@ def check(public: ec.EllipticCurvePublicKey, layers: list[attached.Attached], id
     for layer in ours:
         claims = _claims(layer.payload)
         if claims is None:
-            wrong.append("a payload that is not cosign's simple signing")
+            wrong.append("is not cosign's simple signing")
         elif claims[1] != digest:
-            wrong.append(f"it covers {claims[1]}, not this digest")
+            wrong.append(f"covers {claims[1]}, not this digest")
         elif repository_of(claims[0]) != identity:
-            wrong.append(f"it names repository {repository_of(claims[0])}, not {identity}")
+            wrong.append(f"names repository {repository_of(claims[0])}, not {identity}")
         else:
             return Finding(True, f"signature: {where} signed by this key for {identity}")
-    return Finding(False, f"signature: this key signed {wrong[0]} (under {attached.signature_tag(digest)})")
+    return Finding(False, f"signature: the signature by this key under {attached.signature_tag(digest)} {wrong[0]}")
