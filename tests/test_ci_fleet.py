@@ -231,23 +231,28 @@ def test_a_changed_pin_rebuilds_that_variant_only(fleet: Fleet) -> None:
 
 def test_a_signed_release_signs_what_it_builds_and_what_it_keeps(fleet: Fleet, tmp_path: Path) -> None:
     """`release --sign-key`: the variant built and the two kept are signed and attested after their SBOMs and
-    records, and cosign and `verify --key` accept each; the built one's provenance names what this run built it
-    from and when, the kept ones' only what their labels and lock entries say."""
+    records, and cosign and `verify --key` accept each (and a `push --sign-key` to another repository, signed for
+    that one); the built one's provenance names what this run built it from and when, the kept ones' only what
+    their labels and lock entries say."""
     consumers = Consumers(tmp_path, fleet.host, fleet.user, fleet.password)
     fleet.write("dsk-child", _child("1.16.0"))  # the first pin again: BuildKit's cache holds its layers
     fleet.env["TRAINIMG_SIGN_PASSWORD"] = PASSWORD
     try:
         code, out, err = fleet.release("--sign-key", str(consumers.ours[0]))
+        # `push --sign-key` of a kept variant's local image to another repository: signed for that repository
+        pushed = fleet.cli("push", "dsk-a", "--registry", f"{fleet.host}/mirror", "--username", fleet.user,
+                           "--sign-key", str(consumers.ours[0]))
     finally:
         del fleet.env["TRAINIMG_SIGN_PASSWORD"]
     assert code == 0, err[-3000:]
+    assert pushed[0] == 0 and "signed: " in pushed[1], pushed[2][-3000:]
     assert set(_lines(out, BUILDING)) == {"dsk-child"} and set(_lines(out, SKIPPED)) == {"dsk-a", "dsk-b"}, out
     lines = out.splitlines()
     signed = [i for i, line in enumerate(lines) if line.startswith("signed: ")]
     assert len(signed) == 3 and max(i for i, line in enumerate(lines) if line.startswith("record: ")) < signed[0], out
     checkers = ("trainimg", "cosign-identity", "cosign-attestation")  # skopeo: tests/test_trust_consumers.py
-    for name in NAMES:
-        verdicts = consumers.verdicts(fleet.target.ref(fleet.tag(name)), consumers.ours[1], checkers)
+    for ref in [*(fleet.target.ref(fleet.tag(name)) for name in NAMES), f"{fleet.host}/mirror/{fleet.tag('dsk-a')}"]:
+        verdicts = consumers.verdicts(ref, consumers.ours[1], checkers)
         assert {c: v[0] for c, v in verdicts.items()} == dict.fromkeys(checkers, True), verdicts
     public = load_public_key(consumers.ours[1])
     for name, built in (("dsk-child", True), ("dsk-a", False)):
