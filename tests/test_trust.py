@@ -13,6 +13,7 @@ import json
 import stat
 from pathlib import Path
 
+import click
 import k8sconsumers
 import pytest
 import yaml
@@ -20,6 +21,7 @@ from click.testing import CliRunner
 from conftest import ROOT
 
 from trainimg.cli.app import cli, main
+from trainimg.cli.verify import KEY_OPTIONS, verify_cmd
 from trainimg.errors import UserInputError
 from trainimg.options import POLICY_KINDS
 from trainimg.registry.references import PushedRef
@@ -314,16 +316,18 @@ def test_bad_trust_input_is_one_line_and_exit_2_before_anything_runs(
     assert PASSWORD not in out + "".join(err)
 
 
-REBUILD_FLAGS = (("--registry", "r.example"), ("--base-image", "local/debian:bookworm"), ("--ca-bundle", "x.pem"),
-                 ("--wheelhouse", "w"), ("--allow-missing", "google-reduction-server"), ("--installer", "uv"),
-                 ("--progress", "plain"))
+# Every option of `verify` that `--key` does not read, with a value of its kind (generated from the command).
+REBUILD_FLAGS = tuple((o.opts[0], *(() if o.is_flag else (
+    o.type.choices[0] if isinstance(o.type, click.Choice) else "x",))) for o in verify_cmd.params
+    if isinstance(o, click.Option) and o.name not in KEY_OPTIONS)
 
 
 @pytest.mark.parametrize("flag", REBUILD_FLAGS, ids=[f[0] for f in REBUILD_FLAGS])
-def test_verify_key_refuses_every_rebuild_flag_never_dropping_one(flag: tuple[str, str], pair: tuple[Path, Path],
+def test_verify_key_refuses_every_rebuild_flag_never_dropping_one(flag: tuple[str, ...], pair: tuple[Path, Path],
                                                                   capsys: pytest.CaptureFixture[str]) -> None:
     rc, _, err = run(capsys, "verify", "r.example/team/x:1", "--key", str(pair[1]), *flag)
     assert rc == 2 and len(err) == 1 and err[0].startswith(f"{flag[0]}: for the rebuild"), err
+    assert len(REBUILD_FLAGS) >= 7  # --registry and the build flags
 
 
 @pytest.mark.parametrize("text,identity,reference", [

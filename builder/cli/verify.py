@@ -68,10 +68,9 @@ def verify_cmd(c: Ctx, variant: str, key: Path | None, registry: str | None, use
     from ..publish.verify import compare, registry_image, report_lines
 
     if key is not None:
-        rebuild_flags = [flag for flag, name in (("--registry", "registry"), ("--base-image", "base_image"),
-                                                 ("--ca-bundle", "ca_bundle"), ("--wheelhouse", "wheelhouse"),
-                                                 ("--allow-missing", "allow_missing"), ("--installer", "installer"),
-                                                 ("--progress", "progress")) if _given(name)]
+        context = click.get_current_context()
+        rebuild_flags = [p.opts[0] for p in context.command.params if isinstance(p, click.Option)
+                         and p.name not in KEY_OPTIONS and _given(p.name or "")]
         if rebuild_flags:
             raise UserInputError("for the rebuild (verify VARIANT --registry R); with --key nothing is built and REF "
                                  "names its registry", where=", ".join(rebuild_flags))
@@ -99,6 +98,10 @@ def verify_cmd(c: Ctx, variant: str, key: Path | None, registry: str | None, use
     if not verdict.identical:
         raise CheckFailed(f"{v.name}: {len(verdict.differing)} of {verdict.layers} layers in {verdict.ref} differ "
                           "from this checkout's rebuild")
+
+
+#: What `verify REF --key` reads; every other option of the verb is the rebuild's, refused beside `--key`.
+KEY_OPTIONS = ("key", "username", "password_stdin")
 
 
 def _given(name: str) -> bool:
