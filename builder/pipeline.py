@@ -117,19 +117,20 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
     failed = [s for s in suites if not s.passed]
     if failed:
         if opts.stage:  # promote names the failure instead of a missing part
-            write_parts(opts.lock_dir, release_entries(engine, recipes, builds, suites, {}))
+            write_parts(opts.lock_dir, release_entries(engine, recipes, builds, suites, {}, build_opts.audits))
         raise CheckFailed("nothing pushed: " + "; ".join(
             f"{s.name} failed {', '.join(ch.name for ch in s.failed)}" for s in failed))
     return _publish(engine, recipes, builds, suites, kept, opts, target=target, credentials=credentials, env=env,
-                    api=api, on_pushed=on_pushed, on_sbom=on_sbom, on_record=on_record,
+                    api=api, audits=build_opts.audits, on_pushed=on_pushed, on_sbom=on_sbom, on_record=on_record,
                     signing=(signer, root, started))
 
 
 def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], suites: list[Suite],
              kept: Mapping[str, Decision], opts: ReleaseOptions, *, target: RegistryTarget,
              credentials: dict[str, str] | None, env: Mapping[str, str], api: RegistryAPI,
-             on_pushed: Callable[[str, Any], None] | None, on_sbom: Callable[[str], None] | None,
-             on_record: Callable[[str], None] | None, signing: tuple[Signer | None, Path, str]) -> ReleaseResult:
+             audits: Mapping[str, str], on_pushed: Callable[[str, Any], None] | None,
+             on_sbom: Callable[[str], None] | None, on_record: Callable[[str], None] | None,
+             signing: tuple[Signer | None, Path, str]) -> ReleaseResult:
     """What a release puts in the registry once every suite passed, in order: the immutable tags with their SBOMs,
     the release records, the signatures and provenance (`signing`: the signer, the checkout, when the release
     started), then (unless staging) the moving tags and the lockfile, all or nothing."""
@@ -148,7 +149,7 @@ def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], sui
     for d in kept.values():
         if d.digest and any(r.digest == d.digest and moving_of(t, d.tag) for t, r in moves.items()):
             policy.kept(d.tag, d.digest)
-    built, skipped = _entries(engine, recipes, builds, suites, {**pushed, **moves}, kept, target)
+    built, skipped = _entries(engine, recipes, builds, suites, {**pushed, **moves}, kept, target, audits)
     attach_records(api, target, built, on_record)
     signer, root, started = signing
     if signer is not None:  # after the SBOMs and records (the provenance names them), before a tag moves
@@ -184,8 +185,8 @@ def _audit(recipes: RecipeSet, names: list[str], opts: ReleaseOptions, env: Mapp
 
 
 def _entries(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], suites: list[Suite],
-             pushed: Mapping[str, PushResult], kept: Mapping[str, Decision], target: RegistryTarget
-             ) -> tuple[list[LockEntry], list[LockEntry]]:
+             pushed: Mapping[str, PushResult], kept: Mapping[str, Decision], target: RegistryTarget,
+             audits: Mapping[str, str]) -> tuple[list[LockEntry], list[LockEntry]]:
     """The lock entries of what was built and of what was skipped (its entry kept, its references those of
     `pushed`: the immutable tag, and the moving tags about to name its digest)."""
     skipped = []
@@ -194,4 +195,4 @@ def _entries(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], sui
         refs = {target.ref(d.tag): d.digest}
         refs.update({r.ref: r.digest for t, r in pushed.items() if moving_of(t, d.tag) and r.digest == d.digest})
         skipped.append(dataclasses.replace(d.entry, pushed=dict(sorted(refs.items()))))
-    return release_entries(engine, recipes, builds, suites, pushed), skipped
+    return release_entries(engine, recipes, builds, suites, pushed, audits), skipped

@@ -24,8 +24,10 @@ from conftest import ROOT, trainimg
 from osvserver import osv_service
 
 from trainimg.audit.osv import Advisory
-from trainimg.audit.vex import audit_document
-from trainimg.runtime.contract import AUDITED
+from trainimg.audit.vex import audit_document, document_of_sbom, document_text
+from trainimg.imagebuild.builder import VariantBuild
+from trainimg.publish.lockfile import lock_entry, read_lock, write_lock
+from trainimg.runtime.contract import AUDIT_STATES, AUDITED
 from trainimg.runtime.sbom import build_sbom, pypi_purl, read_audit
 from trainimg.runtime.waivers import EXPIRED, OPEN, WAIVED, Finding, Waiver, judge
 
@@ -289,6 +291,25 @@ def test_a_waived_finding_is_a_vex_cyclonedx_validates(justification: str | None
     assert vuln["id"] == "PYSEC-2023-135" and vuln["affects"][0]["ref"] == purl
     assert vuln["analysis"]["state"] == ("not_affected" if justification else "exploitable")
     assert {"name": "trainimg:audit", "value": "audited"} in sbom["metadata"]["properties"]
+
+
+@pytest.mark.parametrize("state", AUDIT_STATES)
+def test_the_audit_document_comes_back_from_the_sbom_and_the_lockfile(state: str, tmp_path: Path) -> None:
+    """`verify` rebuilds with the document read back from the pushed SBOM, `build --locked` with the one the
+    lockfile recorded: both must be the bytes the release's SBOM step mounted, or the SBOM layer differs."""
+    waiver = Waiver("CVE-2023-37920", "certifi", "2022.12.7", "system CA bundle", "sec", LATER, None)
+    judged, _ = judge([FINDINGS["pypi"]], [waiver], TODAY) if state == AUDITED else ([], [])
+    mounted = audit_document(state, judged)
+    doc_path = tmp_path / "audit.json"
+    doc_path.write_text(mounted)
+    sbom = build_sbom([], {"type": "container", "bom-ref": "image", "name": "t"}, read_audit(str(doc_path)))
+    assert document_of_sbom(json.loads(json.dumps(sbom))) == mounted
+    build = VariantBuild(name="v", tag="t/v:1", image_id="sha256:" + "1" * 64, size=1, seconds=0.0, steps=1,
+                         cached=1, shared_parents=[], base_image="b", absent=[], manifest={})
+    lock = tmp_path / "images.lock"
+    write_lock(lock, [lock_entry(build, recipe="r.yaml", base_digest="sha256:" + "2" * 64, audit=mounted)])
+    recorded = read_lock(lock)["v"].audit
+    assert recorded is not None and document_text(recorded) == mounted
 
 
 def test_release_refuses_to_start_without_an_audit_or_its_explicit_skip(tmp_path: Path) -> None:

@@ -17,8 +17,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from ..runtime.contract import AUDIT_STATES
-from ..runtime.sbom import pypi_purl
+from ..runtime.contract import AUDIT_STATES, NOT_AUDITED
+from ..runtime.sbom import AUDIT_PROPERTY, pypi_purl
 from ..runtime.waivers import WAIVED, Judged
 
 #: Where an alias's record lives, by its prefix (a reference needs a source): NVD for CVEs, GitHub's database for
@@ -61,6 +61,21 @@ def vulnerability(judged: Judged) -> dict[str, Any]:
 
 def audit_document(state: str, judged: list[Judged]) -> str:
     """What the build's SBOM step reads: the audit's state and its waived findings as CycloneDX entries."""
-    assert state in AUDIT_STATES, state
     entries = sorted((vulnerability(j) for j in judged if j.state == WAIVED), key=lambda e: e["bom-ref"])
-    return json.dumps({"state": state, "vulnerabilities": entries}, sort_keys=True, indent=1) + "\n"
+    return document_text({"state": state, "vulnerabilities": entries})
+
+
+def document_text(document: dict[str, Any]) -> str:
+    """The bytes of an audit document (`{"state": ..., "vulnerabilities": [...]}`): one spelling, so the document
+    a release recorded in its lockfile, or read back from a pushed SBOM, rebuilds the same SBOM layer."""
+    assert document.get("state") in AUDIT_STATES, document
+    return json.dumps({"state": document["state"], "vulnerabilities": list(document.get("vulnerabilities") or [])},
+                      sort_keys=True, indent=1) + "\n"
+
+
+def document_of_sbom(sbom: dict[str, Any]) -> str:
+    """The audit document the build of the image whose SBOM is `sbom` mounted: the state it recorded (an SBOM from
+    before the audit existed records none: not audited) and its VEX. `verify` rebuilds with it."""
+    properties = (sbom.get("metadata") or {}).get("properties") or []
+    state = next((p.get("value") for p in properties if p.get("name") == AUDIT_PROPERTY), NOT_AUDITED)
+    return document_text({"state": state, "vulnerabilities": sbom.get("vulnerabilities") or []})

@@ -242,11 +242,13 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
                                                  (v.name for v in recipes.with_parents(recipes.select(list(variants))))})
     engine = docker_engine()
     if locked:
-        from ..publish.lockedbases import locked_bases
+        from ..publish.lockedbases import locked_audits, locked_bases
         from ..publish.lockfile import DEFAULT_LOCK
 
         chosen = recipes.with_parents(recipes.select(list(variants)))
         opts = dataclasses.replace(opts, base_overrides=locked_bases(engine, lock_path or DEFAULT_LOCK, chosen))
+        if not opts.audits:  # the audit each release recorded, so the SBOM layer is the released one
+            opts = dataclasses.replace(opts, audits=locked_audits(lock_path or DEFAULT_LOCK, chosen))
     builder = Builder(recipes, engine, Progress(progress, c.env), c.env, c.root)
     results = builder.build(list(variants), opts)
     if json_path:

@@ -65,6 +65,8 @@ def verify_cmd(c: Ctx, variant: str, key: Path | None, registry: str | None, use
     from ..publish.push import reachable_target
     from ..registry.references import RegistryTarget, split_tag
     from ..registry.registryapi import RegistryAPI
+    from ..audit.vex import document_of_sbom
+    from ..publish.sbom import parse_sbom, registry_sbom
     from ..publish.verify import compare, registry_image, report_lines
 
     if key is not None:
@@ -88,8 +90,12 @@ def verify_cmd(c: Ctx, variant: str, key: Path | None, registry: str | None, use
     api = RegistryAPI(reachable_target(engine, target), credentials(target, username, password_stdin, c.env))
     name, tag = split_tag(v.tag)
     registry_image(api, target.repository(name), tag)  # before a long build: is there anything to compare?
+    # The audit each pushed image's build followed (the variant's and its parents'), read back from its SBOM: the
+    # rebuild's SBOM layers are those.
+    audits = {p.name: document_of_sbom(parse_sbom(registry_sbom(api, p.tag), target.ref(p.tag)))
+              for p in recipes.with_parents([v])}
     opts = dataclasses.replace(_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, 1, (), installer),
-                               no_cache=True)
+                               no_cache=True, audits=audits)
     built = Builder(recipes, engine, Progress(progress, c.env), c.env, c.root).build([v.name], opts)
     result = next(b for b in built if b.name == v.name)
     verdict = compare(engine, api, result.image_id, v.tag)

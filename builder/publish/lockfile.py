@@ -53,6 +53,9 @@ class LockEntry:
     size: int | None = None  # the image's size on the engine, bytes (the support matrix shows it)
     released: str | None = None  # when the entry was made, UTC `YYYY-MM-DDTHH:MM:SSZ`
     inputs: str | None = None  # the inputs key (publish/inputs.py) the image was built from; older files lack it
+    # The advisory audit document the build's SBOM step mounted (audit/vex.py: its state and VEX), so `build
+    # --locked` rebuilds the same SBOM layer; older files lack it.
+    audit: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -65,19 +68,20 @@ class LockEntry:
         for key in required:
             if not isinstance(data.get(key), str):
                 raise UserInputError(f"{key!r} is missing or not a string", where=where)
-        for key in ("versions", "pushed", "conformance"):
-            if not isinstance(data.get(key, {}), dict):
+        for key in ("versions", "pushed", "conformance", "audit"):
+            if not isinstance(data.get(key) or {}, dict):
                 raise UserInputError(f"{key!r} is not an object", where=where)
         for key, kind in (("size", int), ("released", str), ("inputs", str)):
             if data.get(key) is not None and (isinstance(data[key], bool) or not isinstance(data[key], kind)):
                 raise UserInputError(f"{key!r} is not a {kind.__name__}", where=where)
-        unknown = set(data) - {*required, "versions", "pushed", "conformance", "size", "released", "inputs"}
+        unknown = set(data) - {*required, "versions", "pushed", "conformance", "size", "released", "inputs", "audit"}
         if unknown:
             raise UserInputError(f"unknown key(s) {', '.join(sorted(unknown))}", where=where)
         return cls(**{k: data[k] for k in required},
                    versions=dict(data.get("versions", {})), pushed=dict(data.get("pushed", {})),
                    conformance=dict(data.get("conformance", {})), size=data.get("size"),
-                   released=data.get("released"), inputs=data.get("inputs"))
+                   released=data.get("released"), inputs=data.get("inputs"),
+                   audit=dict(data["audit"]) if data.get("audit") else None)
 
 
 def read_lock(path: str | os.PathLike[str]) -> dict[str, LockEntry]:
@@ -183,7 +187,7 @@ def conformance_summary(suite: Suite | Mapping[str, Any]) -> dict[str, Any]:
 
 
 def lock_entry(build: VariantBuild, *, recipe: str, base_digest: str, suite: Suite | Mapping[str, Any] | None = None,
-               pushed: Mapping[str, PushResult | str] | None = None) -> LockEntry:
+               pushed: Mapping[str, PushResult | str] | None = None, audit: str | None = None) -> LockEntry:
     """The entry for one build. `pushed` maps a local tag (or remote ref) to a `PushResult` (or a digest string);
     the entry keys them by remote ref."""
     refs = {}
@@ -194,13 +198,14 @@ def lock_entry(build: VariantBuild, *, recipe: str, base_digest: str, suite: Sui
         base_digest=base_digest, versions=dict(installed_versions(build.manifest)), pushed=dict(sorted(refs.items())),
         conformance=conformance_summary(suite) if suite is not None else {},
         size=build.size, released=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), inputs=build.inputs,
+        audit=json.loads(audit) if audit else None,
     )
 
 
 def release_entries(engine: Engine, recipes: RecipeSet, builds: Iterable[VariantBuild], suites: Iterable[Suite],
-                    pushed: Mapping[str, PushResult]) -> list[LockEntry]:
-    """An entry per build (suites matched by variant name, pushes by local tag: `pushed` as push_release returns
-    it)."""
+                    pushed: Mapping[str, PushResult], audits: Mapping[str, str] | None = None) -> list[LockEntry]:
+    """An entry per build (suites matched by variant name, pushes by local tag: `pushed` as push_immutable and
+    planned_moves give it; `audits`: the audit document each variant's build mounted)."""
     by_suite = {s.name: s for s in suites}
     entries = []
     for b in builds:
@@ -208,5 +213,5 @@ def release_entries(engine: Engine, recipes: RecipeSet, builds: Iterable[Variant
         mine = {t: r for t, r in pushed.items() if t == b.tag or moving_of(t, b.tag)}
         entries.append(lock_entry(b, recipe=v.source if v is not None else "",
                                   base_digest=base_digest(engine, b.base_image), suite=by_suite.get(b.name),
-                                  pushed=mine))
+                                  pushed=mine, audit=(audits or {}).get(b.name)))
     return entries
