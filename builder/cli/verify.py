@@ -70,12 +70,6 @@ def verify_cmd(c: Ctx, variant: str, key: Path | None, registry: str | None, use
     from ..publish.verify import compare, registry_image, report_lines
 
     if key is not None:
-        context = click.get_current_context()
-        rebuild_flags = [p.opts[0] for p in context.command.params if isinstance(p, click.Option)
-                         and p.name not in KEY_OPTIONS and _given(p.name or "")]
-        if rebuild_flags:
-            raise UserInputError("for the rebuild (verify VARIANT --registry R); with --key nothing is built and REF "
-                                 "names its registry", where=", ".join(rebuild_flags))
         verify_signed(c, variant, key, username, password_stdin)
         return
     if registry is None:
@@ -118,6 +112,11 @@ def _given(name: str) -> bool:
 
 def verify_signed(c: Ctx, text: str, key_path: Path, username: str | None, password_stdin: bool) -> None:
     """`verify REF --key PUB` (see the module doc): one line per finding on stdout, CheckFailed when it fails."""
+    rebuild_flags = [p.opts[0] for p in click.get_current_context().command.params if isinstance(p, click.Option)
+                     and p.name not in KEY_OPTIONS and _given(p.name or "")]
+    if rebuild_flags:
+        raise UserInputError("for the rebuild (verify VARIANT --registry R); with --key nothing is built and REF "
+                             "names its registry", where=", ".join(rebuild_flags))
     from ..publish.push import reachable_target
     from ..registry.references import PushedRef
     from ..registry.registryapi import RegistryAPI
