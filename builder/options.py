@@ -334,3 +334,59 @@ class MatrixOptions:
     def __post_init__(self) -> None:
         if self.format not in MATRIX_FORMATS:
             raise UserInputError(f"{self.format!r}: use {' or '.join(MATRIX_FORMATS)}", where="--format")
+
+
+PYPI_SIMPLE = "https://pypi.org/simple/"  # the index `outdated`, `compat add` and `bump` read by default
+
+
+def index_url(given: str | None, env: Mapping[str, str]) -> str:
+    """The PEP 691 index read for releases: `--index-url`, else $PIP_INDEX_URL, else PyPI."""
+    url = (given or env.get("PIP_INDEX_URL") or PYPI_SIMPLE).strip()
+    if not url.startswith(("http://", "https://")):
+        raise UserInputError(f"{url!r}: give the http(s) URL of a simple index (PEP 691)", where="--index-url")
+    return url
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompatAddOptions:
+    """`trainimg compat add FRAMEWORK==VERSION`: the index read, whether to write, whether to read GPU archs."""
+
+    index_url: str = PYPI_SIMPLE
+    dry_run: bool = False  # print the entry and the comparison; write nothing
+    archs: bool = True  # read the GPU architectures where a wheel states them (torch: ~17 MB of ranges per build)
+
+
+WARN_DAYS = IntLimit(0, 3650)
+
+
+@dataclass(frozen=True, kw_only=True)
+class OutdatedOptions:
+    """`trainimg outdated`: the index read, the lockfile whose released images' OS packages are checked, and how
+    many days before an end-of-life or tag-deletion date a base is warned about."""
+
+    index_url: str = PYPI_SIMPLE
+    lock_path: str | None = None
+    warn_days: int = 90
+
+    def __post_init__(self) -> None:
+        WARN_DAYS.check(self.warn_days, "--warn-days", " days")
+
+
+BUMP_MODES = ("move", "beside")  # `bump --mode`: the old version replaced, or kept beside the new one
+
+
+@dataclass(frozen=True, kw_only=True)
+class BumpOptions:
+    """`trainimg bump [VARIANT...]`: which variants may move, how (replaced or beside), the index, the lock's
+    sources, and where the merge request's summary goes."""
+
+    variants: tuple[str, ...] = ()
+    mode: str = BUMP_MODES[0]
+    index_url: str = PYPI_SIMPLE
+    lock: LockOptions = field(default_factory=LockOptions)
+    summary: Path | None = None
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variants", tuple(self.variants))
+        if self.mode not in BUMP_MODES:
+            raise UserInputError(f"{self.mode!r}: use {' or '.join(BUMP_MODES)}", where="--mode")

@@ -1,0 +1,82 @@
+"""Verbs that keep images current without a person watching: `outdated` (what is newer upstream), `compat add`
+(a release's compatibility entry derived from its wheels) and `bump` (recipes moved through the gate). The work is
+library code (`upstream/`); this module reads flags into the typed options and prints."""
+
+from __future__ import annotations
+
+from importlib import resources
+from pathlib import Path
+
+import click
+
+from ..options import CompatAddOptions, index_url as chosen_index
+from .context import Ctx, pass_ctx
+from .group import TrainimgGroup
+
+INDEX_HELP = "The simple index (PEP 691 JSON) releases are read from (default: $PIP_INDEX_URL, else PyPI)."
+
+
+def compat_file() -> Path:
+    """builder/recipe/data/compat.yaml: the file trainimg reads its compatibility data from."""
+    return Path(str(resources.files("trainimg.recipe").joinpath("data/compat.yaml")))
+
+
+@click.group(cls=TrainimgGroup)
+def compat() -> None:
+    """The compatibility data (builder/recipe/data/compat.yaml).
+
+    \b
+    Examples:
+      trainimg compat add torch==2.15.0
+      trainimg compat add jax==0.12.0.1 --dry-run
+    """
+
+
+@compat.command("add")
+@click.argument("request", metavar="FRAMEWORK==VERSION")
+@click.option("--index-url", help=INDEX_HELP)
+@click.option("--dry-run", is_flag=True, help="Print the derived entry beside compat.yaml's; write nothing.")
+@click.option("--no-archs", is_flag=True,
+              help="Do not read the GPU architectures (torch states them 16 MB into libtorch_cuda.so).")
+@pass_ctx
+def compat_add(c: Ctx, request: str, index_url: str | None, dry_run: bool, no_archs: bool) -> None:
+    """Derive the compat.yaml entry of FRAMEWORK==VERSION from the release's own wheels, and write it.
+
+    Reads the index (the release's files, each wheel's METADATA and a build-info member by HTTP range requests,
+    never a whole wheel); starts nothing. Every value is printed with its source (index page, or wheel and file);
+    a value the wheels here cannot give is said and left out (kept from the entry before for a line compat.yaml
+    has). Nothing is written when the derivation agrees with compat.yaml.
+
+    \b
+    Examples:
+      trainimg compat add torch==2.15.0
+      trainimg compat add tensorflow==2.21.0 --dry-run
+      trainimg compat add jax==0.12.0.1 --index-url https://mirror.example/simple/
+    """
+    from ..recipe.compat import load_compat
+    from ..upstream.compatfile import write_entry
+    from ..upstream.derive import compare, derive, parse_request, report
+    from ..upstream.simpleapi import SimpleIndex
+
+    opts = CompatAddOptions(index_url=chosen_index(index_url, c.env), dry_run=dry_run, archs=not no_archs)
+    compat_data = load_compat()
+    framework, version = parse_request(request, compat_data)
+    index = SimpleIndex(opts.index_url)
+    d = derive(index, framework, version, archs=opts.archs)
+    agreements = compare(d, compat_data)
+    for line in report(d, agreements):
+        click.echo(line)
+    click.echo(f"trainimg: read {index.http.fetched / 1e6:.1f} MB from {opts.index_url} and its files", err=True)
+    if not any(a.state in ("differs", "new") for a in agreements):
+        click.echo(f"{framework} {version}: the wheels agree with compat.yaml; nothing written")
+        return
+    if opts.dry_run:
+        click.echo(f"{framework} {version}: would write {sum(a.state in ('differs', 'new') for a in agreements)} "
+                   "value(s) (--dry-run: nothing written)")
+        return
+    path = compat_file()
+    written = write_entry(path, d, compat_data)
+    click.echo(f"wrote {path}: {framework} {version}" + (f", {len(written.archs)} gpu_archs entry" if written.archs
+                                                          else ""))
+    load_compat.cache_clear()
+
