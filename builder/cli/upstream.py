@@ -9,8 +9,9 @@ from pathlib import Path
 
 import click
 
-from ..options import CompatAddOptions, index_url as chosen_index
-from .context import Ctx, pass_ctx
+from ..errors import UserInputError
+from ..options import CompatAddOptions, OutdatedOptions, default, index_url as chosen_index
+from .context import Ctx, check_writable, emit_json, json_option, pass_ctx
 from .group import TrainimgGroup
 
 INDEX_HELP = "The simple index (PEP 691 JSON) releases are read from (default: $PIP_INDEX_URL, else PyPI)."
@@ -80,3 +81,72 @@ def compat_add(c: Ctx, request: str, index_url: str | None, dry_run: bool, no_ar
                                                           else ""))
     load_compat.cache_clear()
 
+
+
+@click.command("outdated")
+@json_option("The items found: a list, each with its kind, name, current and newest version, date and source")
+@click.option("--index-url", help=INDEX_HELP)
+@click.option("--lock", "lock_path", metavar="FILE", default=None,
+              help="The lockfile whose pushed images' OS packages are checked (default: images.lock; none: skipped).")
+@click.option("--warn-days", type=int, default=default(OutdatedOptions, "warn_days"), show_default=True,
+              help="Warn this many days before a base's end of life or a CUDA tag's deletion date.")
+@click.option("--security-archive", "archives", multiple=True, metavar="OS=URL",
+              help="The Packages index of OS's security suite ({codename} and {arch} filled in), e.g. a mirror; "
+                   "repeatable.")
+@pass_ctx
+def outdated_cmd(c: Ctx, json_path: str | None, index_url: str | None, lock_path: str | None, warn_days: int,
+                 archives: tuple[str, ...]) -> None:
+    """What is newer upstream than the recipes, their locks and compat.yaml; bases near their end of life.
+
+    Reads the package index (one page per project), the released images' SBOMs beside them in their registry
+    (images.lock's pushes, by digest) and their OS's security archive; starts nothing. Exit 0 when nothing is new,
+    1 when something is (each item with its source and date), 2 for bad input; an index that cannot be read fails
+    naming it (exit 1), never "nothing new".
+
+    \b
+    Examples:
+      trainimg outdated
+      trainimg outdated --json outdated.json
+      trainimg outdated --index-url https://mirror.example/simple/ --warn-days 30
+    """
+    import datetime
+    import time
+
+    from ..publish.lockfile import DEFAULT_LOCK
+    from ..recipe.compat import load_compat
+    from ..upstream.ossecurity import SECURITY_ARCHIVES, SecurityArchive, released_sboms
+    from ..upstream.outdated import outdated
+    from ..upstream.simpleapi import SimpleIndex
+
+    opts = OutdatedOptions(index_url=chosen_index(index_url, c.env), lock_path=lock_path, warn_days=warn_days)
+    check_writable(json_path)
+    start = time.monotonic()
+    index = SimpleIndex(opts.index_url)
+    lock = Path(opts.lock_path or DEFAULT_LOCK)
+    released = released_sboms(lock, c.env) if lock.is_file() else []
+    if not lock.is_file():
+        click.echo(f"trainimg: no {lock}: the OS packages of released images were not checked", err=True)
+    archive = SecurityArchive(index.http, {**SECURITY_ARCHIVES, **_pairs(archives, "--security-archive")})
+    items = outdated(c.recipes(), load_compat(), c.root, index, datetime.date.today(), opts.warn_days, released,
+                     archive)
+    if json_path:
+        emit_json([i.to_json() for i in items], json_path)
+    else:
+        for item in items:
+            click.echo(item.line())
+            for line in item.detail:
+                click.echo(f"  {line}")
+    click.echo(f"trainimg outdated: {len(items)} item(s); read {index.http.fetched / 1e6:.1f} MB from "
+               f"{opts.index_url} and the archives in {time.monotonic() - start:.1f} s", err=True)
+    if items:
+        click.get_current_context().exit(1)
+
+
+def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
+    out = {}
+    for value in values:
+        key, sep, url = value.partition("=")
+        if not sep or not key or not url.startswith(("http://", "https://")):
+            raise UserInputError(f"{value!r}: give OS=URL, e.g. debian=https://mirror.example/...", where=flag)
+        out[key] = url
+    return out
