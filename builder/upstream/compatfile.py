@@ -118,7 +118,7 @@ def _releases_at(lines: list[str], framework: str) -> int:
     return next(i for i in range(mine, len(lines)) if lines[i].rstrip() == "    releases:")
 
 
-def _place(lines: list[str], framework: str, version: Version) -> tuple[int, int]:
+def place(lines: list[str], framework: str, version: Version) -> tuple[int, int]:
     """Where the entry goes: (start, end) of the same line's entry to replace, or (at, at) to insert at."""
     i = _releases_at(lines, framework) + 1
     while i < len(lines):
@@ -158,7 +158,7 @@ def new_text(text: str, d: Derivation, compat: Compat, today: datetime.date) -> 
         raise UserInputError(f"compat.yaml holds {old.version}, newer in the {old.line} line: each line holds its "
                              f"newest release", where="FRAMEWORK==VERSION")
     lines = text.splitlines(keepends=True)
-    start, end = _place(lines, d.framework, Version(d.version))
+    start, end = place(lines, d.framework, Version(d.version))
     body, kept = entry_text(d, old, today)
     before = "".join(lines[start:end]) if end > start else None
     lines[start:end] = [body]
