@@ -11,22 +11,8 @@ import click
 
 from ..errors import UserInputError
 from ..options import CI_SYSTEMS, MATRIX_FORMATS, CiOptions, MatrixOptions, default
-from .context import Callback, Ctx, pass_ctx
+from .context import Callback, Ctx, pass_ctx, write_text
 from .group import TrainimgGroup
-
-
-def write_text(text: str, output: Path | None) -> None:
-    """`text` to `output`, or to stdout without one."""
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UserInputError(f"cannot write {output}: {exc.strerror or exc}; choose a file you can write",
-                             where="--output") from None
-    click.echo(f"wrote {output}", err=True)
 
 
 def _checkout_relative(recipes_dir: Path) -> str:

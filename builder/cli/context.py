@@ -127,3 +127,17 @@ def emit_json(data: Any, path: str | None) -> None:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UserInputError(f"cannot write {path}: {exc.strerror or exc}; choose a file you can write") from None
+
+
+def write_text(text: str, output: Path | None) -> None:
+    """`text` to `output`, or to stdout without one."""
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserInputError(f"cannot write {output}: {exc.strerror or exc}; choose a file you can write",
+                             where="--output") from None
+    click.echo(f"wrote {output}", err=True)

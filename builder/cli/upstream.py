@@ -9,9 +9,10 @@ from pathlib import Path
 
 import click
 
-from ..errors import UserInputError
-from ..options import CompatAddOptions, OutdatedOptions, default, index_url as chosen_index
-from .context import Ctx, check_writable, emit_json, json_option, pass_ctx
+from ..errors import CheckFailed, UserInputError
+from ..options import BUMP_MODES, BumpOptions, CompatAddOptions, OutdatedOptions, default
+from ..options import index_url as chosen_index
+from .context import Ctx, check_writable, emit_json, json_option, pass_ctx, write_text
 from .group import TrainimgGroup
 
 INDEX_HELP = "The simple index (PEP 691 JSON) releases are read from (default: $PIP_INDEX_URL, else PyPI)."
@@ -150,3 +151,52 @@ def _pairs(values: tuple[str, ...], flag: str) -> dict[str, str]:
             raise UserInputError(f"{value!r}: give OS=URL, e.g. debian=https://mirror.example/...", where=flag)
         out[key] = url
     return out
+
+
+@click.command("bump")
+@click.argument("variants", nargs=-1)
+@click.option("--mode", type=click.Choice(BUMP_MODES), default=default(BumpOptions, "mode"), show_default=True,
+              help="move: the newer version replaces the old; beside: a new variant beside the old one.")
+@click.option("--index-url", help=INDEX_HELP)
+@click.option("--wheelhouse", multiple=True, type=click.Path(path_type=Path),
+              help="Folder of wheels the new locks resolve from too, as the build serves it (default: "
+                   "$PIP_FIND_LINKS); repeatable.")
+@click.option("--summary", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="Also write the merge request's description (Markdown, its first line the title) here.")
+@json_option("The steps: per recipe version, what it moved to, the variants, the locks, what was refused")
+@pass_ctx
+def bump_cmd(c: Ctx, variants: tuple[str, ...], mode: str, index_url: str | None, wheelhouse: tuple[Path, ...],
+             summary: Path | None, json_path: str | None) -> None:
+    """Move the recipes of VARIANTS (default: all) to the newest release the gate accepts.
+
+    Reads the index (releases; the wheels' metadata by range requests where compat.yaml lacks a release, which it
+    then writes), edits the recipe files, renders images/, and locks each new variant with uv (reaches the
+    indexes the build uses); starts no container. Per recipe version, all or nothing: a change that does not
+    validate, render or lock is rolled back and said. Exit 1 when a change was rolled back.
+
+    \b
+    Examples:
+      trainimg bump
+      trainimg bump 'jax-*' --mode beside --summary bump.md
+    """
+    import datetime
+
+    from ..imagebuild.wheelhouse import default_wheelhouses
+    from ..options import LockOptions
+    from ..upstream.bump import Bumper, step_json, summary as summary_of
+
+    opts = BumpOptions(variants=variants, mode=mode, index_url=chosen_index(index_url, c.env),
+                       lock=LockOptions(wheelhouses=wheelhouse or default_wheelhouses(c.env)), summary=summary)
+    check_writable(json_path)
+    today = datetime.date.today()
+    steps = Bumper(c.recipes_dir, compat_file(), opts, c.env, lambda line: click.echo(line, err=True), today).run()
+    text = summary_of(steps, opts.index_url, today)
+    if opts.summary is not None:
+        write_text(text, opts.summary)
+    if json_path:
+        emit_json([step_json(s) for s in steps], json_path)
+    else:
+        click.echo(text, nl=False)
+    failed = [s for s in steps if s.failed]
+    if failed:
+        raise CheckFailed(f"{len(failed)} change(s) rolled back: {failed[0].failed}")
