@@ -50,7 +50,8 @@ def cli(ctx: click.Context, recipes: Path | None) -> None:
 for _command in (images.list_cmd, images.validate, images.render, locks.lock, images.build, images.bake, gate.test_cmd,
                  gate.push_cmd, gate.release, gate.diff_cmd, registry.registry, jobs.cluster, jobs.spec, jobs.run,
                  jobs.tune, ci.ci, ci.matrix, sbom_cmd, fleet.promote, fleet.prune, verify_cmd, upstream.compat,
-                 upstream.outdated_cmd, upstream.bump_cmd):
+                 upstream.outdated_cmd, upstream.bump_cmd,
+                 upstream.mirror_cmd):
     cli.add_command(_command)
 
 

@@ -230,7 +230,9 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
         from ..publish.lockfile import DEFAULT_LOCK
 
         chosen = recipes.with_parents(recipes.select(list(variants)))
-        opts = dataclasses.replace(opts, base_overrides=locked_bases(engine, lock_path or DEFAULT_LOCK, chosen))
+        bases = locked_bases(engine, lock_path or DEFAULT_LOCK, chosen, c.env, lambda line: click.echo(f"trainimg: {line}",
+                                                                                                       err=True))
+        opts = dataclasses.replace(opts, base_overrides=bases)
     builder = Builder(recipes, engine, Progress(progress, c.env), c.env, c.root)
     results = builder.build(list(variants), opts)
     if json_path:

@@ -12,7 +12,7 @@ import click
 from ..errors import CheckFailed, UserInputError
 from ..options import BUMP_MODES, BumpOptions, CompatAddOptions, OutdatedOptions, default
 from ..options import index_url as chosen_index
-from .context import Ctx, check_writable, emit_json, json_option, pass_ctx, write_text
+from .context import Ctx, check_writable, credentials, docker_engine, emit_json, json_option, pass_ctx, write_text
 from .group import TrainimgGroup
 
 INDEX_HELP = "The simple index (PEP 691 JSON) releases are read from (default: $PIP_INDEX_URL, else PyPI)."
@@ -200,3 +200,40 @@ def bump_cmd(c: Ctx, variants: tuple[str, ...], mode: str, index_url: str | None
     failed = [s for s in steps if s.failed]
     if failed:
         raise CheckFailed(f"{len(failed)} change(s) rolled back: {failed[0].failed}")
+
+
+@click.command("mirror")
+@click.argument("variants", nargs=-1)
+@click.option("--registry", required=True, metavar="HOST[:PORT][/PREFIX]",
+              help="The team's registry the bases are copied into (under PREFIX/<upstream host>/<repository>).")
+@click.option("--lock", "lock_path", metavar="FILE", default=None,
+              help="The lockfile whose bases are copied, and where each copy is recorded (default: images.lock).")
+@click.option("--username", help="Registry user; the password comes from TRAINIMG_REGISTRY_PASSWORD.")
+@click.option("--password-stdin", is_flag=True, help="Read the registry password from standard input.")
+@pass_ctx
+def mirror_cmd(c: Ctx, variants: tuple[str, ...], registry: str, lock_path: str | None, username: str | None,
+               password_stdin: bool) -> None:
+    """Copy each base the lockfile records (of VARIANTS, default all) into your registry, by digest.
+
+    Reaches the upstream registries (manifests; a blob only where your registry lacks it) and yours; a base only
+    the engine holds is pushed from the engine. Each copy is recorded in the lockfile (`base_mirror`), where
+    `build --locked` and `verify --locked` find it when the upstream tag is gone.
+
+    \b
+    Examples:
+      trainimg mirror --registry registry.example/team/bases
+      trainimg mirror pytorch-2.14.1-cu130-py3.11 --registry localhost:5000/bases --lock images.lock
+    """
+    from ..publish.lockfile import DEFAULT_LOCK
+    from ..registry.references import RegistryTarget
+    from ..upstream.mirror import Mirror
+
+    target = RegistryTarget.parse(registry)
+    lock = lock_path or DEFAULT_LOCK
+    if not Path(lock).is_file():
+        raise UserInputError(f"no {lock}: release the variants first (their bases are recorded there)",
+                             where="--lock")
+    mirror = Mirror(docker_engine(), target, credentials(target, username, password_stdin, c.env), c.env,
+                    click.echo)
+    copied = mirror.run(lock, variants)
+    click.echo(f"{len(copied)} base(s) mirrored into {target}; recorded in {lock}")

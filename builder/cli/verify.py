@@ -31,10 +31,15 @@ from .images import _build_options
 @click.option("--installer", type=click.Choice(INSTALLERS), default=DEFAULT_INSTALLER, show_default=True,
               help="The installer the release used (uv, or pip).")
 @progress_option("the no-cache rebuild")
+@click.option("--locked", is_flag=True,
+              help="Rebuild on the base the lockfile recorded (its mirror when the upstream is gone).")
+@click.option("--lock", "lock_path", metavar="FILE", default=None, help="The lockfile --locked reads (default: "
+                                                                        "images.lock).")
 @pass_ctx
 def verify_cmd(c: Ctx, variant: str, registry: str, username: str | None, password_stdin: bool,
                base_image: str | None, ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
-               allow_missing: tuple[str, ...], installer: str, progress: str) -> None:
+               allow_missing: tuple[str, ...], installer: str, progress: str, locked: bool,
+               lock_path: str | None) -> None:
     """Rebuild VARIANT without cache and compare it with its image in the registry, layer by layer.
 
     Reaches the registry (the pushed manifest and config; a layer's blob only where it differs), builds on the engine
@@ -45,6 +50,7 @@ def verify_cmd(c: Ctx, variant: str, registry: str, username: str | None, passwo
     Examples:
       trainimg verify pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --base-image local/debian:bookworm
       echo "$TOKEN" | trainimg verify pytorch-2.14.1-cu130-py3.11 --registry ghcr.io/team --username bot --password-stdin
+      trainimg verify pytorch-2.14.1-cu130-py3.11 --registry ghcr.io/team --locked --lock images.lock
     """
     from ..imagebuild.builder import Builder
     from ..progress import Progress
@@ -63,8 +69,19 @@ def verify_cmd(c: Ctx, variant: str, registry: str, username: str | None, passwo
     api = RegistryAPI(reachable_target(engine, target), credentials(target, username, password_stdin, c.env))
     name, tag = split_tag(v.tag)
     registry_image(api, target.repository(name), tag)  # before a long build: is there anything to compare?
+    if lock_path and not locked:
+        raise UserInputError("--lock is read only with --locked", where="--lock")
+    if locked and base_image:
+        raise UserInputError("--locked rebuilds on the recorded base; drop --base-image", where="--locked")
     opts = dataclasses.replace(_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, 1, (), installer),
                                no_cache=True)
+    if locked:
+        from ..publish.lockedbases import locked_bases
+        from ..publish.lockfile import DEFAULT_LOCK
+
+        bases = locked_bases(engine, lock_path or DEFAULT_LOCK, recipes.with_parents([v]), c.env,
+                             lambda line: click.echo(f"trainimg: {line}", err=True))
+        opts = dataclasses.replace(opts, base_overrides=bases)
     built = Builder(recipes, engine, Progress(progress, c.env), c.env, c.root).build([v.name], opts)
     result = next(b for b in built if b.name == v.name)
     verdict = compare(engine, api, result.image_id, v.tag)

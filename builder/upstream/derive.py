@@ -69,7 +69,7 @@ def parse_request(text: str, compat: Compat) -> tuple[FrameworkName, str]:
     if parsed.is_prerelease or parsed.local:
         raise UserInputError(f"{parsed} is a pre-release or local build: compat data holds releases",
                              where="FRAMEWORK==VERSION")
-    return framework, str(parsed)  # type: ignore[return-value]
+    return framework, str(parsed)
 
 
 def derive(index: SimpleIndex, framework: FrameworkName, version: str, *, archs: bool = True) -> Derivation:

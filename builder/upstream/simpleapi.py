@@ -190,7 +190,7 @@ def parse_project(name: str, data: dict[str, Any], page_url: str) -> Project:
         if version is None:
             continue
         has_meta, meta_hash = _metadata(entry)
-        hashes = entry.get("hashes") if isinstance(entry.get("hashes"), dict) else {}
+        hashes = entry["hashes"] if isinstance(entry.get("hashes"), dict) else {}
         size = entry.get("size")
         files.append(IndexFile(
             filename=entry["filename"], url=urljoin(page_url, str(entry.get("url", ""))), version=version,
