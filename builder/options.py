@@ -284,6 +284,7 @@ def default(options: type, name: str) -> object:
 CI_SYSTEMS = ("github", "gitlab")  # `trainimg ci SYSTEM`: the CI engines a pipeline is written for
 MATRIX_FORMATS = ("md", "html")  # `trainimg matrix --format`
 CI_BRANCH = re.compile(r"[A-Za-z0-9][A-Za-z0-9._/-]{0,199}")  # a branch name both engines accept unquoted
+CRON = re.compile(r"[0-9*/,A-Za-z-]+(?: [0-9*/,A-Za-z-]+){4}")  # five fields: minute hour day month weekday
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -306,10 +307,26 @@ class CiOptions:
     branch: str = "main"  # releases run on pushes to this branch (and by hand)
     recipes: str = "recipes"  # the recipes folder, relative to the checkout
     one_machine: bool = False  # every job runs on this machine (gitlab-ci-local): a loopback registry is shared
+    # The schedule side (publish/schedule.py): a cron expression (GitHub's `on.schedule`; GitLab's schedules are set
+    # in the project, the file runs the bump job in schedule pipelines), the index `outdated` and `bump` read, and
+    # the CI secret/variable holding the token that pushes the branch and opens the merge/pull request.
+    schedule: str | None = None
+    index_url: str | None = None
+    token_var: str | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))
         object.__setattr__(self, "runner", tuple(self.runner))
+        if self.schedule is not None and not CRON.fullmatch(self.schedule):
+            raise UserInputError(f"{self.schedule!r}: give a cron expression of five fields, e.g. '17 4 * * 1'",
+                                 where="--schedule")
+        if self.token_var is not None and not ENV_NAME.fullmatch(self.token_var):
+            raise UserInputError(f"{self.token_var!r} is not a variable name", where="--token-var")
+        if (self.index_url or self.token_var) and self.schedule is None:
+            raise UserInputError("it is read by the schedule side only: add --schedule CRON",
+                                 where="--index-url" if self.index_url else "--token-var")
+        if self.index_url is not None:
+            index_url(self.index_url, {})
         if self.system not in CI_SYSTEMS:
             raise UserInputError(f"{self.system!r} is not one of {', '.join(CI_SYSTEMS)}")
         for flag, name in (("--username-var", self.username_var), ("--password-var", self.password_var)):

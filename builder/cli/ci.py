@@ -47,6 +47,14 @@ def ci_flags(fn: Callback) -> Callback:
         click.option("--one-machine", is_flag=True,
                      help="Every job runs on this machine (gitlab-ci-local, one shell runner), so a loopback "
                           "--registry is shared; refused without it."),
+        click.option("--schedule", metavar="CRON",
+                     help="Also run on this schedule: rebuild what changed, and bump the recipes through a merge/pull "
+                          "request (GitLab: set the schedule in the project; the file runs the bump job in it)."),
+        click.option("--index-url", metavar="URL", help="The index the scheduled outdated and bump read (default: "
+                                                         "$PIP_INDEX_URL, else PyPI)."),
+        click.option("--token-var", metavar="NAME",
+                     help="CI secret/variable with the token that pushes the bump's branch and opens the request "
+                          "(default: GITHUB_TOKEN; GitLab: TRAINIMG_BOT_TOKEN)."),
     ]):
         fn = deco(fn)
     return fn
@@ -70,18 +78,21 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
     @pass_ctx
     def command(c: Ctx, variants: tuple[str, ...], registry: str, base_image: str | None, runner: tuple[str, ...],
                 image: str | None, install: str, username_var: str, password_var: str, branch: str,
-                output: Path | None, one_machine: bool) -> None:
+                output: Path | None, one_machine: bool, schedule: str | None, index_url: str | None,
+                token_var: str | None) -> None:
         from ..publish.pipelines import pipeline
 
         opts = CiOptions(system=system, registry=registry, variants=variants, base_image=base_image, runner=runner,
                          image=image, install=install, username_var=username_var, password_var=password_var,
-                         branch=branch, recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine)
+                         branch=branch, recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine,
+                         schedule=schedule, index_url=index_url, token_var=token_var)
         write_text(pipeline(c.recipes(), opts), output)
 
     command.__doc__ = (f"Write {what} that releases VARIANTS (default: all) across runners.\n\n"
                        "Reads the recipes only: no engine, no registry.\n\n\b\nExamples:\n"
                        f"  trainimg ci {system} --registry ghcr.io/team --output {where}\n"
-                       f"  trainimg ci {system} 'pytorch-*' --registry localhost:5000 --runner gpu\n")
+                       f"  trainimg ci {system} 'pytorch-*' --registry localhost:5000 --runner gpu\n"
+                       f"  trainimg ci {system} --registry ghcr.io/team --schedule '17 4 * * 1' --output {where}\n")
     return click.command(system)(command)
 
 
