@@ -307,9 +307,8 @@ class CiOptions:
     branch: str = "main"  # releases run on pushes to this branch (and by hand)
     recipes: str = "recipes"  # the recipes folder, relative to the checkout
     one_machine: bool = False  # every job runs on this machine (gitlab-ci-local): a loopback registry is shared
-    # The schedule side (publish/schedule.py): a cron expression (GitHub's `on.schedule`; GitLab's schedules are set
-    # in the project, the file runs the bump job in schedule pipelines), the index `outdated` and `bump` read, and
-    # the CI secret/variable holding the token that pushes the branch and opens the merge/pull request.
+    # The schedule side (publish/schedule.py): its cron, the index its outdated and bump read, and the CI secret or
+    # variable holding the token that pushes the bump's branch and opens the merge/pull request.
     schedule: str | None = None
     index_url: str | None = None
     token_var: str | None = None
@@ -318,8 +317,7 @@ class CiOptions:
         object.__setattr__(self, "variants", tuple(self.variants))
         object.__setattr__(self, "runner", tuple(self.runner))
         if self.schedule is not None and not CRON.fullmatch(self.schedule):
-            raise UserInputError(f"{self.schedule!r}: give a cron expression of five fields, e.g. '17 4 * * 1'",
-                                 where="--schedule")
+            raise UserInputError(f"{self.schedule!r}: give a cron of five fields, e.g. '17 4 * * 1'", where="--schedule")
         if self.token_var is not None and not ENV_NAME.fullmatch(self.token_var):
             raise UserInputError(f"{self.token_var!r} is not a variable name", where="--token-var")
         if (self.index_url or self.token_var) and self.schedule is None:
@@ -373,13 +371,12 @@ class CompatAddOptions:
     archs: bool = True  # read the GPU architectures where a wheel states them (torch: ~17 MB of ranges per build)
 
 
-WARN_DAYS = IntLimit(0, 3650)
+WARN_DAYS = IntLimit(0, 3650)  # `outdated --warn-days`
 
 
 @dataclass(frozen=True, kw_only=True)
 class OutdatedOptions:
-    """`trainimg outdated`: the index read, the lockfile whose released images' OS packages are checked, and how
-    many days before an end-of-life or tag-deletion date a base is warned about."""
+    """`trainimg outdated`: the index, the lockfile of the released images checked, days of warning before a date."""
 
     index_url: str = PYPI_SIMPLE
     lock_path: str | None = None
@@ -394,8 +391,7 @@ BUMP_MODES = ("move", "beside")  # `bump --mode`: the old version replaced, or k
 
 @dataclass(frozen=True, kw_only=True)
 class BumpOptions:
-    """`trainimg bump [VARIANT...]`: which variants may move, how (replaced or beside), the index, the lock's
-    sources, and where the merge request's summary goes."""
+    """`trainimg bump [VARIANT...]`: which variants move, how, the index, the lock's sources, the summary's file."""
 
     variants: tuple[str, ...] = ()
     mode: str = BUMP_MODES[0]

@@ -70,7 +70,7 @@ def eol_items(os_used: Mapping[str, Sequence[str]], today: datetime.date, warn_d
         if life is None or not near(life.security_end, today, warn_days):
             continue
         ended = life.security_end <= today
-        after = f"; long-term support until {life.lts_end}" if life.lts_end else ""
+        after = f" (long-term support until {life.lts_end})" if life.lts_end else ""
         items.append(Item(kind="base-eol", name=os_name, current=life.name,
                           newest=f"security support {'ended' if ended else 'ends'} {life.security_end}{after}",
                           date=str(life.security_end), source=life.source, where=tuple(variants),

@@ -35,6 +35,8 @@ class Item:
         """One line: ``framework torch 2.13.0 -> 2.15.0 (2026-10-28): recipes/pytorch.yaml ...; run ...``."""
         change = f"{self.current} -> {self.newest}" if self.current else f"{self.newest}"
         when = f" ({self.date})" if self.date else ""
+        if self.kind == "base-eol":
+            change, when = f"({self.current}): {self.newest}", ""
         where = f": {', '.join(self.where)}" if self.where else ""
         action = f"; {self.action}" if self.action else ""
         mark = "warning: " if self.warning else ""
