@@ -4,7 +4,8 @@ renders as committed with a fresh lock that passes lock's truth checks (`render 
 
 The releases come from the real index's recorded answers; the locks resolve from PyPI as `trainimg lock` does. The
 old variant's lock is made from the shipped jax-0.10.2 CPU lock (uv keeps its pins and moves only jax and jaxlib
-back), so the bump's lock is the shipped one again and the build reuses its cached layers.
+back), so the bump's lock is the shipped one again and the build reuses the layers of the session's JAX CPU image
+(`framework_images`, which the suite builds for its framework tests anyway).
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ matrix:
 
 
 def test_a_bumped_cpu_variant_validates_renders_locks_and_builds(tmp_path: Path, state_env: dict[str, str],
-                                                                 client: docker.DockerClient) -> None:
+                                                                 client: docker.DockerClient,
+                                                                 framework_images: dict[str, str],
+                                                                 image_matrix: list[str]) -> None:
     recipes = tmp_path / "recipes"
     recipes.mkdir()
     (recipes / "jax.yaml").write_text(RECIPE)
@@ -54,8 +57,8 @@ def test_a_bumped_cpu_variant_validates_renders_locks_and_builds(tmp_path: Path,
     assert pins(lock.read_text()) == pins(SHIPPED.read_text())  # only jax and jaxlib moved, back to the shipped
     tag = f"trainimg-test/bump-{RUN}:0.10.2-cpu-py3.11"
     try:
-        r = trainimg("--recipes", str(recipes), "build", new, "--base-image", LOCAL_BASE, "--progress", "plain",
-                     env=state_env, timeout=1800)
+        r = trainimg("--recipes", str(recipes), "build", new, "--base-image", LOCAL_BASE, *image_matrix,
+                     "--progress", "plain", env=state_env, timeout=1800)
         assert r.returncode == 0, r.stderr[-3000:]
         labels = client.images.get(tag).labels
         assert labels["trainimg.version.framework"].startswith("0.10.2"), labels
