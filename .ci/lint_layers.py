@@ -19,6 +19,8 @@ top-level module or subpackage of builder/ sits in one layer, lowest first:
     imagebuild                                building images, compiling locks
     conformance                               suite, replicas, verdicts, reports, records
     publish                                   push, lockfile, diff, SBOMs and records beside images
+    upstream                                  what is newer upstream: the package index, compat data derived
+                                              from wheels, recipes bumped, bases mirrored
     jobs                                      run, tune, cloud job specs
     pipeline                                  release(): build -> conformance -> publish
     cli, __main__, __init__                   the command line
@@ -60,6 +62,7 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("imagebuild",),
     ("conformance",),
     ("publish",),
+    ("upstream",),
     ("jobs",),
     ("pipeline",),
     ("cli", "__main__", "__init__"),

@@ -163,3 +163,17 @@ def write_reports(suites: list[Suite], json_path: str | None, junit_path: str | 
             write_junit(suites, junit_path)
     except ReportPathError as err:
         raise UserInputError(str(err)) from None
+
+
+def write_text(text: str, output: Path | None) -> None:
+    """`text` to `output`, or to stdout without one."""
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserInputError(f"cannot write {output}: {exc.strerror or exc}; choose a file you can write",
+                             where="--output") from None
+    click.echo(f"wrote {output}", err=True)

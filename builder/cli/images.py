@@ -246,7 +246,9 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
         from ..publish.lockfile import DEFAULT_LOCK
 
         chosen = recipes.with_parents(recipes.select(list(variants)))
-        opts = dataclasses.replace(opts, base_overrides=locked_bases(engine, lock_path or DEFAULT_LOCK, chosen))
+        bases = locked_bases(engine, lock_path or DEFAULT_LOCK, chosen, c.env, lambda line: click.echo(f"trainimg: {line}",
+                                                                                                       err=True))
+        opts = dataclasses.replace(opts, base_overrides=bases)
         if not opts.audits:  # the audit each release recorded, so the SBOM layer is the released one
             opts = dataclasses.replace(opts, audits=locked_audits(lock_path or DEFAULT_LOCK, chosen))
     builder = Builder(recipes, engine, Progress(progress, c.env), c.env, c.root)

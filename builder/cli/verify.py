@@ -14,12 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 from pathlib import Path
+from typing import Any
 
 import click
 from click.core import ParameterSource
 
 from ..errors import CheckFailed, UserInputError
-from ..options import DEFAULT_INSTALLER, INSTALLERS
+from ..options import DEFAULT_INSTALLER, INSTALLERS, BuildOptions
 from .context import Ctx, credentials, docker_engine, pass_ctx, progress_option
 from .images import _build_options
 
@@ -41,10 +42,15 @@ from .images import _build_options
 @click.option("--installer", type=click.Choice(INSTALLERS), default=DEFAULT_INSTALLER, show_default=True,
               help="The installer the release used (uv, or pip).")
 @progress_option("the no-cache rebuild")
+@click.option("--locked", is_flag=True,
+              help="Rebuild on the base the lockfile recorded (its mirror when the upstream is gone).")
+@click.option("--lock", "lock_path", metavar="FILE", default=None, help="The lockfile --locked reads (default: "
+                                                                        "images.lock).")
 @pass_ctx
 def verify_cmd(c: Ctx, variant: str, key: Path | None, registry: str | None, username: str | None,
                password_stdin: bool, base_image: str | None, ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
-               allow_missing: tuple[str, ...], installer: str, progress: str) -> None:
+               allow_missing: tuple[str, ...], installer: str, progress: str, locked: bool,
+               lock_path: str | None) -> None:
     """Rebuild VARIANT without cache and compare it with its image in the registry, layer by layer; or, with
     --key, check that the image REF names is signed by that key for its digest and repository.
 
@@ -58,22 +64,39 @@ def verify_cmd(c: Ctx, variant: str, key: Path | None, registry: str | None, use
     Examples:
       trainimg verify pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --base-image local/debian:bookworm
       echo "$TOKEN" | trainimg verify pytorch-2.14.1-cu130-py3.11 --registry ghcr.io/team --username bot --password-stdin
+      trainimg verify pytorch-2.14.1-cu130-py3.11 --registry ghcr.io/team --locked --lock images.lock
       trainimg verify ghcr.io/team/trainimg/pytorch:2.13-cpu --key release.pub
     """
-    from ..imagebuild.builder import Builder
-    from ..progress import Progress
-    from ..publish.push import reachable_target
-    from ..registry.references import RegistryTarget, split_tag
-    from ..registry.registryapi import RegistryAPI
-    from ..audit.vex import document_of_sbom
-    from ..publish.sbom import parse_sbom, registry_sbom
-    from ..publish.verify import compare, registry_image, report_lines
-
     if key is not None:
         verify_signed(c, variant, key, username, password_stdin)
         return
     if registry is None:
         raise UserInputError("give --registry R (rebuild and compare VARIANT) or --key PUB (check REF's signature)")
+    if lock_path and not locked:
+        raise UserInputError("--lock is read only with --locked", where="--lock")
+    if locked and base_image:
+        raise UserInputError("--locked rebuilds on the recorded base; drop --base-image", where="--locked")
+    opts = dataclasses.replace(_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, 1, (), installer),
+                               no_cache=True)
+    from ..publish.lockfile import DEFAULT_LOCK
+
+    verify_rebuilt(c, variant, registry, credentials, opts, progress, (lock_path or DEFAULT_LOCK) if locked else None,
+                   username=username, password_stdin=password_stdin)
+
+
+def verify_rebuilt(c: Ctx, variant: str, registry: str, creds: Any, opts: BuildOptions, progress: str,
+                   lock_path: str | None, *, username: str | None, password_stdin: bool) -> None:
+    """`verify VARIANT --registry R` (see the module doc): the no-cache rebuild, on the locked bases when
+    `lock_path` is given, compared layer by layer; CheckFailed naming the layers that differ."""
+    from ..audit.vex import document_of_sbom
+    from ..imagebuild.builder import Builder
+    from ..progress import Progress
+    from ..publish.push import reachable_target
+    from ..publish.sbom import parse_sbom, registry_sbom
+    from ..publish.verify import compare, registry_image, report_lines
+    from ..registry.references import RegistryTarget, split_tag
+    from ..registry.registryapi import RegistryAPI
+
     recipes = c.recipes()
     chosen = recipes.select([variant])
     if len(chosen) != 1:
@@ -81,15 +104,20 @@ def verify_cmd(c: Ctx, variant: str, key: Path | None, registry: str | None, use
     v = chosen[0]
     target = RegistryTarget.parse(registry)
     engine = docker_engine()
-    api = RegistryAPI(reachable_target(engine, target), credentials(target, username, password_stdin, c.env))
+    api = RegistryAPI(reachable_target(engine, target), creds(target, username, password_stdin, c.env))
     name, tag = split_tag(v.tag)
     registry_image(api, target.repository(name), tag)  # before a long build: is there anything to compare?
     # The audit each pushed image's build followed (the variant's and its parents'), read back from its SBOM: the
     # rebuild's SBOM layers are those.
     audits = {p.name: document_of_sbom(parse_sbom(registry_sbom(api, p.tag), target.ref(p.tag)))
               for p in recipes.with_parents([v])}
-    opts = dataclasses.replace(_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, 1, (), installer),
-                               no_cache=True, audits=audits)
+    opts = dataclasses.replace(opts, audits=audits)
+    if lock_path is not None:
+        from ..publish.lockedbases import locked_bases
+
+        bases = locked_bases(engine, lock_path, recipes.with_parents([v]), c.env,
+                             lambda line: click.echo(f"trainimg: {line}", err=True))
+        opts = dataclasses.replace(opts, base_overrides=bases)
     built = Builder(recipes, engine, Progress(progress, c.env), c.env, c.root).build([v.name], opts)
     result = next(b for b in built if b.name == v.name)
     verdict = compare(engine, api, result.image_id, v.tag)

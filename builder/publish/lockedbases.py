@@ -12,19 +12,28 @@ must still be on the engine.
 
 Only root variants have a base; a variant that `extends` another is always built on its parent built in the same
 run, and its recorded `base_digest` (the parent's image ID) is for the record only.
+
+A base the engine does not hold is taken from a registry by its digest, the upstream's if it still serves it,
+else the copy `trainimg mirror` made (`LockEntry.base_mirror`): BuildKit pulls that digest reference itself. So a
+build, and `verify --locked`, go on when NVIDIA has deleted the upstream tag, and say which copy they used.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 
 from ..audit.vex import document_text
 from ..engine.base import Engine
-from ..errors import UserInputError
+from ..errors import RegistryError, UserInputError
 from ..recipe.grammar import DIGEST_RE
 from ..recipe.variant import Variant
+from ..registry.credentials import resolve_credentials
+from ..registry.references import RegistryTarget
+from ..registry.registryapi import RegistryAPI
+from .inputs import split_remote
 from .lockfile import LockEntry, read_lock
+from .push import reachable_target
 
 LOCKED_REPOSITORY = "trainimg-locked"
 
@@ -42,11 +51,39 @@ def locked_base_tag(variant: str, digest: str) -> str:
     return f"{LOCKED_REPOSITORY}/{variant}:{_digest_hex(digest)[:12]}"
 
 
-def locked_bases(engine: Engine, lock_path: str | os.PathLike[str], variants: Iterable[Variant]) -> dict[str, str]:
+def from_registry(engine: Engine, entry: LockEntry, env: Mapping[str, str], say: Callable[[str], None]) -> str:
+    """The first of the entry's upstream digest reference and its mirror that a registry serves (one manifest
+    request each), or UserInputError naming what was asked and what each answered."""
+    refs = ([entry.base_digest] if "@" in entry.base_digest else []) + ([entry.base_mirror] if entry.base_mirror
+                                                                         else [])
+    tried = []
+    for ref in refs:
+        host, repository, digest = split_remote(ref)
+        target = reachable_target(engine, RegistryTarget.parse(host))
+        try:
+            served = RegistryAPI(target, resolve_credentials(target, None, None, env=env)).remote_digest(repository,
+                                                                                                         digest)
+        except RegistryError as err:
+            tried.append(f"{ref}: {err.message}")
+            continue
+        if served == digest:
+            if ref == entry.base_mirror:
+                say(f"the locked base of {entry.variant} is not on this engine"
+                    + (f" and {tried[-1]}" if tried else "") + f"; building on its mirror {ref}")
+            return ref
+        tried.append(f"{ref}: the registry does not serve it")
+    hint = "" if entry.base_mirror else "; `trainimg mirror` keeps a copy of each locked base in your registry"
+    raise UserInputError(f"the locked base of {entry.variant}, {entry.base_digest}, is not on this engine and no "
+                         f"registry serves it ({'; '.join(tried) or 'no registry reference recorded'}){hint}")
+
+
+def locked_bases(engine: Engine, lock_path: str | os.PathLike[str], variants: Iterable[Variant],
+                 env: Mapping[str, str], say: Callable[[str], None]) -> dict[str, str]:
     """For `build --locked`: {variant name: a local tag of the recorded base} for every root variant among
     `variants` (recipe Variants; those that `extends` another are skipped: they build on their parent).
 
-    Raises UserInputError naming the lockfile when a root variant has no entry, or its base is not on the engine.
+    Raises UserInputError naming the lockfile when a root variant has no entry, or its base is neither on the engine
+    nor served by a registry (upstream, or its mirror: `from_registry`).
     """
     entries = read_lock(lock_path)
     out: dict[str, str] = {}
@@ -64,9 +101,8 @@ def locked_bases(engine: Engine, lock_path: str | os.PathLike[str], variants: It
                                  where=f"{lock_path}:variants.{v.name}")
         info = engine.image(digest)
         if info is None:
-            how = f"docker pull {digest}" if "@" in digest else "rebuild or load that image"
-            raise UserInputError(f"the locked base of {v.name}, {digest}, is not on this engine ({how})",
-                                 where=str(lock_path))
+            out[v.name] = from_registry(engine, entry, env, say)
+            continue
         tag = locked_base_tag(v.name, digest)
         engine.tag(info.id, tag)
         out[v.name] = tag

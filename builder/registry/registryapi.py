@@ -18,7 +18,7 @@ import json
 import re
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, cast
 from urllib.parse import urljoin
 
 import requests
@@ -87,6 +87,21 @@ def classify_request_exception(exc: requests.RequestException, host: str, timeou
         return RegistryError(f"registry {host}: TLS failed ({type(exc).__name__}); if it serves plain http, add it "
                              "to the engine's insecure-registries")
     return Transient(f"registry {host} dropped the connection: {type(exc).__name__}")
+
+
+class _Sized:
+    """A stream with its length and nothing else: requests sends it with that Content-Length (a response stream
+    has a `fileno`, the socket's, which requests would measure as 0 and send chunked, beside the length: a body the
+    registry waits for forever)."""
+
+    def __init__(self, body: IO[bytes], size: int) -> None:
+        self.body, self.size = body, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self, n: int = -1) -> bytes:
+        return self.body.read(n)
 
 
 @dataclass
@@ -243,6 +258,11 @@ class RegistryAPI:
         headers = {"Content-Type": "application/octet-stream", "Content-Length": str(path.stat().st_size)}
         with path.open("rb") as body:
             self._upload(repository, digest, body, headers)
+
+    def upload_stream(self, repository: str, digest: str, body: IO[bytes], size: int) -> None:
+        """Upload `size` bytes read from `body` (another registry's blob, as it streams) as blob `digest`."""
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        self._upload(repository, digest, cast(IO[bytes], _Sized(body, size)), headers)
 
     def _upload(self, repository: str, digest: str, body: bytes | IO[bytes], headers: dict[str, str]) -> None:
         """One monolithic upload (POST for a location, then PUT of the whole body with its digest)."""
