@@ -14,9 +14,13 @@ top-level module or subpackage of builder/ sits in one layer, lowest first:
     engine                                    the one door to the container engine
     registry                                  the registry client: references, credentials, the API, blob push,
                                               referrers, layer files, access log, the local registry
+    trust                                     signing keys, signatures and provenance in cosign's format,
+                                              verification by key, cluster admission policies
     imagebuild                                building images, compiling locks
     conformance                               suite, replicas, verdicts, reports, records
     publish                                   push, lockfile, diff, SBOMs and records beside images
+    upstream                                  what is newer upstream: the package index, compat data derived
+                                              from wheels, recipes bumped, bases mirrored
     jobs                                      run, tune, cloud job specs
     pipeline                                  release(): build -> conformance -> publish
     cli, __main__, __init__                   the command line
@@ -54,9 +58,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("render",),
     ("engine",),
     ("registry",),
+    ("trust",),
     ("imagebuild",),
     ("conformance",),
     ("publish",),
+    ("upstream",),
     ("jobs",),
     ("pipeline",),
     ("cli", "__main__", "__init__"),

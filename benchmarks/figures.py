@@ -48,6 +48,8 @@ FIGURES: tuple[Figure, ...] = (
            "first framework import in a fresh container / the same with the image's .pyc deleted (worst CPU image)"),
     Figure("audit_s_per_variant", 5.0, "s",
            "seconds `trainimg audit` adds per variant (every pin of the shipped locks, PyPA database folder)"),
+    Figure("sign_s_per_variant", 1.0, "s",
+           "seconds `--sign-key` adds per variant (signature and SLSA provenance, `promote` of staged variants)"),
     Figure("arm64_build_ratio", 10.0, "ratio",
            "the JAX CPU variant's arm64 build under emulation / its amd64 build, every step anew"),
     Figure("arm64_gate_ratio", 5.0, "ratio", "its arm64 gate (`trainimg test`) under emulation / its amd64 gate"),

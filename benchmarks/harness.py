@@ -76,6 +76,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("ci", ("ci_noop_release", "ci_noop_layer_bytes", "ci_one_change"), "cifleet:measure"),
     Family("coldstart", ("cold_import_ratio",), "coldstart:measure"),
     Family("audit", ("audit_s_per_variant",), "audit:measure"),
+    Family("signing", ("sign_s_per_variant",), "signing:measure"),
     Family("arm64", ("arm64_build_ratio", "arm64_gate_ratio", "arm64_layer_diffs"), "arm64:measure"),
     Family("ci_rebuild", ("ci_rebuild_ratio",), "core:measure_ci_rebuild"),
 )

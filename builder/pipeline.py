@@ -32,6 +32,7 @@ from .publish.movingtags import copy_moving_tags, moving_of, planned_moves, push
 from .publish.passrecord import attach_records
 from .publish.promote import write_parts
 from .publish.push import PushResult, reachable_target
+from .publish.signing import release_images, sign_all, utc_now
 from .registry.registryapi import RegistryAPI
 from .imagebuild.lockcompile import left_out
 from .plan.requirements import lock_states
@@ -42,6 +43,7 @@ from .recipe.arches import split_key
 from .registry.references import RegistryTarget
 from .publish.policy import PushPolicy
 from .recipe.loading import RecipeSet
+from .trust.signer import Signer
 
 
 @dataclass(frozen=True)
@@ -79,7 +81,7 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
             on_pushed: Callable[[str, Any], None] | None = None,
             on_decision: Callable[[Decision], None] | None = None,
             on_sbom: Callable[[str], None] | None = None,
-            on_record: Callable[[str], None] | None = None) -> ReleaseResult:
+            on_record: Callable[[str], None] | None = None, signer: Signer | None = None) -> ReleaseResult:
     """Build `variants` (all of them when empty), test each, and push only if every suite passed; then record the
     release in `opts.lock_path` (or, with `opts.stage`, one part per variant in `opts.lock_dir`, no moving tag).
 
@@ -90,7 +92,10 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
     `on_record` sees a line each). The moving tags move last, all or nothing, and the lockfile is written only
     when they did. A skipped variant is never read from the engine: its moving tag is a registry copy and its SBOM
     is already beside its manifest, so a runner that starts empty releases nothing-to-do with nothing built.
-    Raises CheckFailed, naming each failed variant and check, when anything failed."""
+    With a `signer` every image a tag of the release names (built, or kept) is signed and attested
+    (publish/signing.py) before a tag moves: a failure moves none. Raises CheckFailed, naming each failed variant
+    and check, when anything failed."""
+    started = utc_now()
     previous = read_lock(opts.lock_path or DEFAULT_LOCK)  # a malformed lockfile fails before an hour of building
     check_structure_tests(opts.test.structure_tests)
     chosen = recipes.with_parents(recipes.select(list(variants)))
@@ -127,18 +132,19 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
     indexed = frozenset(v.tag for v in chosen if needs_index([a for a in v.arch if (v.name, a) not in left]))
     return _publish(engine, recipes, builds, suites, kept, opts, target=target, credentials=credentials, env=env,
                     api=api, audits=build_opts.audits, on_pushed=on_pushed, on_sbom=on_sbom, on_record=on_record,
-                    indexed=indexed)
+                    signing=(signer, root, started), indexed=indexed)
 
 
 def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], suites: list[Suite],
              kept: Mapping[str, Decision], opts: ReleaseOptions, *, target: RegistryTarget,
              credentials: dict[str, str] | None, env: Mapping[str, str], api: RegistryAPI,
              audits: Mapping[str, str], on_pushed: Callable[[str, Any], None] | None,
-             on_sbom: Callable[[str], None] | None,
-             on_record: Callable[[str], None] | None, indexed: frozenset[str] = frozenset()) -> ReleaseResult:
+             on_sbom: Callable[[str], None] | None, on_record: Callable[[str], None] | None,
+             signing: tuple[Signer | None, Path, str], indexed: frozenset[str] = frozenset()) -> ReleaseResult:
     """What a release puts in the registry once every suite passed, in order: the immutable tags with their SBOMs,
-    the release records, then (unless staging) the moving tags and the lockfile, all or nothing. `indexed`: the
-    tags of the variants built for several architectures (one index each)."""
+    the release records, the signatures and provenance (`signing`: the signer, the checkout, when the release
+    started), then (unless staging) the moving tags and the lockfile, all or nothing. `indexed`: the tags of the
+    variants built for several architectures (one index each)."""
     policy = PushPolicy(engine, target, credentials, env, on_sbom)
     policy.admit(b.tag for b in builds)
 
@@ -160,6 +166,9 @@ def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], sui
             policy.kept(d.tag, now)
     built, skipped = _entries(engine, recipes, builds, suites, {**pushed, **moves}, kept, target, audits)
     attach_records(api, target, built, on_record)
+    signer, root, started = signing
+    if signer is not None:  # after the SBOMs and records (the provenance names them), before a tag moves
+        sign_all(signer, api, release_images(engine, recipes, root, target, builds, pushed, kept.values(), started))
     if opts.stage:
         write_parts(opts.lock_dir, [*built, *skipped])
         return ReleaseResult(builds, suites, pushed, kept)

@@ -322,7 +322,7 @@ def test_a_tampered_image_is_named_layer_and_file(released: dict[str, Any], regi
     ((CPU_VARIANT, "--registry", "http://x"), ("--registry", "drop the scheme")),
     (("pytorch-*", "--registry", "localhost:5000"),
      (f"names {sum(v.name.startswith('pytorch-') for v in SHIPPED.variants)} variants; name one",)),
-    ((CPU_VARIANT,), ("Missing option '--registry'",)),
+    ((CPU_VARIANT,), ("give --registry R (rebuild and compare VARIANT)", "--key PUB")),
 ])
 def test_verify_bad_input_is_one_line_exit_2(args: tuple[str, ...], words: tuple[str, ...]) -> None:
     r = trainimg("verify", *args, timeout=60)

@@ -109,7 +109,7 @@ BAD: list[tuple[str, dict[str, str], str, str, tuple[str, ...]]] = [
      ("'3.11.2' is not a Python major.minor",)),
     ("python-not-supported-by-framework",
      {"x.yaml": "framework: jax\nversion: '0.10.2'\nos: ubuntu22.04\nmatrix:\n  python: ['3.10']\n"},
-     "x.yaml", "matrix.python", ("jax 0.10 supports Python >=3.11; got 3.10",)),
+     "x.yaml", "matrix.python", ("jax 0.10 supports Python >=3.11,<3.15; got 3.10",)),
     ("python-not-offered-by-os", {"x.yaml": CPU.replace('"3.11"', '"3.12"')}, "x.yaml", "python",
      ("debian12 provides Python 3.11; got 3.12",)),
     ("cuda-not-built-for-framework",

@@ -16,7 +16,7 @@ import pytest
 from botocore.validate import ParamValidator
 
 from trainimg.cli.app import main
-from test_gpu_arch import gpu_arch_runs
+from test_gpu_arch import cpu_fits, gpu_arch_runs
 from trainimg.jobs import sagemaker
 
 REGISTRY = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/ml"
@@ -85,6 +85,8 @@ def test_every_generated_request_passes_botocores_validation(capsys: pytest.Capt
                                                                           (False, True)):
         if not gpu_arch_runs("sagemaker", instance_type, GPU[framework]):
             continue  # a GPU the build has no kernels for: tests/test_gpu_arch.py checks that it is refused
+        if not cpu_fits("sagemaker", instance_type, GPU[framework]):
+            continue  # an arm64 machine, an amd64-only image: tests/test_arch_spec.py checks that it is refused
         program = ["--conformance"] if conformance else ["--args", "--epochs", "--args", "3", "--", "python",
                                                           "train.py"]
         code, out, err = spec(capsys, "--image", GPU[framework], "--registry", REGISTRY, "--replicas", str(nodes),

@@ -11,22 +11,8 @@ import click
 
 from ..errors import UserInputError
 from ..options import CI_SYSTEMS, MATRIX_FORMATS, CiOptions, MatrixOptions, default
-from .context import Callback, Ctx, pass_ctx
+from .context import Callback, Ctx, pass_ctx, write_text
 from .group import TrainimgGroup
-
-
-def write_text(text: str, output: Path | None) -> None:
-    """`text` to `output`, or to stdout without one."""
-    if output is None:
-        click.echo(text, nl=False)
-        return
-    try:
-        output.parent.mkdir(parents=True, exist_ok=True)
-        output.write_text(text, encoding="utf-8")
-    except OSError as exc:
-        raise UserInputError(f"cannot write {output}: {exc.strerror or exc}; choose a file you can write",
-                             where="--output") from None
-    click.echo(f"wrote {output}", err=True)
 
 
 def _checkout_relative(recipes_dir: Path) -> str:
@@ -54,6 +40,11 @@ def ci_flags(fn: Callback) -> Callback:
                      metavar="NAME", help="CI secret/variable holding the registry user."),
         click.option("--password-var", default=default(CiOptions, "password_var"), show_default=True,
                      metavar="NAME", help="CI secret/variable holding the registry password or token."),
+        click.option("--sign-key-var", metavar="NAME",
+                     help="Sign in promote (`--sign-key`) with the key in this CI secret (GitHub: the key's text; "
+                          "GitLab: a File variable); stage jobs never see it. Without it nothing is signed."),
+        click.option("--sign-password-var", default=default(CiOptions, "sign_password_var"), show_default=True,
+                     metavar="NAME", help="CI secret/variable holding the signing key's passphrase."),
         click.option("--branch", default=default(CiOptions, "branch"), show_default=True,
                      help="Release on pushes to this branch (and when started by hand)."),
         click.option("--output", type=click.Path(path_type=Path), default=None, metavar="FILE",
@@ -69,6 +60,14 @@ def ci_flags(fn: Callback) -> Callback:
         click.option("--advisories", metavar="DIR|URL", default=None,
                      help="`release --advisories` in every stage job: every pin audited before the build "
                           "(without it the jobs say --skip-audit, in the file for review)."),
+        click.option("--schedule", metavar="CRON",
+                     help="Also run on this schedule: rebuild what changed, and bump the recipes through a merge/pull "
+                          "request (GitLab: set the schedule in the project; the file runs the bump job in it)."),
+        click.option("--index-url", metavar="URL", help="The index the scheduled outdated and bump read (default: "
+                                                         "$PIP_INDEX_URL, else PyPI)."),
+        click.option("--token-var", metavar="NAME",
+                     help="CI secret/variable with the token that pushes the bump's branch and opens the request "
+                          "(default: GITHUB_TOKEN; GitLab: TRAINIMG_BOT_TOKEN)."),
     ]):
         fn = deco(fn)
     return fn
@@ -91,9 +90,10 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
     @ci_flags
     @pass_ctx
     def command(c: Ctx, variants: tuple[str, ...], registry: str, base_image: str | None, runner: tuple[str, ...],
-                image: str | None, install: str, username_var: str, password_var: str, branch: str,
-                output: Path | None, arm64_runner: str | None, emulate_arm64: bool, one_machine: bool,
-                advisories: str | None) -> None:
+                image: str | None, install: str, username_var: str, password_var: str, sign_key_var: str | None,
+                sign_password_var: str, branch: str, output: Path | None, arm64_runner: str | None,
+                emulate_arm64: bool, one_machine: bool, advisories: str | None, schedule: str | None,
+                index_url: str | None, token_var: str | None) -> None:
         from ..imagebuild.lockcompile import left_out
         from ..plan.requirements import lock_states
         from ..publish.pipelines import pipeline
@@ -101,8 +101,10 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
 
         opts = CiOptions(system=system, registry=registry, variants=variants, base_image=base_image, runner=runner,
                          image=image, install=install, username_var=username_var, password_var=password_var,
-                         branch=branch, recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine,
-                         arm64_runner=arm64_runner, emulate_arm64=emulate_arm64, advisories=advisories)
+                         sign_key_var=sign_key_var, sign_password_var=sign_password_var, branch=branch,
+                         recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine, advisories=advisories,
+                         schedule=schedule, index_url=index_url, token_var=token_var, arm64_runner=arm64_runner,
+                         emulate_arm64=emulate_arm64)
         recipes = c.recipes()
         chosen = recipes.with_parents(recipes.select(list(variants)))
         left = left_out(chosen, lock_states(chosen, load_compat(), c.root))  # no job builds what no build makes
@@ -111,7 +113,9 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
     command.__doc__ = (f"Write {what} that releases VARIANTS (default: all) across runners.\n\n"
                        "Reads the recipes only: no engine, no registry.\n\n\b\nExamples:\n"
                        f"  trainimg ci {system} --registry ghcr.io/team --output {where}\n"
-                       f"  trainimg ci {system} 'pytorch-*' --registry localhost:5000 --runner gpu\n")
+                       f"  trainimg ci {system} 'pytorch-*' --registry localhost:5000 --runner gpu\n"
+                       f"  trainimg ci {system} --registry ghcr.io/team --sign-key-var TRAINIMG_SIGN_KEY\n"
+                       f"  trainimg ci {system} --registry ghcr.io/team --schedule '17 4 * * 1' --output {where}\n")
     return click.command(system)(command)
 
 

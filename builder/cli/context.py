@@ -21,6 +21,7 @@ from ..runtime.report import Suite
 
 if TYPE_CHECKING:
     from ..engine.docker import DockerEngine
+    from ..trust.signer import Signer
     from ..registry.references import RegistryTarget
     from ..recipe.variant import RecipeSet
 
@@ -117,6 +118,25 @@ def credentials(registry: RegistryTarget, username: str | None, password_stdin: 
     return resolve_credentials(registry, username, password, env=env)
 
 
+def signer(c: Ctx, key: Path | None, on_line: Callable[[str], None]) -> Signer | None:
+    """The `--sign-key` key, opened now with its passphrase from the environment (a wrong one fails before
+    anything is built or pushed); None without the flag: nothing is signed."""
+    if key is None:
+        return None
+    from ..trust.keys import load_signing_key
+    from ..trust.signer import Signer
+
+    return Signer(load_signing_key(key, c.env), c.env, on_line)
+
+
+#: `--sign-key`, the same on release, push and promote.
+sign_key_option = click.option(
+    "--sign-key", type=click.Path(path_type=Path), default=None, metavar="FILE",
+    help="Sign each pushed image by digest for its repository, with its SLSA provenance, before any tag moves: a "
+         "cosign private key (`trainimg trust keygen`, `cosign generate-key-pair`), its passphrase in "
+         "TRAINIMG_SIGN_PASSWORD or COSIGN_PASSWORD.")
+
+
 def note(text: str, progress: str = DEFAULT_PROGRESS) -> None:
     """A line on stderr saying what the verb did behind the user's back (a container, a registry), once it worked:
     a failure stays the one line that names its cause. `--progress quiet` silences it."""
@@ -162,3 +182,17 @@ def write_reports(suites: list[Suite], json_path: str | None, junit_path: str | 
             write_junit(suites, junit_path)
     except ReportPathError as err:
         raise UserInputError(str(err)) from None
+
+
+def write_text(text: str, output: Path | None) -> None:
+    """`text` to `output`, or to stdout without one."""
+    if output is None:
+        click.echo(text, nl=False)
+        return
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        output.write_text(text, encoding="utf-8")
+    except OSError as exc:
+        raise UserInputError(f"cannot write {output}: {exc.strerror or exc}; choose a file you can write",
+                             where="--output") from None
+    click.echo(f"wrote {output}", err=True)

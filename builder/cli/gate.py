@@ -13,7 +13,7 @@ from ..options import DEFAULT_UPLOAD, NPROC_PER_NODE, REPLICAS, UPLOADS, Release
 from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
 from .context import (STDOUT, Callback, Ctx, credentials, docker_engine, emit_json, image_ref, json_option, note,
-                      pass_ctx, progress_option, variant_images, write_reports)
+                      pass_ctx, progress_option, sign_key_option, signer, variant_images, write_reports)
 from .audit import audit_flags, audit_options, release_audit
 from .images import _build_options, arch_option, base_image_option, base_images, build_flags
 
@@ -137,16 +137,20 @@ def _gate(policy: PushPolicy, image_id: str, ref: str) -> None:
 
 
 def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str, username: str | None,
-          password_stdin: bool, upload: str = DEFAULT_UPLOAD) -> list[PushResult]:
+          password_stdin: bool, upload: str = DEFAULT_UPLOAD, sign_key: Path | None = None) -> list[PushResult]:
     """Push each (tag, [(local tag, architecture)]): one image under its tag, or, for a variant built for more
-    than amd64, each architecture's image and the index of them (publish/indexpush.py)."""
+    than amd64, each architecture's image and the index of them (publish/indexpush.py). With a key, each image
+    pushed is signed (for an index: the index and each architecture's manifest)."""
     from ..publish.indexpush import needs_index, push_index
     from ..publish.policy import PushPolicy
-    from ..publish.push import push
+    from ..publish.push import push, reachable_target
+    from ..publish.signing import pushed_image, sign_all
     from ..registry.references import RegistryTarget
+    from ..registry.registryapi import RegistryAPI
 
     target = RegistryTarget.parse(registry)
     creds = credentials(target, username, password_stdin, c.env)
+    sign = signer(c, sign_key, click.echo)
     engine = docker_engine()
     locals_ = [local for _, images in groups for local, _ in images]
     for local in locals_:
@@ -166,11 +170,16 @@ def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str
         if needs_index(arch for _, arch in images if arch):
             result = push_index(engine, tag, images, target, creds, gate=policy.gate, siblings=others,
                                 on_manifest=pushed)
+            signed = [(local, result.manifests[arch]) for local, arch in images if arch in result.manifests]
         else:
             local = images[0][0]
             result = push(engine, local, target, tag, credentials=creds, upload=upload, siblings=others,
                           gate=functools.partial(_gate, policy, ref=local))
+            signed = []
         pushed(tag, result)
+        if sign is not None:
+            sign_all(sign, RegistryAPI(reachable_target(engine, target), creds),
+                     [pushed_image(engine, target, local, digest) for local, digest in [(tag, result.digest), *signed]])
         results.append(result)
     return results
 
@@ -179,9 +188,10 @@ def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str
 @click.argument("variants", nargs=-1, required=True)
 @registry_flags
 @upload_flag
+@sign_key_option
 @pass_ctx
 def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | None, password_stdin: bool,
-             upload: str) -> None:
+             upload: str, sign_key: Path | None) -> None:
     """Push variants' images to <registry>/<tag>; refuses images without a passing conformance record.
 
     Reaches the registry (and pushes each image's SBOM beside it); reads each SBOM from the image in a
@@ -193,9 +203,10 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000
       echo "$TOKEN" | trainimg push 'pytorch-*' --registry ghcr.io/team --username bot --password-stdin
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --upload engine
+      trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --sign-key cosign.key
     """
     groups = [(image_ref(c, v)[0], [(local, arch) for local, _, arch in variant_images(c, v)]) for v in variants]
-    _push(c, groups, registry, username, password_stdin, upload)
+    _push(c, groups, registry, username, password_stdin, upload, sign_key)
 
 
 @click.command()
@@ -216,6 +227,7 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
               help="Where --stage writes <variant>.json.")
 @upload_flag
 @audit_flags
+@sign_key_option
 @pass_ctx
 def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str, ...], arches: tuple[str, ...],
             ca_bundle: Path | None,
@@ -224,16 +236,18 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
             timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], registry: str,
             username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None,
             rebuild: bool, stage: bool, lock_dir: str, upload: str, advisories: str | None, waivers: Path | None,
-            max_age: int, skip_audit: bool) -> None:
+            max_age: int, skip_audit: bool, sign_key: Path | None) -> None:
     """Build, test, then push every named variant, only if all of them passed; skip unchanged ones.
 
     Audits every pin first (--advisories, as `trainimg audit`; or --skip-audit, recorded), then reaches the
-    registry (what it holds decides what is skipped), builds on the engine, starts the test containers and pushes.
+    registry (what it holds decides what is skipped), builds on the engine, starts the test containers and pushes;
+    with --sign-key it signs what it pushed before a moving tag moves.
 
     
     Examples:
       trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --lock images.lock --advisories osv/
       trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d --advisories https://osv.internal
+      trainimg release pytorch-2.13.0-cpu-py3.11 --registry ghcr.io/team --skip-audit --sign-key release.key
     """
     from ..pipeline import release as run_release
     from ..registry.references import RegistryTarget
@@ -246,18 +260,21 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
                           test=TestOptions(platform=platform, replicas=replicas, timeout=timeout,
                                            nproc_per_node=nproc_per_node, structure_tests=structure_tests),
                           lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir, upload=upload,
-                          audit=release_audit(audit_options(advisories, waivers, max_age, skip_audit)))
+                          audit=release_audit(audit_options(advisories, waivers, max_age, skip_audit)),
+                          sign_key=sign_key)
     creds = credentials(target, username, password_stdin, c.env)
     to_err = json_path == STDOUT  # stdout holds the JSON report then; what release says goes to stderr
 
     def say(line: str) -> None:
         click.echo(line, err=to_err)
 
+    sign = signer(c, opts.sign_key, say)  # a key that cannot be opened fails before an hour of building
+
     result = run_release(c.recipes(), docker_engine(), variants, opts, target=target, credentials=creds, env=c.env,
                          root=c.root, progress=progress, on_suite=_print_suite,
                          on_tested=lambda suites: write_reports(suites, json_path, junit_path),
                          on_pushed=lambda tag, r: say(f"pushed {r.ref}@{r.digest} ({r.bytes_uploaded} bytes uploaded)"),
-                         on_sbom=say, on_record=say, on_decision=lambda d: say(d.line()))
+                         on_sbom=say, on_record=say, on_decision=lambda d: say(d.line()), signer=sign)
     if stage:
         say(f"staged {len(result.builds) + len(result.skipped)} variant(s) in {lock_dir}")
     elif lock_path:

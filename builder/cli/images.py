@@ -309,7 +309,9 @@ def _locked(c: Ctx, engine: DockerEngine, opts: BuildOptions, variants: list[str
     recipes = c.recipes()
     chosen = recipes.with_parents(recipes.select(variants))
     left = left_out(chosen, lock_states(chosen, load_compat(), c.root))
-    opts = dataclasses.replace(opts, base_overrides=locked_bases(engine, lock_path or DEFAULT_LOCK, chosen, left))
+    bases = locked_bases(engine, lock_path or DEFAULT_LOCK, chosen, c.env,
+                         lambda line: click.echo(f"trainimg: {line}", err=True), left)
+    opts = dataclasses.replace(opts, base_overrides=bases)
     if not opts.audits:
         opts = dataclasses.replace(opts, audits=locked_audits(lock_path or DEFAULT_LOCK, chosen))
     return opts

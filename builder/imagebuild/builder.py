@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import shutil
 import subprocess
@@ -86,6 +87,7 @@ class VariantBuild:
     absent: list[str]
     manifest: dict[str, Any]
     inputs: str | None = None  # the inputs key it was labelled with (publish/inputs.py), None when not computed
+    dockerfile: str | None = None  # sha256 of the rendered Dockerfile the build read (the provenance names it)
     arch: str = DEFAULT_ARCH
     variant_tag: str = ""
 
@@ -351,6 +353,6 @@ class Builder:
             name=v.name, tag=plan.local_tag, image_id=image_id, size=size, seconds=round(seconds, 2),
             steps=res.steps, cached=res.cached, shared_parents=used,
             base_image=base,
-            absent=sorted(manifest.get("absent", [])), manifest=manifest, inputs=inputs, arch=plan.arch,
-            variant_tag=v.tag,
+            absent=sorted(manifest.get("absent", [])), manifest=manifest, inputs=inputs,
+            dockerfile=f"sha256:{hashlib.sha256(df.read_bytes()).hexdigest()}", arch=plan.arch, variant_tag=v.tag,
         )

@@ -83,7 +83,13 @@ class Plan:
         return tuple(s for s in self.stages if s.name not in ("base", PARENT_STAGE, FINAL_STAGE))
 
     def dockerfile_path(self) -> str:
-        return "/".join(p for p in ("images", self.variant.name, arch_dir(self.arch), "Dockerfile") if p)
+        return dockerfile_path(self.variant.name, self.arch)
+
+
+def dockerfile_path(variant: str, arch: str = DEFAULT_ARCH) -> str:
+    """Where a variant's rendered Dockerfile of `arch` lives, relative to the repository root (another
+    architecture's in its own folder: recipe/arches.py)."""
+    return "/".join(p for p in ("images", variant, arch_dir(arch), "Dockerfile") if p)
 
 
 def static_labels(v: Variant, compat: Compat) -> list[tuple[str, str]]:

@@ -14,6 +14,7 @@ release are `movingtags`.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import tempfile
@@ -60,6 +61,9 @@ class LockEntry:
     # The advisory audit document the build's SBOM step mounted (audit/vex.py: its state and VEX), so `build
     # --locked` rebuilds the same SBOM layer; older files lack it.
     audit: dict[str, Any] | None = None
+    # The base's copy in the team's registry (`trainimg mirror`), `host/repo@sha256:...`: where a locked build finds
+    # the base when its upstream tag is gone. Kept across releases on the same base digest.
+    base_mirror: str | None = None
     arch: str = DEFAULT_ARCH
     manifest: str | None = None  # this architecture's image manifest in the index the tags name; None: they name it
 
@@ -89,21 +93,21 @@ class LockEntry:
         for key in ("versions", "pushed", "conformance", "audit"):
             if not isinstance(data.get(key) or {}, dict):
                 raise UserInputError(f"{key!r} is not an object", where=where)
-        for key, kind in (("size", int), ("released", str), ("inputs", str), ("manifest", str)):
+        for key, kind in (("size", int), ("released", str), ("inputs", str), ("base_mirror", str), ("manifest", str)):
             if data.get(key) is not None and (isinstance(data[key], bool) or not isinstance(data[key], kind)):
                 raise UserInputError(f"{key!r} is not a {kind.__name__}", where=where)
         if data.get("arch", DEFAULT_ARCH) not in ARCHES:
             raise UserInputError(f"'arch' is not one of {', '.join(ARCHES)}", where=where)
         unknown = set(data) - {*required, "versions", "pushed", "conformance", "size", "released", "inputs", "audit",
-                               "arch", "manifest"}
+                               "base_mirror", "arch", "manifest"}
         if unknown:
             raise UserInputError(f"unknown key(s) {', '.join(sorted(unknown))}", where=where)
         return cls(**{k: data[k] for k in required},
                    versions=dict(data.get("versions", {})), pushed=dict(data.get("pushed", {})),
                    conformance=dict(data.get("conformance", {})), size=data.get("size"),
                    released=data.get("released"), inputs=data.get("inputs"),
-                   audit=dict(data["audit"]) if data.get("audit") else None, arch=data.get("arch", DEFAULT_ARCH),
-                   manifest=data.get("manifest"))
+                   audit=dict(data["audit"]) if data.get("audit") else None, base_mirror=data.get("base_mirror"),
+                   arch=data.get("arch", DEFAULT_ARCH), manifest=data.get("manifest"))
 
 
 def read_lock(path: str | os.PathLike[str]) -> dict[str, LockEntry]:
@@ -146,7 +150,8 @@ class PendingLock:
     def __init__(self, path: str | os.PathLike[str], entries: Mapping[str, LockEntry] | Iterable[LockEntry]) -> None:
         new = dict(entries) if isinstance(entries, Mapping) else {e.key: e for e in entries}
         self.path = Path(path)
-        self.merged = {**read_lock(self.path), **new}
+        old = read_lock(self.path)
+        self.merged = {**old, **{name: _keep_mirror(old.get(name), e) for name, e in new.items()}}
         self._tmp = ""
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -184,13 +189,32 @@ def write_lock(path: str | os.PathLike[str], entries: Mapping[str, LockEntry] | 
         return pending.commit()
 
 
+def _keep_mirror(old: LockEntry | None, new: LockEntry) -> LockEntry:
+    """A new entry on the same base keeps the mirror recorded for it (a release does not copy bases itself)."""
+    if new.base_mirror is None and old is not None and old.base_mirror and old.base_digest == new.base_digest:
+        return dataclasses.replace(new, base_mirror=old.base_mirror)
+    return new
+
+
 def base_digest(engine: Engine, ref: str) -> str:
-    """The resolved base: the image's first RepoDigest (``repo@sha256:...``) when it came from a registry, else its
-    image ID (``sha256:...``)."""
+    """The resolved base: the image's RepoDigest (``repo@sha256:...``) in `ref`'s own repository when it came from
+    a registry (an image pushed or pulled under several names has one per repository: another's would send a
+    mirror or a locked build elsewhere), else its image ID (``sha256:...``)."""
     info = engine.image(ref)
     if info is None:
         raise UserInputError(f"base image {ref} is not on this engine")
-    return info.repo_digests[0] if info.repo_digests else info.id
+    name = ref.split("@", 1)[0]
+    repository = _familiar(name.rsplit(":", 1)[0] if ":" in name.rsplit("/", 1)[-1] else name)
+    own = [d for d in info.repo_digests if _familiar(d.split("@", 1)[0]) == repository]
+    return own[0] if own else info.id
+
+
+def _familiar(repository: str) -> str:
+    """A repository as docker shows it: Docker Hub's host and `library/` left out (``docker.io/library/debian`` is
+    ``debian``)."""
+    for prefix in ("docker.io/", "index.docker.io/", "library/"):
+        repository = repository.removeprefix(prefix)
+    return repository
 
 
 # -- entries from a release ---------------------------------------------------------------------------------------

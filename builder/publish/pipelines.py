@@ -20,6 +20,16 @@ hosted ``ubuntu-24.04-arm`` and GitLab.com's ``saas-linux-medium-arm64`` by defa
 another). With `--emulate-arm64` the group's one job builds arm64 too, under QEMU (GitHub:
 docker/setup-qemu-action; GitLab: tonistiigi/binfmt). The file's header says which. Each architecture's job pushes
 its images by digest and writes its part; promote puts each variant's index under its tag once every part passed.
+
+With `--sign-key-var NAME` promote signs every image before a tag moves (`promote --sign-key`), with the key from
+the CI's secret store: on GitHub the secret NAME holds the key's text, written to a mode-0600 file in the runner's
+temporary folder for the promote step and removed after it; on GitLab NAME is a File variable (its value is the
+path of a file holding the key). The passphrase comes from the secret `sign_password_var` as
+`TRAINIMG_SIGN_PASSWORD`. Only promote signs: the stage jobs, which run the builds (and every package's install
+scripts), never see the key.
+
+With `--schedule CRON` the pipeline also runs on a schedule, where it rebuilds what changed and bumps the recipes
+through a merge/pull request (`schedule`).
 """
 
 from __future__ import annotations
@@ -39,6 +49,8 @@ from ..recipe.grammar import is_reference
 from ..recipe.variant import RecipeSet, Variant
 from .lockfile import DEFAULT_LOCK
 from ..registry.references import RegistryTarget, why_unshared
+from ..trust.keys import PASSWORD_VARS
+from . import schedule
 
 DEFAULT_RECIPES = "recipes"
 MATRIX_FILES = {"md": "support-matrix.md", "html": "support-matrix.html"}
@@ -49,6 +61,8 @@ GITHUB_ACTIONS = {  # the actions a workflow uses, by major version
     "download": "actions/download-artifact@v4",
 }
 ARTIFACT_PREFIX = "lock-"  # GitHub: one artifact per stage job, merged by promote
+SIGN_PASSWORD_ENV = PASSWORD_VARS[0]  # what `--sign-key` reads the passphrase from
+GITHUB_KEY_FILE = '"$RUNNER_TEMP/trainimg-sign.key"'  # the promote step's copy of the key (a shell word)
 
 
 @dataclass(frozen=True)
@@ -164,16 +178,29 @@ def arm64_runner(opts: CiOptions) -> str:
     return opts.arm64_runner or ARM64_RUNNERS[opts.system]
 
 
+SCHEDULED = ("# On the schedule ({cron}) it also rebuilds what changed (a republished base) and the bump job opens a\n"
+             "# merge/pull request with the recipes moved to what is newer upstream.{gitlab}\n")
+GITLAB_SCHEDULE = ("\n# GitLab: add the schedule in the project (Build > Pipeline schedules) with that cron; the bump job\n"
+                   "# needs {token}, a masked variable holding a project access token (api, write_repository).")
+
+
+def signed(line: str, key_file: str | None) -> str:
+    """The promote line, signing with the key in `key_file` (a shell word: a variable's value) when there is one."""
+    return f"{line} --sign-key {key_file}" if key_file else line
+
+
 def _dump(system: str, doc: dict[str, Any], groups: tuple[StageGroup, ...] = (), opts: CiOptions | None = None
           ) -> str:
-    """The file: the header (and how its arm64 images are built, where it builds any), then the YAML."""
-    how = ""
+    """The file: the header (how its arm64 images are built, where it builds any; its schedule), then the YAML."""
+    header = HEADER.format(system=system)
     if opts is not None and any(g.arch not in (None, DEFAULT_ARCH) for g in groups):
-        how = f"# arm64: built natively, in the *-arm64 stage jobs, on the arm64 runner `{arm64_runner(opts)}`.\n"
+        header += f"# arm64: built natively, in the *-arm64 stage jobs, on the arm64 runner `{arm64_runner(opts)}`.\n"
     elif any(g.emulated for g in groups):
-        how = "# arm64: built under emulation (QEMU) in the amd64 stage jobs: no arm64 runner was asked for.\n"
-    return (HEADER.format(system=system) + how
-            + yaml.safe_dump(doc, sort_keys=False, width=1000, default_flow_style=False))
+        header += "# arm64: built under emulation (QEMU) in the amd64 stage jobs: no arm64 runner was asked for.\n"
+    if opts is not None and opts.schedule:
+        note = GITLAB_SCHEDULE.format(token=schedule.token_var(opts)) if system == "gitlab" else ""
+        header += SCHEDULED.format(cron=opts.schedule, gitlab=note)
+    return header + yaml.safe_dump(doc, sort_keys=False, width=1000, default_flow_style=False)
 
 
 def github_workflow(recipes: RecipeSet, opts: CiOptions, left: Set[tuple[str, str]] = frozenset()) -> str:
@@ -206,19 +233,39 @@ def github_workflow(recipes: RecipeSet, opts: CiOptions, left: Set[tuple[str, st
     jobs["promote"] = job("promote", [
         {"uses": GITHUB_ACTIONS["download"], "with": {"pattern": ARTIFACT_PREFIX + "*", "path": STAGED_DIR,
                                                       "merge-multiple": True}},
-        {"name": "move the tags if every variant passed", "run": p.promote[0]},
+        *_github_promote(p, opts),
         {"name": "support matrix",
          "run": "\n".join([*p.promote[1:], f'cat {MATRIX_FILES["md"]} >> "$GITHUB_STEP_SUMMARY"'])},
         {"uses": GITHUB_ACTIONS["upload"],
          "with": {"name": "images-lock", "path": "\n".join([DEFAULT_LOCK, *MATRIX_FILES.values()])}},
     ], needs=[g.job_id for g in p.groups])
     jobs["promote"]["if"] = "${{ !cancelled() }}"  # promote is the gate: it runs, and refuses a missing part
+    on: dict[str, Any] = {"push": {"branches": [opts.branch]}, "workflow_dispatch": {}}
+    if opts.schedule:
+        on["schedule"] = [{"cron": opts.schedule}]
+        jobs["bump"] = schedule.github_job(_trainimg(opts), opts, {"name": "install trainimg", "run": p.setup[0]},
+                                           runner)
     doc = {"name": "trainimg release",
-           "on": {"push": {"branches": [opts.branch]}, "workflow_dispatch": {}},
+           "on": on,
            "permissions": {"contents": "read"},
            "concurrency": {"group": "trainimg-release", "cancel-in-progress": False},
            "jobs": jobs}
     return _dump("github", doc, p.groups, opts)
+
+
+def _github_promote(p: Plan, opts: CiOptions) -> list[dict[str, Any]]:
+    """The promote step, signing with the key from the secret `opts.sign_key_var` when there is one: written to a
+    mode-0600 file for that step only (the steps before and after it never see the secret), removed after it."""
+    move = {"name": "move the tags if every variant passed"}
+    if not opts.sign_key_var:
+        return [{**move, "run": p.promote[0]}]
+    write = {"name": "the signing key, from the CI's secrets",
+             "env": {"TRAINIMG_SIGN_KEY": f"${{{{ secrets.{opts.sign_key_var} }}}}"},
+             "run": f"umask 077\nprintf '%s\\n' \"$TRAINIMG_SIGN_KEY\" > {GITHUB_KEY_FILE}"}
+    sign = {**move, "env": {SIGN_PASSWORD_ENV: f"${{{{ secrets.{opts.sign_password_var} }}}}"},
+            "run": signed(p.promote[0], GITHUB_KEY_FILE)}
+    remove = {"name": "remove the signing key", "if": "${{ always() }}", "run": f"rm -f {GITHUB_KEY_FILE}"}
+    return [write, sign, remove]
 
 
 def gitlab_pipeline(recipes: RecipeSet, opts: CiOptions, left: Set[tuple[str, str]] = frozenset()) -> str:
@@ -236,15 +283,24 @@ def gitlab_pipeline(recipes: RecipeSet, opts: CiOptions, left: Set[tuple[str, st
         "stages": ["stage", "promote"],
         "default": default,
     }
+    if opts.schedule:
+        doc["workflow"]["rules"].append({"if": '$CI_PIPELINE_SOURCE == "schedule"'})
+        doc["stages"].insert(0, "bump")
+        doc["bump"] = schedule.gitlab_job(_trainimg(opts), opts, p.setup[0])
     for g in p.groups:
         doc[g.job] = {"stage": "stage", "script": [*([QEMU_GITLAB] if g.emulated else []), p.stage(g, opts, target)],
                       "artifacts": {"paths": [f"{STAGED_DIR}/"], "expire_in": "1 week",
                                     "when": "always"}}  # a failed part too: promote names its failed checks
         if g.arch not in (None, DEFAULT_ARCH):
             doc[g.job]["tags"] = [arm64_runner(opts)]
+    promote = list(p.promote)
+    if opts.sign_key_var:  # a File variable: its value is the key file's path
+        promote[0] = signed(promote[0], f'"${opts.sign_key_var}"')
+        if opts.sign_password_var != SIGN_PASSWORD_ENV:
+            promote.insert(0, f'export {SIGN_PASSWORD_ENV}="${opts.sign_password_var}"')
     doc["promote"] = {"stage": "promote", "needs": [{"job": g.job, "artifacts": True} for g in p.groups],
                       "when": "always",  # promote is the gate: it runs, and refuses a missing part
-                      "resource_group": "trainimg-promote", "script": list(p.promote),
+                      "resource_group": "trainimg-promote", "script": promote,
                       "artifacts": {"paths": [DEFAULT_LOCK, *MATRIX_FILES.values()], "expire_in": "1 year"}}
     return _dump("gitlab", doc, p.groups, opts)
 

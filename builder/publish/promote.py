@@ -14,7 +14,7 @@ here) must be there, and promote puts the index of them under the immutable tag.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Set
 from pathlib import Path
 
 from ..errors import UserInputError
@@ -114,13 +114,17 @@ def _indexes(entries: Mapping[str, LockEntry], api: RegistryAPI, target: Registr
 
 
 def promote(entries: Mapping[str, LockEntry], api: RegistryAPI, target: RegistryTarget,
-            lock_path: str | Path) -> dict[str, LockEntry]:
+            lock_path: str | Path, on_indexed: Callable[[Mapping[str, str]], None] | None = None
+            ) -> dict[str, LockEntry]:
     """Set the moving tags of checked `entries` by registry manifest copies and merge them into `lock_path`;
     returns the entries as written. All or nothing, as a release's last step: the lockfile is written beside its
     path first, the tags move (a failed copy puts the moved ones back), then the lockfile is put in place. A variant
     staged as one image manifest per architecture gets its index under its immutable tag first (every
-    architecture's part is in: `check_parts`)."""
+    architecture's part is in: `check_parts`); `on_indexed({tag: index digest})` hears of them before a moving
+    tag moves (promote signs them there: a failure moves none)."""
     indexes = _indexes(entries, api, target)
+    if on_indexed is not None and indexes:
+        on_indexed(indexes)
     digests = {e.tag: indexes.get(e.tag) or e.pushed[target.ref(e.tag)] for e in entries.values()}
     moves = planned_moves(target, digests)
     out = []

@@ -10,7 +10,6 @@ lockfile reads it, two or three more small requests). `--rebuild` builds everyth
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence, Set
 from dataclasses import dataclass
@@ -72,10 +71,8 @@ def remote_inputs(api: RegistryAPI, repository: str, tag: str) -> dict[str, tupl
         return None
     found: dict[str, tuple[str, str | None]] = {"": (got[2], None)}
     for arch, digest in architectures(api, repository, got).items():
-        one = got if digest == got[2] else api.manifest_json(repository, digest)
-        config = json.loads(one[0]).get("config", {}).get("digest") if one else None
-        labels = ((json.loads(api.blob(repository, config)).get("config") or {}).get("Labels") or {}) if config else {}
-        found[arch] = (digest, labels.get(INPUTS_LABEL))
+        labels = api.image_labels(repository, digest)
+        found[arch] = (digest, labels[1].get(INPUTS_LABEL) if labels is not None else None)
     return found
 
 

@@ -18,7 +18,7 @@ import json
 import re
 from pathlib import Path
 from dataclasses import dataclass, field
-from typing import IO, Any
+from typing import IO, Any, cast
 from urllib.parse import urljoin
 
 import requests
@@ -87,6 +87,21 @@ def classify_request_exception(exc: requests.RequestException, host: str, timeou
         return RegistryError(f"registry {host}: TLS failed ({type(exc).__name__}); if it serves plain http, add it "
                              "to the engine's insecure-registries")
     return Transient(f"registry {host} dropped the connection: {type(exc).__name__}")
+
+
+class _Sized:
+    """A stream with its length and nothing else: requests sends it with that Content-Length (a response stream
+    has a `fileno`, the socket's, which requests would measure as 0 and send chunked, beside the length: a body the
+    registry waits for forever)."""
+
+    def __init__(self, body: IO[bytes], size: int) -> None:
+        self.body, self.size = body, size
+
+    def __len__(self) -> int:
+        return self.size
+
+    def read(self, n: int = -1) -> bytes:
+        return self.body.read(n)
 
 
 @dataclass
@@ -244,6 +259,11 @@ class RegistryAPI:
         with path.open("rb") as body:
             self._upload(repository, digest, body, headers)
 
+    def upload_stream(self, repository: str, digest: str, body: IO[bytes], size: int) -> None:
+        """Upload `size` bytes read from `body` (another registry's blob, as it streams) as blob `digest`."""
+        headers = {"Content-Type": "application/octet-stream", "Content-Length": str(size)}
+        self._upload(repository, digest, cast(IO[bytes], _Sized(body, size)), headers)
+
     def _upload(self, repository: str, digest: str, body: bytes | IO[bytes], headers: dict[str, str]) -> None:
         """One monolithic upload (POST for a location, then PUT of the whole body with its digest)."""
         scope = f"repository:{repository}:pull,push"
@@ -288,6 +308,18 @@ class RegistryAPI:
             return digest
         got = self.manifest_json(repository, reference)
         return got[2] if got is not None else None
+
+    def image_labels(self, repository: str, reference: str) -> tuple[str, dict[str, str]] | None:
+        """(manifest digest, the image config's labels) of `repository:reference`, None when it names nothing; an
+        index (several platforms) has no one config, so no labels. Two small requests: no layer is read."""
+        got = self.manifest_json(repository, reference)
+        if got is None:
+            return None
+        config = json.loads(got[0]).get("config", {}).get("digest")
+        if not config:
+            return got[2], {}
+        labels = (json.loads(self.blob(repository, config)).get("config") or {}).get("Labels") or {}
+        return got[2], {str(k): str(v) for k, v in labels.items()}
 
     def missing_blobs(self, repository: str, reference: str) -> list[str]:
         """The blobs (or an index's manifests) that `reference`'s manifest names and the registry lacks."""

@@ -1,0 +1,43 @@
+"""One thing `trainimg outdated` found: what is newer (or ending) upstream, where it touches the recipes, its source
+and date, and what to run. The JSON form is the contract outside checks read (`outdated --json`: a list of these,
+each with its `source` URL)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+#: The kinds, in the order `outdated` reports them.
+KINDS = ("framework", "compat", "wheel", "hypertune", "uv", "cuda", "base-eol", "os-security")
+
+
+@dataclass(frozen=True)
+class Item:
+    """What is newer than the recipes, locks or compat data (or a base's end of life), with its source."""
+
+    kind: str
+    name: str  # the project, OS or CUDA line
+    current: str | None  # what the recipes, locks or data hold
+    newest: str | None  # what is out (a date's event for base-eol)
+    date: str | None  # ISO date the newer release came out, or the end-of-life / tag-deletion date
+    source: str  # where it was read: an index page, a data file's cited source, a Packages index
+    where: tuple[str, ...] = ()  # the recipe files, variants or lock files it touches
+    action: str = ""  # what to run about it
+    warning: bool = False  # an end-of-life or deletion date is near or past
+    detail: tuple[str, ...] = field(default_factory=tuple)  # e.g. the packages with pending security fixes
+
+    def to_json(self) -> dict[str, Any]:
+        data = asdict(self)
+        data["where"], data["detail"] = list(self.where), list(self.detail)
+        return data
+
+    def line(self) -> str:
+        """One line: ``framework torch 2.13.0 -> 2.15.0 (2026-10-28): recipes/pytorch.yaml ...; run ...``."""
+        change = f"{self.current} -> {self.newest}" if self.current else f"{self.newest}"
+        when = f" ({self.date})" if self.date else ""
+        if self.kind == "base-eol":
+            change, when = f"({self.current}): {self.newest}", ""
+        where = f": {', '.join(self.where)}" if self.where else ""
+        action = f"; {self.action}" if self.action else ""
+        mark = "warning: " if self.warning else ""
+        return f"{mark}{self.kind} {self.name} {change}{when}{where}{action} [{self.source}]"
