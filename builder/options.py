@@ -126,8 +126,12 @@ class TestOptions:
     timeout: float = DEFAULT_TEST_TIMEOUT
     nproc_per_node: int = 1
     structure_tests: tuple[Path, ...] = ()  # teams' container-structure-test configs (conformance/structure.py)
+    shm_size: int | None = None  # bytes of /dev/shm each container gets; None: what the platform gives (runtime/shm.py)
 
     def __post_init__(self) -> None:
+        if self.shm_size is not None and (isinstance(self.shm_size, bool) or not isinstance(self.shm_size, int)
+                                          or self.shm_size < 1):
+            raise UserInputError(f"{self.shm_size!r}: a size in bytes, at least 1", where="--shm-size")
         if self.platform not in PLATFORMS:
             raise UserInputError(f"{self.platform!r} is not one of {', '.join(PLATFORMS)}", where="--platform")
         REPLICAS.check(self.replicas, "--replicas", " replicas")

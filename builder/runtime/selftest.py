@@ -45,6 +45,7 @@ from .contract import DEFAULT_PLATFORM, DEFAULT_TEST_TIMEOUT, EXIT_FAILED, EXIT_
 from .cause import reason as cause_of
 from .expect import expectations, image_labels
 from .gpus import gpu_view, too_many_processes
+from .shm import local_ranks
 from .launch import FRAMEWORKS as LAUNCH_FRAMEWORKS
 from .launch import GROUP_VARIABLES, nproc_argument
 from .report import Check, ReportPathError, Suite, write_json, write_junit
@@ -244,8 +245,10 @@ def gpus_seen(checks: list[Check]) -> int:
 
 
 def cluster_checks(expect: dict[str, object], framework: str, timeout: float) -> list[Check]:
-    """``--cluster``: this process's rank of the platform's all-reduce (after the checks, on local rank 0)."""
-    checks = probe_checks(expect) if os.environ.get("LOCAL_RANK", "0") == "0" else []
+    """``--cluster``: this process's rank of the platform's all-reduce (after the checks, on local rank 0, with
+    the node's local ranks as the launcher or torchrun counted them)."""
+    node = {"local_ranks": int(os.environ.get("LOCAL_WORLD_SIZE") or 1)}
+    checks = probe_checks({**expect, **node}) if os.environ.get("LOCAL_RANK", "0") == "0" else []
     if framework == "none":
         return [*checks, Check("allreduce_cluster", "skipped", "no framework in this image")]
     start = time.monotonic()
@@ -293,7 +296,7 @@ def _cluster_main(suite: Suite, expect: dict[str, object], framework: str, timeo
         info = parse_cluster(os.environ)
     except ClusterError as err:
         return _usage_error(str(err))
-    suite.checks = cluster_checks(expect, framework, timeout)
+    suite.checks = cluster_checks({**expect, "platform": info.platform}, framework, timeout)
     if os.environ.get("LOCAL_RANK", "0") == "0":
         suite.name += f" {info.role}-{info.index}"
         print(json.dumps({"passed": suite.passed, "suites": [suite.to_json()]}, sort_keys=True), flush=True)
@@ -333,19 +336,25 @@ def main(argv: list[str]) -> int:
     refused = NOT_EMULATED.get(args.platform) or refusal(args.platform, framework)
     if refused:
         return _usage_error(f"--platform {args.platform}: {refused}")
+    ranks = 1
     if framework != "none":  # more NCCL processes than GPUs: refused before anything runs
-        too_many = _too_many(plan_allreduce(framework, args.nproc_per_node, gpu_view(os.environ).visible,
-                                            args.platform))
+        early = plan_allreduce(framework, args.nproc_per_node, gpu_view(os.environ).visible, args.platform)
+        too_many = _too_many(early)
         if too_many:
             return _usage_error(too_many)
-    suite.checks = probe_checks(expect)
+        ranks = local_ranks(early.world, early.gpus)  # every emulated replica runs on this machine
+    suite.checks = probe_checks({**expect, "local_ranks": ranks, "platform": args.platform})
     plan = None if framework == "none" else plan_allreduce(framework, args.nproc_per_node, gpus_seen(suite.checks),
                                                           args.platform)
     too_many = _too_many(plan) if plan else None
     if too_many:  # the gpu check found GPUs nvidia-smi did not list (libcuda's count)
         return _usage_error(too_many)
     suite.replicas = plan.replicas if plan else 1
-    suite.checks += allreduce_checks(expect, plan, args.platform, args.timeout)
+    short = next((c for c in suite.checks if c.name == "shm" and c.status == "failed"), None)
+    if short is not None and plan is not None:  # refused up front, as the node would fail in NCCL's shm setup
+        suite.checks.append(Check(plan.check_name(args.platform), "skipped", f"not started: {short.reason}"))
+    else:
+        suite.checks += allreduce_checks(expect, plan, args.platform, args.timeout)
     for line in probe.summary_lines([{"name": c.name, "status": c.status, "reason": c.reason}
                                      for c in suite.checks]):
         print(line, file=sys.stderr)
