@@ -25,7 +25,7 @@ NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
 #: Its /dev/shm (`shm.NodeShm`): a CustomJob has no field for it and Vertex AI states no size.
 SHM = NodeShm(default=None, default_said="not documented: Vertex AI states no /dev/shm size for a CustomJob's containers",
               setting=None,
-              source="aiplatform_v1 WorkerPoolSpec and ContainerSpec (google-cloud-aiplatform) have no such field; "
+              source="Vertex AI's v1 WorkerPoolSpec and ContainerSpec messages have no such field; "
                      "https://github.com/googleapis/python-aiplatform/issues/3434 (NCCL on several GPUs of a "
                      "CustomJob failed for want of shared memory; the API gives no --shm-size)")
 SIDE_ROLES = ("ps", "evaluator")  # the roles outside the all-reduce group it has
