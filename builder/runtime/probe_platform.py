@@ -232,13 +232,21 @@ def check_gpu(expect: dict) -> tuple[str, str, dict]:
     if floor:
         version, why = driver_version()
         details.update(driver=version, driver_min=floor)
-        if version is None:
-            return FAILED, f"{seen}, but the driver's version cannot be read ({why}); the image needs {floor}", details
-        if not version_at_least(version, str(floor)):
-            return (FAILED, f"{seen}, but NVIDIA driver {version} is older than the {floor} this image needs "
-                    f"({DRIVER_MIN_LABEL}, for its CUDA {expect.get('cuda')})", details)
+        short = driver_short(version, why, str(floor), expect.get("cuda"))
+        if short:
+            return FAILED, f"{seen}, but {short}", details
         seen += f", driver {version} (>= {floor})"
     return PASSED, seen + (f": {names[0].split(' (UUID')[0]}" if names and not view.hidden else ""), details
+
+
+def driver_short(version: str | None, why: str | None, floor: str, cuda: object) -> str | None:
+    """Why the NVIDIA driver `version` falls short of the `floor` the image's label states (None where it does
+    not); a version that cannot be read falls short too: a check that could not look never passes."""
+    if version is None:
+        return f"the driver's version cannot be read ({why}); the image needs {floor}"
+    if not version_at_least(version, floor):
+        return f"NVIDIA driver {version} is older than the {floor} this image needs ({DRIVER_MIN_LABEL}, CUDA {cuda})"
+    return None
 
 
 def check_shm(expect: dict) -> tuple[str, str, dict]:
