@@ -52,8 +52,8 @@ class NodeShm:
 #: The Kubernetes platforms' row: a pod's containers get the runtime's 64 MiB; a memory-backed emptyDir over
 #: /dev/shm sets it (NVIDIA/nccl#525 is a Kubeflow job fixed that way).
 POD = NodeShm(default=CONTAINER_DEFAULT, default_said="64 MiB, the container runtime's (containerd, Docker)",
-              setting="an emptyDir of medium: Memory mounted at /dev/shm, its sizeLimit the size (trainimg spec "
-                      "writes it into the pod template)",
+              setting="an emptyDir of medium: Memory mounted at /dev/shm in the pod template, its sizeLimit the "
+                      "size",
               source="https://kubernetes.io/docs/concepts/storage/volumes/#emptydir (medium: Memory is a tmpfs, "
                      "sizeLimit its size); https://github.com/NVIDIA/nccl/issues/525")
 #: The row of platforms whose ranks run on the node itself, or in containers that share the node's /dev/shm.
