@@ -117,13 +117,12 @@ class Conformance:
 
     # -- plumbing -------------------------------------------------------------------------------------------
     def _probe(self, image_id: str, expect: dict[str, Any], shm: int) -> list[Check]:
-        """The in-image checks, in a container given what the replicas get (its /dev/shm, unlimited locked
-        memory as NCCL asks): the shm check reads the replicas' node."""
+        """The in-image checks, in a container given the /dev/shm the replicas get: the shm check reads the
+        replicas' node."""
         start = time.monotonic()
         cmd = inimage.command("probe", "--json", "--expect", json.dumps(expect))
         out = self.engine.run_command(ContainerSpec(image=image_id, command=tuple(cmd), ro_mounts=inimage.volumes(),
-                                                    env={"PATH": inimage.PATH}, shm_size=shm,
-                                                    memlock_unlimited=True))
+                                                    env={"PATH": inimage.PATH}, shm_size=shm))
         try:
             results = json.loads(out.stdout)
         except json.JSONDecodeError:
@@ -152,7 +151,7 @@ class Conformance:
                                                     "python3", "-m", "trainimg_runtime", *worker)]
         return ReplicaJob(
             image=image_id, specs=specs, command=lambda _spec: list(command), env={"PATH": inimage.PATH},
-            entrypoint=[], volumes=inimage.volumes(), shm_size=shm, memlock_unlimited=True,
+            entrypoint=[], volumes=inimage.volumes(), shm_size=shm,
             gpus=(lambda s: gpu_device_requests(specs.index(s))) if gpus else None,
         )
 

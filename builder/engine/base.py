@@ -88,7 +88,6 @@ class ContainerSpec:
     entrypoint: tuple[str, ...] | None = ()  # () clears the image's ENTRYPOINT; None keeps it
     gpus: GpuRequest | None = None
     shm_size: int | None = None  # bytes of /dev/shm (docker run --shm-size); None: the engine's default
-    memlock_unlimited: bool = False  # no limit on locked memory (docker run --ulimit memlock=-1)
 
 
 @dataclass(frozen=True)

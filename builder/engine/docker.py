@@ -152,8 +152,6 @@ class DockerEngine(Engine):
             kwargs["device_requests"] = device_requests(spec.gpus)
         if spec.shm_size is not None:
             kwargs["shm_size"] = spec.shm_size
-        if spec.memlock_unlimited:
-            kwargs["ulimits"] = [docker.types.Ulimit(name="memlock", soft=-1, hard=-1)]
         if spec.ports:
             kwargs["ports"] = {f"{inside}/tcp": host for inside, host in spec.ports.items()}
         volumes = {src: {"bind": dst, "mode": "rw"} for src, dst in spec.mounts.items()}

@@ -272,7 +272,7 @@ def run_replicas(engine: Engine, image_id: str, image: str, opts: JobOptions, *,
     launch = inimage.command("launch", *nproc, "--", *opts.command)
     # Each container gets the /dev/shm the platform gives the job trainimg spec writes, as the gate's replicas do.
     job = ReplicaJob(image=image_id, specs=specs, command=lambda _spec: list(launch), env=dict(opts.env),
-                     volumes=volumes, shm_size=gate_shm(platform, started_as.per_node, None), memlock_unlimited=True,
+                     volumes=volumes, shm_size=gate_shm(platform, started_as.per_node, None),
                      entrypoint=[],
                      spec_volumes=(lambda s: chief_volumes if s.role == "chief" else {}) if chief_volumes else None)
     start = time.monotonic()

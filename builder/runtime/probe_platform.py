@@ -250,8 +250,9 @@ def driver_short(version: str | None, why: str | None, floor: str, cuda: object)
 
 
 def check_shm(expect: dict) -> tuple[str, str, dict]:
-    """``/dev/shm`` (and, for a CUDA image, the locked-memory limit) against what this node's local ranks need:
-    NCCL's container floor (`shm.NCCL_ADVICE`) from two ranks on; a failure names the platform's way to set it."""
+    """``/dev/shm`` against what this node's local ranks need: NCCL's container floor (`shm.NCCL_ADVICE`) from two
+    ranks on; a failure names the platform's way to set it. A CUDA image's ranks with limited locked memory (NCCL
+    also asks for ``--ulimit memlock=-1``) warn: the limit is the node's daemon's to give."""
     from .platforms import BY_NAME  # noqa: PLC0415 - as check_cluster_parsing: a broken one fails this check only
 
     ranks = int(expect.get("local_ranks") or 1)
@@ -266,15 +267,13 @@ def check_shm(expect: dict) -> tuple[str, str, dict]:
         return (FAILED if ranks > 1 else SKIPPED), f"{shm.PATH}: {err}" + _shm_fix(row, platform, ranks), details
     if ranks <= 1:
         return SKIPPED, f"one local rank: NCCL's floor applies from two ({shm.PATH} here: {shm.show(size)})", details
-    problems = []
     if size < need:
-        problems.append(f"{shm.PATH} is {shm.show(size)}; {ranks} local ranks need at least {shm.show(need)} "
-                        f"(NCCL: {shm.NCCL_ADVICE})")
-    if expect.get("cuda") and limit is not None:
-        problems.append(f"locked memory is limited to {shm.show(limit)}; NCCL asks for none (--ulimit memlock=-1)")
-    if problems:
-        return FAILED, "; ".join(problems) + _shm_fix(row, platform, ranks), details
+        return (FAILED, f"{shm.PATH} is {shm.show(size)}; {ranks} local ranks need at least {shm.show(need)} "
+                f"(NCCL: {shm.NCCL_ADVICE})" + _shm_fix(row, platform, ranks), details)
     reason = f"{shm.PATH} {shm.show(size)} for {ranks} local ranks (NCCL's floor: {shm.show(need)})"
+    if expect.get("cuda") and limit is not None:  # pinned and RDMA-registered buffers: the node's, not the image's
+        return (WARNING, f"{reason}; locked memory is limited to {shm.show(limit)}, where NCCL's advice is none "
+                "(--ulimit memlock=-1; a container engine gives only what its daemon has)", details)
     if expect.get("shm_replayed") and row is not None and row.setting is None:
         return (WARNING, f"{reason}, as the gate gave it: {platform} gives a job no way to set it ({row.default_said}); "
                 f"`trainimg spec --platform {platform} --conformance` checks a node's own", details)
