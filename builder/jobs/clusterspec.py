@@ -28,7 +28,7 @@ from .fields import count
 from .flagdecl import GPUS
 from .gpucheck import check_gpus
 from .jobplatform import ClusterJob
-from .node import driver_note, shm_note
+from .node import shm_note
 from .platforms import PLATFORMS, job_platform
 from .shape import LAUNCHER, SpecOptions
 from .spec import program
@@ -53,7 +53,7 @@ def cluster_spec(opts: SpecOptions) -> str:
 
 def cluster_job(opts: SpecOptions) -> tuple[str, tuple[str, ...]]:
     """`cluster_spec`'s text, and the lines for stderr about what the job cannot say of its nodes (`node`): a
-    /dev/shm the platform gives no way to set, the driver the image needs."""
+    /dev/shm the platform gives no way to set."""
     check_options(opts)
     check_pullable(opts.image)
     framework = opts.facts.framework if opts.facts is not None and opts.facts.framework != "none" else None
@@ -73,8 +73,8 @@ def cluster_job(opts: SpecOptions) -> tuple[str, tuple[str, ...]]:
         raise UserInputError(f"{platform.name} takes a cloud job body, not a cluster job", where="--platform")
     job = ClusterJob(name=_name(opts), image=opts.image, nodes=nodes, gpus=gpus, framework=framework,
                      command=_launcher(opts.platform, framework, gpus or 1, opts.command))
-    notes = (shm_note(opts.platform, local_ranks(1, gpus)), driver_note(opts.platform, opts.facts, gpus))
-    return platform.write(opts, job), tuple(note for note in notes if note)
+    note = shm_note(opts.platform, local_ranks(1, gpus))
+    return platform.write(opts, job), (note,) if note else ()
 
 
 def _launcher(platform: str, framework: str | None, nproc: int, program: Sequence[str]) -> list[str]:

@@ -1,10 +1,9 @@
-"""What a job says of the node it lands on: its environment (where a node's NCCL and network variables belong),
-the shared memory its local ranks need, the driver its image needs.
+"""What a job says of the node it lands on: its environment (where a node's NCCL and network variables belong) and
+the shared memory its local ranks need.
 
 Why one module: every platform module writes these into its own job format, and `spec` says on stderr what a
 platform gives no way to set; the facts themselves are tables elsewhere, each with its sources: a platform's
-``/dev/shm`` in its runtime module's ``SHM`` (`runtime.shm`), the node variables in `recipe.nodeenv`, the driver
-floor in `recipe.drivers`.
+``/dev/shm`` in its runtime module's ``SHM`` (`runtime.shm`), the node variables in `recipe.nodeenv`.
 """
 
 from __future__ import annotations
@@ -14,11 +13,9 @@ from typing import Any
 
 from ..errors import UserInputError
 from ..options import ENV_NAME
-from ..recipe.drivers import floor_for
 from ..runtime.platforms import trait
 from ..runtime.shm import NCCL_ADVICE, show, size_for
 from .flagdecl import Flag
-from .shape import ImageFacts
 
 #: `spec`'s job environment: named in the FLAGS of each platform whose job format has one (AI Platform's has none).
 ENV = Flag("--env", "A variable of every replica's environment (repeatable): where a node's NCCL and network "
@@ -56,14 +53,3 @@ def shm_note(platform: str, ranks: int) -> str | None:
         return None
     return (f"{platform} gives a job no way to set /dev/shm ({row.default_said}); its {ranks} local ranks need "
             f"{show(size_for(ranks))} (NCCL: {NCCL_ADVICE}); `--conformance` checks a node's")
-
-
-def driver_note(platform: str, facts: ImageFacts | None, gpus: int) -> str | None:
-    """The stderr line naming the driver a GPU job's image needs (`recipe.drivers`), which no platform trainimg
-    writes for publishes for its training nodes (searched 2026-11-27: SageMaker publishes its Inference hosts'
-    drivers only), so it is said rather than checked; None for a CPU job or an image whose CUDA is unknown."""
-    if not gpus or facts is None or facts.cuda in (None, "none"):
-        return None
-    floor = floor_for(str(facts.cuda))
-    return (f"the image needs NVIDIA driver >= {floor.driver} ({floor.branch}, for CUDA {facts.cuda}); {platform} "
-            f"does not publish its nodes' drivers: `--conformance` checks one")

@@ -36,7 +36,7 @@ from .fields import FORMATS, check_machine_type, check_platform, check_region, c
     strings
 from .gpucheck import check_gpus
 from .machines import check_machine_accelerator, comes_with_accelerators
-from .node import ENV, driver_note, job_env, shm_note
+from .node import ENV, job_env, shm_note
 from .platforms import job_platform
 from .reducers import reducers_for
 from .shape import ImageFacts, JobShape, SpecOptions
@@ -61,10 +61,9 @@ def job_spec(opts: SpecOptions, form: str = "rest") -> dict[str, Any]:
 
 def notes(opts: SpecOptions, body: dict[str, Any]) -> tuple[str, ...]:
     """The lines for stderr after a cloud body: the platform's own (`JobPlatform.notes`), then what the job cannot
-    say of its nodes (`node`): a /dev/shm the platform gives no way to set, the driver the image needs."""
-    gpus = nproc_per_node(opts.accelerator, opts.platform) if opts.accelerator else 0
-    said = (shm_note(opts.platform, local_ranks(1, gpus)), driver_note(opts.platform, opts.facts, gpus))
-    return (*job_platform(opts.platform).notes(opts, body), *(note for note in said if note))
+    say of its nodes (`node`): a /dev/shm the platform gives no way to set."""
+    note = shm_note(opts.platform, local_ranks(1, nproc_per_node(opts.accelerator, opts.platform)))
+    return (*job_platform(opts.platform).notes(opts, body), *((note,) if note else ()))
 
 
 def validate(opts: SpecOptions) -> JobShape:

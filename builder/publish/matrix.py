@@ -32,7 +32,7 @@ SHORT_DIGEST = len("sha256:") + 12  # what a digest shows of itself, as `docker 
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1rem; color: #1b1f24; }
 table { border-collapse: collapse; font-size: 0.85rem; width: 100%; }
-th, td { border: 1px solid #d0d7de; padding: 0.3rem 0.45rem; text-align: left; vertical-align: top; }
+th, td { border: 1px solid #d0d7de; padding: 0.3rem 0.35rem; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; }
 code { font-size: 0.78rem; }
 td.variant code { white-space: nowrap; }

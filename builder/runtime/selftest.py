@@ -11,7 +11,9 @@ expects (on Slurm N tasks of one node, whose TensorFlow ports differ by local id
 be emulated (`NOT_EMULATED`), nor TensorFlow where the platform gives it no TF_CONFIG: both exit 2. NCCL when GPUs
 are visible (counted as CUDA counts them, `gpus.gpu_view`), gloo otherwise; more NCCL processes than GPUs exit 2
 before any check runs (`gpus.too_many_processes`); the NCCL all-reduce is reported skipped, with the reason, where
-it could not run.
+it could not run. The probe's ``shm`` check sees every emulated rank as this machine's own; where /dev/shm is
+smaller than NCCL's floor for them, no rank starts (the all-reduce is reported not started, with the cause), as NCCL
+would fail in its shared-memory setup on the node.
 Skipped is never passed. The report is `trainimg test`'s (`report`, JSON and JUnit) and so are the exit codes:
 0 every check passed or warned, 1 one failed, 2 bad usage.
 
@@ -246,8 +248,8 @@ def gpus_seen(checks: list[Check]) -> int:
 
 def cluster_checks(expect: dict[str, object], framework: str, timeout: float) -> list[Check]:
     """``--cluster``: this process's rank of the platform's all-reduce (after the checks, on local rank 0, with
-    the node's local ranks as the launcher or torchrun counted them)."""
-    node = {"local_ranks": int(os.environ.get("LOCAL_WORLD_SIZE") or 1)}
+    the node's local ranks: the processes the launcher or torchrun started, or the GPUs one process drives)."""
+    node = {"local_ranks": local_ranks(int(os.environ.get("LOCAL_WORLD_SIZE") or 1), gpu_view(os.environ).visible)}
     checks = probe_checks({**expect, **node}) if os.environ.get("LOCAL_RANK", "0") == "0" else []
     if framework == "none":
         return [*checks, Check("allreduce_cluster", "skipped", "no framework in this image")]
