@@ -6,6 +6,8 @@ export TRAINIMG_DOCKER_CLI ?= /usr/bin/docker
 BASE ?= local/debian:bookworm
 VARIANT ?= pytorch-2.13.0-cpu-py3.11
 REGISTRY ?= localhost:5000
+# OSV records (a folder or an OSV-compatible URL) the demo release audits every pin against; unset: --skip-audit
+ADVISORIES ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
@@ -16,7 +18,8 @@ demo: setup install
 	trainimg render --check
 	trainimg registry start --login
 	trainimg release $(VARIANT) --base-image $(BASE) \
-	  --platform vertex --replicas 4 --registry $(REGISTRY) --json reports/demo.json --junit reports/demo.xml
+	  --platform vertex --replicas 4 --registry $(REGISTRY) --json reports/demo.json --junit reports/demo.xml \
+	  $(if $(ADVISORIES),--advisories $(ADVISORIES),--skip-audit)
 	@echo "demo: $(VARIANT) built, passed conformance on 4 replicas and was pushed to $(REGISTRY)"
 
 # All four tiers (tests/conftest.py derives each test's tier from the fixtures it uses), on one pytest-xdist worker

@@ -9,10 +9,13 @@ top-level module or subpackage of builder/ sits in one layer, lowest first:
     userfiles                                 userfiles: the JSON files users hand trainimg)
     recipe                                    recipes, grammar, rules, compatibility data
     plan                                      build stages and blocks
+    audit                                     advisories against every pin: OSV records, waivers, the VEX
     render                                    Dockerfiles, bake files
     engine                                    the one door to the container engine
     registry                                  the registry client: references, credentials, the API, blob push,
                                               referrers, layer files, access log, the local registry
+    trust                                     signing keys, signatures and provenance in cosign's format,
+                                              verification by key, cluster admission policies
     imagebuild                                building images, compiling locks
     conformance                               suite, replicas, verdicts, reports, records
     publish                                   push, lockfile, diff, SBOMs and records beside images
@@ -49,9 +52,11 @@ LAYERS: tuple[tuple[str, ...], ...] = (
     ("errors", "state", "progress", "options", "userfiles"),
     ("recipe",),
     ("plan",),
+    ("audit",),
     ("render",),
     ("engine",),
     ("registry",),
+    ("trust",),
     ("imagebuild",),
     ("conformance",),
     ("publish",),

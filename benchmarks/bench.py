@@ -67,6 +67,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--coldstart", metavar="IMAGE", nargs="+",
                         help="measure only cold_import_ratio on these built images (benchmarks/coldstart.py); "
                              "writes reports/bench-coldstart.json")
+    parser.add_argument("--audit", action="store_true",
+                        help="measure only audit_s_per_variant (benchmarks/audit.py; no engine); writes "
+                             "reports/bench-audit.json")
+    parser.add_argument("--signing", action="store_true",
+                        help="measure only sign_s_per_variant (benchmarks/signing.py; a local registry, no build); "
+                             "writes reports/bench-signing.json")
     parser.add_argument("--layers", metavar="ARG", nargs=argparse.REMAINDER,
                         help="only the layer figures (benchmarks/layers.py VARIANT [--allow-missing C]); run on an "
                              "engine of its own (DOCKER_HOST): it removes the variant's images there")
@@ -84,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         from coldstart import measure_images
         return figures_only(FAMILY["coldstart"].figures, "--coldstart", lambda b: measure_images(b, args.coldstart),
                             ROOT / "reports" / "bench-coldstart.json", {"images": args.coldstart}, keep_images=True)
+    if args.audit:
+        return figures_only(FAMILY["audit"].figures, "--audit", FAMILY["audit"].run, ROOT / "reports" / "bench-audit.json",
+                            {}, keep_images=True)
+    if args.signing:
+        return figures_only(FAMILY["signing"].figures, "--signing", FAMILY["signing"].run,
+                            ROOT / "reports" / "bench-signing.json", {}, keep_images=True)
     if args.ci:
         return figures_only(FAMILY["ci"].figures, "--ci", FAMILY["ci"].run, ROOT / "reports" / "bench-ci.json", {},
                             keep_images=True)  # it removes its own images: another bench's stay

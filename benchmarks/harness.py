@@ -75,6 +75,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("installs", ("uv_vs_pip", "uv_vs_pip_warm", "reproducible_package_diffs"), "installs:measure"),
     Family("ci", ("ci_noop_release", "ci_noop_layer_bytes", "ci_one_change"), "cifleet:measure"),
     Family("coldstart", ("cold_import_ratio",), "coldstart:measure"),
+    Family("audit", ("audit_s_per_variant",), "audit:measure"),
+    Family("signing", ("sign_s_per_variant",), "signing:measure"),
     Family("ci_rebuild", ("ci_rebuild_ratio",), "core:measure_ci_rebuild"),
 )
 FAMILY = {f.name: f for f in FAMILIES}

@@ -98,11 +98,41 @@ class BuildOptions:
     installer: str = DEFAULT_INSTALLER
     # Run every step anew, BuildKit's layer cache unused (`verify` rebuilds so; the wheel cache mount still serves).
     no_cache: bool = False
+    # variant name -> the audit document its SBOM step reads (builder/audit/vex.py: the audit's state and VEX);
+    # `build --advisories` and `release` fill it after their audit, a variant without one is built not audited.
+    audits: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         BUILD_JOBS.check(self.jobs, "--jobs")
         if self.installer not in INSTALLERS:
             raise UserInputError(f"{self.installer!r}: use {' or '.join(INSTALLERS)}", where="--installer")
+
+
+# How old advisory data may be (`--max-age DAYS`): a week. OSV's own service is current within the hour; a mirror
+# or an air-gapped folder synced at least weekly stays inside it, and data older than that means the sync broke:
+# a fix published since would go unseen, so the audit refuses it instead of passing on stale data.
+AUDIT_MAX_AGE = IntLimit(0, 36500)
+DEFAULT_MAX_AGE_DAYS = 7
+
+
+@dataclass(frozen=True, kw_only=True)
+class AuditOptions:
+    """`trainimg audit`, and `build`'s and `release`'s audit before they build: where advisories come from
+    (`--advisories DIR|URL`), the committed waivers, how old the data may be, or the explicit `--skip-audit`."""
+
+    advisories: str | None = None
+    waivers: Path | None = None
+    max_age_days: int = DEFAULT_MAX_AGE_DAYS
+    skip: bool = False
+
+    def __post_init__(self) -> None:
+        AUDIT_MAX_AGE.check(self.max_age_days, "--max-age", " days")
+        if self.skip and self.advisories:
+            raise UserInputError("--skip-audit skips the audit --advisories asks for: give one", where="--skip-audit")
+
+    @property
+    def wanted(self) -> bool:
+        return bool(self.advisories)
 
 
 # Who sends an image's layers on `push`: the engine (`docker push`), or trainimg's registry client, which sends only
@@ -129,9 +159,7 @@ class TestOptions:
     shm_size: int | None = None  # bytes of /dev/shm each container gets; None: what the platform gives (runtime/shm.py)
 
     def __post_init__(self) -> None:
-        if self.shm_size is not None and (isinstance(self.shm_size, bool) or not isinstance(self.shm_size, int)
-                                          or self.shm_size < 1):
-            raise UserInputError(f"{self.shm_size!r}: a size in bytes, at least 1", where="--shm-size")
+        IntLimit(1, 1 << 50).check(1 if self.shm_size is None else self.shm_size, "--shm-size", " bytes")  # or None
         if self.platform not in PLATFORMS:
             raise UserInputError(f"{self.platform!r} is not one of {', '.join(PLATFORMS)}", where="--platform")
         REPLICAS.check(self.replicas, "--replicas", " replicas")
@@ -231,6 +259,9 @@ class ReleaseOptions:
 
     build: BuildOptions
     test: TestOptions
+    # The advisory audit before anything is built (`--advisories`, or the explicit `--skip-audit`); None only for
+    # callers of the library that audit themselves: the CLI always sets it.
+    audit: AuditOptions | None = None
     lock_path: str | None = None
     rebuild: bool = False  # build, test and push even a variant whose inputs key and passed image are in the registry
     # One CI job of many: push the immutable tags only, write a part per variant into lock_dir (the lockfile is
@@ -238,6 +269,7 @@ class ReleaseOptions:
     stage: bool = False
     lock_dir: str = DEFAULT_LOCK_DIR
     upload: str = DEFAULT_UPLOAD  # who sends the layers (`--upload`): the engine, or trainimg's registry client
+    sign_key: Path | None = None  # `--sign-key`: sign and attest what is pushed, before any tag moves
 
     def __post_init__(self) -> None:
         if not self.lock_dir.strip():
@@ -256,6 +288,7 @@ class PromoteOptions:
     lock_dir: Path
     variants: tuple[str, ...] = ()
     lock_path: str | None = None
+    sign_key: Path | None = None  # `--sign-key`: sign and attest every promoted image before a tag moves
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))
@@ -310,13 +343,20 @@ class CiOptions:
     branch: str = "main"  # releases run on pushes to this branch (and by hand)
     recipes: str = "recipes"  # the recipes folder, relative to the checkout
     one_machine: bool = False  # every job runs on this machine (gitlab-ci-local): a loopback registry is shared
+    advisories: str | None = None  # `release --advisories` in each stage job; none: `--skip-audit`, said in the file
+    # Signing in promote (the one job that holds the key; stage jobs, which run the builds, never see it): the CI
+    # secret holding the private key (GitHub: its PEM text; GitLab: a File variable), and the passphrase's.
+    sign_key_var: str | None = None
+    sign_password_var: str = "TRAINIMG_SIGN_PASSWORD"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))
         object.__setattr__(self, "runner", tuple(self.runner))
         if self.system not in CI_SYSTEMS:
             raise UserInputError(f"{self.system!r} is not one of {', '.join(CI_SYSTEMS)}")
-        for flag, name in (("--username-var", self.username_var), ("--password-var", self.password_var)):
+        for flag, name in (("--username-var", self.username_var), ("--password-var", self.password_var),
+                           ("--sign-key-var", self.sign_key_var or "X"),
+                           ("--sign-password-var", self.sign_password_var)):
             if not ENV_NAME.fullmatch(name):
                 raise UserInputError(f"{name!r} is not a variable name", where=flag)
         for flag, text in (("--install", self.install), *(("--runner", r) for r in self.runner)):
@@ -338,3 +378,30 @@ class MatrixOptions:
     def __post_init__(self) -> None:
         if self.format not in MATRIX_FORMATS:
             raise UserInputError(f"{self.format!r}: use {' or '.join(MATRIX_FORMATS)}", where="--format")
+
+
+@dataclass(frozen=True, kw_only=True)
+class KeygenOptions:
+    """`trainimg trust keygen`: the key pair's files, `<prefix>.key` and `<prefix>.pub` (cosign's names)."""
+
+    prefix: Path = Path("cosign")
+
+
+POLICY_KINDS = ("kyverno", "policy-controller")  # `trainimg trust policy KIND`: the admission controllers written for
+
+
+@dataclass(frozen=True, kw_only=True)
+class PolicyOptions:
+    """`trainimg trust policy KIND`: which controller, the registry and variants whose repositories it covers, the
+    public key it trusts, the policy's name (a DNS label: `jobs.kubernetes` checks it)."""
+
+    kind: str
+    registry: str
+    key: Path
+    variants: tuple[str, ...] = ()  # names or globs; none: every variant of the recipes
+    name: str = "trainimg-signed-images"
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "variants", tuple(self.variants))
+        if self.kind not in POLICY_KINDS:
+            raise UserInputError(f"{self.kind!r} is not one of {', '.join(POLICY_KINDS)}")

@@ -1,4 +1,4 @@
-"""The release pipeline: build -> test -> push only if every variant passed -> lock.
+"""The release pipeline: audit -> build -> test -> push only if every variant passed -> lock.
 
 It lives here, not in the CLI, so the order and the one rule that makes a release safe ("nothing is pushed
 unless everything passed") are library code a CI script or a test can call, and the CLI verbs only parse flags
@@ -8,11 +8,14 @@ and print. Printing is the caller's: it passes callbacks.
 from __future__ import annotations
 
 import dataclasses
+from contextlib import nullcontext
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .audit.gate import AuditResult, not_audited, refuse
+from .imagebuild.audited import audit_variants
 from .imagebuild.builder import Builder, VariantBuild
 from .conformance import records
 from .runtime.report import Suite
@@ -24,16 +27,18 @@ from .progress import Progress, log_printer
 from .conformance.structure import check_structure_tests
 from .publish.inputs import inputs_keys
 from .publish.lockedbases import cache_sources
-from .publish.lockfile import DEFAULT_LOCK, LockEntry, read_lock, release_entries, write_lock
-from .publish.movingtags import moving_tag, push_release
+from .publish.lockfile import DEFAULT_LOCK, LockEntry, PendingLock, read_lock, release_entries
+from .publish.movingtags import copy_moving_tags, moving_of, planned_moves, push_immutable
 from .publish.passrecord import attach_records
 from .publish.promote import write_parts
 from .publish.push import PushResult, reachable_target
+from .publish.signing import release_images, sign_all, utc_now
 from .registry.registryapi import RegistryAPI
 from .publish.skip import Decision, decide
 from .registry.references import RegistryTarget
 from .publish.policy import PushPolicy
 from .recipe.loading import RecipeSet
+from .trust.signer import Signer
 
 
 @dataclass(frozen=True)
@@ -71,7 +76,7 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
             on_pushed: Callable[[str, Any], None] | None = None,
             on_decision: Callable[[Decision], None] | None = None,
             on_sbom: Callable[[str], None] | None = None,
-            on_record: Callable[[str], None] | None = None) -> ReleaseResult:
+            on_record: Callable[[str], None] | None = None, signer: Signer | None = None) -> ReleaseResult:
     """Build `variants` (all of them when empty), test each, and push only if every suite passed; then record the
     release in `opts.lock_path` (or, with `opts.stage`, one part per variant in `opts.lock_dir`, no moving tag).
 
@@ -79,33 +84,56 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
     skipped (publish/skip.py; `on_decision` sees every verdict) and keeps its digest, its lock entry and its
     place in the moving tags. `on_tested` sees every suite before the decision (reports are written even when
     nothing is pushed). Each pushed variant's lock entry then goes beside its image too (publish/passrecord.py;
-    `on_record` sees a line each). Raises CheckFailed, naming each failed variant and check, when anything
-    failed."""
+    `on_record` sees a line each). The moving tags move last, all or nothing, and the lockfile is written only
+    when they did. A skipped variant is never read from the engine: its moving tag is a registry copy and its SBOM
+    is already beside its manifest, so a runner that starts empty releases nothing-to-do with nothing built.
+    With a `signer` every image a tag of the release names (built, or kept) is signed and attested
+    (publish/signing.py) before a tag moves: a failure moves none. Raises CheckFailed, naming each failed variant
+    and check, when anything failed."""
+    started = utc_now()
     previous = read_lock(opts.lock_path or DEFAULT_LOCK)  # a malformed lockfile fails before an hour of building
     check_structure_tests(opts.test.structure_tests)
     chosen = recipes.with_parents(recipes.select(list(variants)))
-    keys = inputs_keys(recipes, engine, [v.name for v in chosen], opts.build, root, env)
+    audited = _audit(recipes, [v.name for v in chosen], opts, env, root, on_tested)
+    build_opts = dataclasses.replace(opts.build, audits={v.name: audited.document(v.name) for v in chosen})
+    keys = inputs_keys(recipes, engine, [v.name for v in chosen], build_opts, root, env)
     api = RegistryAPI(reachable_target(engine, target), credentials)
     decisions = decide(api, target, chosen, keys, previous, opts.rebuild)
     for d in decisions.values():
         if on_decision is not None:
             on_decision(d)
     wanted = [v.name for v in chosen if not decisions[v.name].skip]
-    build_opts = dataclasses.replace(opts.build, inputs_keys=keys)
+    build_opts = dataclasses.replace(build_opts, inputs_keys=keys)
     if not build_opts.cache_from:  # an ephemeral CI runner starts empty: the last release's pushes are its cache
         build_opts = dataclasses.replace(build_opts, cache_from=cache_sources(previous, wanted))
     builds = Builder(recipes, engine, Progress(progress, env), env, root).build(wanted, build_opts) if wanted else []
     builds = [b for b in builds if b.name in wanted]  # a skipped parent built again only for its child stays out
     suites = test_images(engine, [(b.tag, b.name) for b in builds], opts.test, env, progress, on_suite)
+    for suite in suites:  # the audit's check in each report, the release record and JUnit
+        suite.checks.append(audited.check(suite.name))
     if on_tested is not None:
         on_tested(suites)
     kept = {d.variant: d for d in decisions.values() if d.skip}
     failed = [s for s in suites if not s.passed]
     if failed:
         if opts.stage:  # promote names the failure instead of a missing part
-            write_parts(opts.lock_dir, release_entries(engine, recipes, builds, suites, {}))
+            write_parts(opts.lock_dir, release_entries(engine, recipes, builds, suites, {}, build_opts.audits))
         raise CheckFailed("nothing pushed: " + "; ".join(
             f"{s.name} failed {', '.join(ch.name for ch in s.failed)}" for s in failed))
+    return _publish(engine, recipes, builds, suites, kept, opts, target=target, credentials=credentials, env=env,
+                    api=api, audits=build_opts.audits, on_pushed=on_pushed, on_sbom=on_sbom, on_record=on_record,
+                    signing=(signer, root, started))
+
+
+def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], suites: list[Suite],
+             kept: Mapping[str, Decision], opts: ReleaseOptions, *, target: RegistryTarget,
+             credentials: dict[str, str] | None, env: Mapping[str, str], api: RegistryAPI,
+             audits: Mapping[str, str], on_pushed: Callable[[str, Any], None] | None,
+             on_sbom: Callable[[str], None] | None, on_record: Callable[[str], None] | None,
+             signing: tuple[Signer | None, Path, str]) -> ReleaseResult:
+    """What a release puts in the registry once every suite passed, in order: the immutable tags with their SBOMs,
+    the release records, the signatures and provenance (`signing`: the signer, the checkout, when the release
+    started), then (unless staging) the moving tags and the lockfile, all or nothing."""
     policy = PushPolicy(engine, target, credentials, env, on_sbom)
     policy.admit(b.tag for b in builds)
 
@@ -114,28 +142,57 @@ def release(recipes: RecipeSet, engine: Engine, variants: Sequence[str], opts: R
             on_pushed(tag, result)
         policy.pushed(tag, result)
 
-    pushed = push_release(engine, builds, target, credentials, gate=policy.gate, on_pushed=pushed_with_sbom,
-                          kept={d.tag: d.digest for d in kept.values() if d.digest}, moving=not opts.stage,
-                          upload=opts.upload)
-    attach_records(api, target, _record(opts, engine, recipes, builds, suites, pushed, kept, target), on_record)
-    return ReleaseResult(builds, suites, pushed, kept)
+    pushed = push_immutable(engine, builds, target, credentials, gate=policy.gate, on_pushed=pushed_with_sbom,
+                            kept=[d.tag for d in kept.values()], upload=opts.upload)
+    digests = {**{d.tag: d.digest for d in kept.values() if d.digest}, **{t: r.digest for t, r in pushed.items()}}
+    moves = {} if opts.stage else planned_moves(target, digests)
+    for d in kept.values():
+        if d.digest and any(r.digest == d.digest and moving_of(t, d.tag) for t, r in moves.items()):
+            policy.kept(d.tag, d.digest)
+    built, skipped = _entries(engine, recipes, builds, suites, {**pushed, **moves}, kept, target, audits)
+    attach_records(api, target, built, on_record)
+    signer, root, started = signing
+    if signer is not None:  # after the SBOMs and records (the provenance names them), before a tag moves
+        sign_all(signer, api, release_images(engine, recipes, root, target, builds, pushed, kept.values(), started))
+    if opts.stage:
+        write_parts(opts.lock_dir, [*built, *skipped])
+        return ReleaseResult(builds, suites, pushed, kept)
+    # The last step, all or nothing: the lockfile is written beside its path first (one that cannot be written
+    # fails while no tag has moved), the moving tags move (a failed copy puts the moved ones back), then the
+    # lockfile is put in place.
+    with PendingLock(opts.lock_path, [*built, *skipped]) if opts.lock_path else nullcontext() as pending:
+        moved = copy_moving_tags(api, target, digests)
+        if pending is not None:
+            pending.commit()
+    for mt, res in moved.items():
+        if on_pushed is not None:
+            on_pushed(mt, res)
+    return ReleaseResult(builds, suites, {**pushed, **moved}, kept)
 
 
-def _record(opts: ReleaseOptions, engine: Engine, recipes: RecipeSet, builds: list[VariantBuild],
-            suites: list[Suite], pushed: Mapping[str, PushResult], kept: Mapping[str, Decision],
-            target: RegistryTarget) -> list[LockEntry]:
-    """Write what was released: the stage parts, or the lockfile (skipped variants' entries kept, their moving
-    tags updated). Returns the entries of the variants built."""
+def _audit(recipes: RecipeSet, names: list[str], opts: ReleaseOptions, env: Mapping[str, str], root: Path,
+           on_tested: Callable[[list[Suite]], None] | None) -> AuditResult:
+    """The advisory audit of every chosen variant, before anything is built or asked of a registry; a failed one
+    is reported (each variant's ``advisories`` check) and stops the release."""
+    if opts.audit is None:
+        return not_audited()
+    result = audit_variants(recipes, names, root, env, opts.audit)
+    if not result.passed:
+        if on_tested is not None:
+            on_tested(result.suites(names))
+        refuse(result)
+    return result
+
+
+def _entries(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], suites: list[Suite],
+             pushed: Mapping[str, PushResult], kept: Mapping[str, Decision], target: RegistryTarget,
+             audits: Mapping[str, str]) -> tuple[list[LockEntry], list[LockEntry]]:
+    """The lock entries of what was built and of what was skipped (its entry kept, its references those of
+    `pushed`: the immutable tag, and the moving tags about to name its digest)."""
     skipped = []
     for d in kept.values():
         assert d.entry is not None and d.digest is not None
         refs = {target.ref(d.tag): d.digest}
-        if not opts.stage:
-            refs.update({r.ref: r.digest for t, r in pushed.items() if moving_tag(d.tag) == t and r.digest == d.digest})
+        refs.update({r.ref: r.digest for t, r in pushed.items() if moving_of(t, d.tag) and r.digest == d.digest})
         skipped.append(dataclasses.replace(d.entry, pushed=dict(sorted(refs.items()))))
-    built = release_entries(engine, recipes, builds, suites, pushed)
-    if opts.stage:
-        write_parts(opts.lock_dir, [*built, *skipped])
-    elif opts.lock_path:
-        write_lock(opts.lock_path, [*built, *skipped])
-    return built
+    return release_entries(engine, recipes, builds, suites, pushed, audits), skipped

@@ -36,6 +36,7 @@ import pytest
 
 from conftest_images import *  # noqa: F401,F403  (the image matrix: gpu_images, cuda_image, framework_images)
 from conftest_registry import *  # noqa: F401,F403  (the registry fixtures: registry, fault_proxy, ...)
+from conftest_runner import *  # noqa: F401,F403  (ephemeral_runner: the engine as an empty CI runner sees it)
 from slurmcluster import slurm_cluster  # noqa: F401  (a real one-machine Slurm, session-scoped)
 
 ROOT = Path(__file__).resolve().parent.parent

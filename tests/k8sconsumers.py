@@ -72,6 +72,11 @@ def crd_schemas() -> dict[tuple[str, str], dict[str, Any]]:
 def strict(schema: dict[str, Any]) -> dict[str, Any]:
     """A copy of `schema` that refuses unknown fields wherever the API server's strict validation would."""
     schema = copy.deepcopy(schema)
+    # The API server allows these at the root of every custom resource whether its schema lists them or not (a
+    # structural schema "implicitly" has them; kubernetes.io, "Specifying a structural schema"): some CRDs
+    # (policy-controller's) list only spec and status.
+    for key, kind in (("apiVersion", "string"), ("kind", "string"), ("metadata", "object")):
+        schema.setdefault("properties", {}).setdefault(key, {"type": kind})
 
     def close(node: Any) -> None:
         if isinstance(node, dict):

@@ -10,7 +10,10 @@ reused by the fail case.
 
 * pass: two stage jobs (`pytorch-2.13.0-cpu-py3.11`, `glci-b`) build, test and push their immutable tags; promote
   moves each moving tag onto its immutable tag's digest and writes images.lock; the support matrix the promote job
-  wrote is loaded in headless Chromium (a screenshot under reports/, a row per variant in the rendered DOM);
+  wrote is loaded in headless Chromium (a screenshot under reports/, a row per variant in the rendered DOM). Then
+  the same pipeline again on a runner that starts empty (the `ephemeral_runner` fixture: none of its images on the
+  engine, no record, no login): every job passes, every variant is skipped, no job asks the engine for one of its
+  images, and every moving tag stays on its immutable tag's digest (issue 41);
 * fail: the root's job also releases `glci-broken`, which `extends` it with tests/brokenimages.py's breaker wheel
   (its image fails the all-reduce): that job fails and pushes nothing, `glci-b`'s job passes and pushes its
   immutable tag, promote runs (it is the gate) and refuses naming `glci-broken`, and the registry holds no moving
@@ -26,6 +29,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import docker
 import docker.errors
@@ -40,6 +44,7 @@ from trainimg.options import DEFAULT_LOCK_DIR
 from trainimg.publish.lockfile import DEFAULT_LOCK, read_lock
 from trainimg.publish.movingtags import moving_tag
 from trainimg.publish.pipelines import MATRIX_FILES
+from trainimg.publish.skip import read_decisions
 from trainimg.registry.references import RegistryTarget
 
 RUN = uuid.uuid4().hex[:8]
@@ -47,6 +52,7 @@ VERSION = "2.13.0-cpu-py3.11"
 WHEELS = Path("/opt/wheels")
 GITLAB_CI_LOCAL = shutil.which("gitlab-ci-local")
 JOB_RESULT = re.compile(r"^\s*(PASS|FAIL|WARN)\s+(\S+)", re.MULTILINE)
+JOB_PREFIX = re.compile(r"^\S+ +> ", re.MULTILINE)  # gitlab-ci-local's `job-name > ` before each line a job prints
 
 
 ROOT_VARIANT = "pytorch-2.13.0-cpu-py3.11"
@@ -103,13 +109,14 @@ class Checkout:
             subprocess.run(cmd, cwd=self.folder, check=True, timeout=60)
         return (self.folder / ".gitlab-ci.yml").read_text()
 
-    def run(self) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
-        """The whole pipeline, two jobs at a time; the job results gitlab-ci-local printed, by job."""
+    def run(self, env: dict[str, str] | None = None) -> tuple[subprocess.CompletedProcess[str], dict[str, str]]:
+        """The whole pipeline, two jobs at a time (on `env`'s runner, default this checkout's); the job results
+        gitlab-ci-local printed, by job."""
         assert GITLAB_CI_LOCAL is not None
         start = time.monotonic()
         args = [GITLAB_CI_LOCAL, "--shell-isolation", "--json-schema-validation", "--concurrency", "2", "--no-color"]
-        r = subprocess.run(args, cwd=self.folder, env=self.env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                           text=True, timeout=900)  # jobs' stderr lines come on gitlab-ci-local's stderr
+        r = subprocess.run(args, cwd=self.folder, env={**self.env, **(env or {})}, stdout=subprocess.PIPE,
+                           stderr=subprocess.STDOUT, text=True, timeout=900)  # jobs' stderr lines come on stderr
         self.seconds = time.monotonic() - start
         (self.folder.parent / f"{self.folder.name}.log").write_text(r.stdout)
         return r, {job: result for result, job in JOB_RESULT.findall(r.stdout)}
@@ -138,7 +145,8 @@ def checkouts(tmp_path_factory: pytest.TempPathFactory, registry: RegistryLogin,
                     pass
 
 
-def test_pass_stage_jobs_then_promote_moves_every_tag(checkouts: dict[str, Checkout], tmp_path: Path) -> None:
+def test_pass_stage_jobs_then_promote_moves_every_tag(checkouts: dict[str, Checkout], tmp_path: Path,
+                                                      ephemeral_runner: Any) -> None:
     c = checkouts["pass"]
     pipeline = c.generate()
     assert pipeline.count("\nstage-") == 2 and "\npromote:" in pipeline
@@ -160,6 +168,21 @@ def test_pass_stage_jobs_then_promote_moves_every_tag(checkouts: dict[str, Check
     assert rows == sorted(c.repos), rows
     for name in rows:
         assert lock[name].pushed[c.target.ref(c.tag(name))] in dom
+
+    # The same pipeline on a runner that starts empty: nothing to do, and it passes.
+    digests = {name: c.digest(c.tag(name)) for name in c.repos}
+    runner = ephemeral_runner(c.repos.values(), c.env)
+    r, jobs = c.run(runner.env)
+    print(f"gitlab-ci-local pass case, again on an empty runner: {jobs} in {c.seconds:.0f} s")
+    assert r.returncode == 0, r.stdout[-8000:]
+    assert jobs == {f"stage-{ROOT_VARIANT}": "PASS", "stage-glci-b": "PASS", "promote": "PASS"}, jobs
+    decisions = read_decisions(JOB_PREFIX.sub("", r.stdout))
+    assert sorted(decisions) == sorted(c.repos) and all(skip for skip, _ in decisions.values()), decisions
+    for name in c.repos:
+        tag = c.tag(name)
+        assert c.digest(tag) == c.digest(moving_tag(tag) or "") == digests[name], name
+    asked = runner.recorder.requests
+    assert [line for line in asked if any(repo in line for repo in c.repos.values())] == [], asked
 
 
 def test_fail_one_variant_fails_and_promote_moves_nothing(checkouts: dict[str, Checkout]) -> None:

@@ -59,7 +59,8 @@ def option_matrix() -> Iterator[tuple[str, ...]]:
         (), ("--runner", "gpu-a100"), ("--runner", "self-hosted", "--runner", "gpu"))
     extra: tuple[tuple[str, ...], ...] = (
         (), ("--image", "ghcr.io/acme/ci-runner:2026.11", "--base-image", "mirror.example/nvidia/cuda:13.0.0-base"),
-        ("pytorch-*", CHILD, "--username-var", "REG_USER", "--password-var", "REG_TOKEN", "--branch", "release/v2"),
+        ("pytorch-*", CHILD, "--username-var", "REG_USER", "--password-var", "REG_TOKEN", "--branch", "release/v2",
+         "--sign-key-var", "RELEASE_KEY", "--sign-password-var", "RELEASE_KEY_PASSPHRASE"),
     )
     for registry, run, more in product(REGISTRIES, runners, extra):
         yield ("--registry", registry, *run, *more)
@@ -157,6 +158,42 @@ def test_credentials_are_only_named_never_written(checkout: Path) -> None:
         assert [s["name"] for s in with_secrets] == ["log in to registry.example.com"], with_secrets
 
 
+@pytest.mark.parametrize("password_var", ["TRAINIMG_SIGN_PASSWORD", "RELEASE_KEY_PASSPHRASE"])
+def test_only_promote_signs_with_the_key_from_the_cis_secrets(checkout: Path, password_var: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The key and its passphrase reach the promote step alone, by the secrets' names; no stage job (which runs
+    the builds) sees them, and without --sign-key-var nothing signs."""
+    flags = ("--registry", REGISTRIES[0], "--sign-key-var", "RELEASE_KEY", "--sign-password-var", password_var)
+
+    def written(system: str, *args: str) -> Any:  # in process: a subprocess per pipeline costs seconds here
+        r = CliRunner().invoke(cli, ["--recipes", str(checkout / "recipes"), "ci", system, *args],
+                               catch_exceptions=False)
+        assert r.exit_code == 0, r.output
+        return yaml.safe_load(r.stdout)
+
+    monkeypatch.chdir(checkout)  # the jobs start at the checkout's root: `trainimg ci` runs there
+    gh = written("github", *flags)
+    for name, job in gh["jobs"].items():
+        named = [s.get("name") for s in job["steps"]
+                 if "secrets.RELEASE_KEY" in json.dumps(s) or f"secrets.{password_var}" in json.dumps(s)]
+        assert named == ([] if name != "promote" else ["the signing key, from the CI's secrets",
+                                                       "move the tags if every variant passed"]), (name, named)
+    steps = {s.get("name"): s for s in gh["jobs"]["promote"]["steps"]}
+    assert steps["the signing key, from the CI's secrets"]["env"] == {"TRAINIMG_SIGN_KEY": "${{ secrets.RELEASE_KEY }}"}
+    assert steps["move the tags if every variant passed"]["env"] == {
+        "TRAINIMG_SIGN_PASSWORD": f"${{{{ secrets.{password_var} }}}}"}
+    assert steps["move the tags if every variant passed"]["run"].endswith('--sign-key "$RUNNER_TEMP/trainimg-sign.key"')
+    assert steps["remove the signing key"]["if"] == "${{ always() }}"
+    gl = written("gitlab", *flags)
+    script = gl["promote"]["script"]
+    assert [line for line in script if "RELEASE_KEY" in line or "SIGN" in line] == [
+        *([f'export TRAINIMG_SIGN_PASSWORD="${password_var}"'] if password_var != "TRAINIMG_SIGN_PASSWORD" else []),
+        f'trainimg promote lock.d/ --registry {REGISTRIES[0]} --sign-key "$RELEASE_KEY"']
+    assert not [k for k, v in gl.items() if k.startswith("stage-") and "sign" in json.dumps(v)]
+    for system in SCHEMAS:  # without the flag nothing signs
+        assert "--sign-key" not in json.dumps(written(system, "--registry", REGISTRIES[0]))
+
+
 def shell_lines(system: str, doc: dict[str, Any]) -> list[str]:
     """Every shell line a generated pipeline runs."""
     if system == "gitlab":
@@ -168,8 +205,8 @@ def shell_lines(system: str, doc: dict[str, Any]) -> list[str]:
 def test_every_command_parses_with_the_real_cli(checkout: Path) -> None:
     """Each trainimg line both pipelines run is accepted by click's parser of this trainimg (flags and values)."""
     verbs = set()
-    for system in SCHEMAS:
-        r = ci(checkout, system, "--registry", REGISTRIES[0], "--base-image", "local/debian:bookworm")
+    for system, signing in product(SCHEMAS, ((), ("--sign-key-var", "RELEASE_KEY"))):
+        r = ci(checkout, system, "--registry", REGISTRIES[0], "--base-image", "local/debian:bookworm", *signing)
         assert r.returncode == 0, r.stderr
         for line in shell_lines(system, yaml.safe_load(r.stdout)):
             args = shlex.split(line)

@@ -10,16 +10,25 @@ repositories, so BuildKit's cache of the session's CPU build serves every heavy 
   tests/brokenimages.py applies to a built image), so the image builds but fails the all-reduce check: a real
   recipe-level way to make one variant of a release fail conformance.
 
-(a) releasing rel-a with rel-broken pushes nothing and writes no lockfile; (b) releasing rel-a and rel-b pushes
-both (immutable, then moving tags) and the lockfile's digests are what the registry serves; (c) `build --locked`
-builds on the recorded base; (d) the release's JUnit XML validates against builder/data/junit.xsd; (e) `diff`
-names a changed version pin and the layers that differ.
+* `rel-child`: `extends` rel-a with a `six` pin (its repository sorts before the others', so its moving tag is
+  the first a release moves).
+
+(a) releasing rel-a with rel-broken pushes nothing and writes no lockfile; (b) releasing rel-a, rel-b and
+rel-child pushes all three (immutable, then moving tags) and the lockfile's digests are what the registry serves;
+(c) `build --locked` builds on the recorded base; (d) the release's JUnit XML validates against
+builder/data/junit.xsd; (e) `diff` names a changed version pin and the layers that differ. Then the CI paths as an
+ephemeral runner runs them (issue 41), each on an engine emptied of this module's images first (the
+`ephemeral_runner` fixture): (f) the same release again builds nothing, reads no image from the engine and moves
+every moving tag onto its immutable tag's digest, with the lockfile and without it; (g) one changed pin rebuilds
+only the child, under its skipped parent; (h) `release --stage` then `promote`; (i) a moving tag whose copy fails
+puts back the one already moved and writes no lockfile.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import re
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,10 +42,12 @@ import xmlschema
 from brokenimages import BREAKER, breaker_wheel
 from conftest import LOCAL_BASE, ROOT, cpu_recipe, remove_image, trainimg
 from conftest_registry import RegistryLogin
+from faultproxy import FaultProxy
 
 from trainimg.publish.lockfile import LockEntry, read_lock
 from trainimg.publish.movingtags import moving_tag
 from trainimg.publish.push import RegistryTarget
+from trainimg.publish.skip import read_decisions
 from trainimg.registry.referrers import referrers
 from trainimg.registry.registryapi import MANIFEST_TYPES, RegistryAPI
 from trainimg.runtime.sbom import MEDIA_TYPE as SBOM_MEDIA_TYPE
@@ -44,6 +55,7 @@ from registryread import remote_tags
 
 RUN = uuid.uuid4().hex[:8]
 VERSION = "2.13.0-cpu-py3.11"
+RELEASED = ("rel-a", "rel-b", "rel-child")
 WHEELS = Path("/opt/wheels")
 
 
@@ -57,11 +69,14 @@ class Release:
         self.recipes.mkdir(parents=True)
         self.wheelhouse = folder / "wheels"
         breaker_wheel(self.wheelhouse)
-        self.repos = {"rel-a": f"rel-a-{RUN}", "rel-b": f"rel-b-{RUN}", "rel-broken": f"rel-broken-{RUN}"}
+        self.repos = {"rel-a": f"rel-a-{RUN}", "rel-b": f"rel-b-{RUN}", "rel-broken": f"rel-broken-{RUN}",
+                      "rel-child": f"rel-0child-{RUN}"}
         for name, repo in self.repos.items():
-            extras = json.dumps(f"{BREAKER}==1.0") if name == "rel-broken" else ""
-            (self.recipes / f"{name}.yaml").write_text(cpu_recipe(name, f"trainimg-test/{repo}", extras),
-                                                       encoding="utf-8")
+            if name != "rel-child":
+                extras = json.dumps(f"{BREAKER}==1.0") if name == "rel-broken" else ""
+                (self.recipes / f"{name}.yaml").write_text(cpu_recipe(name, f"trainimg-test/{repo}", extras),
+                                                           encoding="utf-8")
+        self.pin_child("1.16.0")
         self.registry = registry
         self.target = RegistryTarget.parse(registry.host)
         self.creds = {"username": registry.username, "password": registry.password}
@@ -71,16 +86,25 @@ class Release:
     def tag(self, name: str) -> str:
         return f"trainimg-test/{self.repos[name]}:{VERSION}"
 
+    def pin_child(self, six: str) -> None:
+        (self.recipes / "rel-child.yaml").write_text(
+            f"extends: rel-a\nname: rel-child\nrepository: trainimg-test/{self.repos['rel-child']}\n"
+            f"extras: [\"six=={six}\"]\n", encoding="utf-8")
+
+    def repositories(self) -> list[str]:
+        return [f"trainimg-test/{repo}" for repo in self.repos.values()]
+
     def build_flags(self) -> list[str]:
         wheels = ["--wheelhouse", str(WHEELS)] if WHEELS.is_dir() else []
         return ["--base-image", LOCAL_BASE, *wheels, "--wheelhouse", str(self.wheelhouse), "--progress", "plain"]
 
-    def release(self, *names: str, out: str) -> tuple[Any, Path]:
+    def release(self, *names: str, out: str, env: dict[str, str] | None = None, lock: Path | None = None,
+                host: str | None = None, extra: tuple[str, ...] = ()) -> tuple[Any, Path]:
         report = self.folder / out
         r = trainimg("--recipes", str(self.recipes), "release", *names, *self.build_flags(),
-                     "--registry", self.registry.host, "--username", self.registry.username,
-                     "--lock", str(self.lock), "--junit", str(report.with_suffix(".xml")),
-                     "--json", str(report.with_suffix(".json")), env=self.env, timeout=600)
+                     "--registry", host or self.registry.host, "--username", self.registry.username,
+                     "--lock", str(lock or self.lock), "--junit", str(report.with_suffix(".xml")),
+                     "--json", str(report.with_suffix(".json")), "--skip-audit", *extra, env=env or self.env, timeout=600)
         return r, report
 
     def head(self, ref_tag: str) -> str | None:
@@ -140,7 +164,7 @@ def test_a_failing_variant_pushes_nothing(rel: Release) -> None:
 
 @pytest.fixture(scope="module")
 def good_release(rel: Release) -> Path:
-    r, report = rel.release("rel-a", "rel-b", out="good")
+    r, report = rel.release(*RELEASED, out="good")
     assert r.returncode == 0, r.stderr[-3000:]
     return report
 
@@ -148,15 +172,16 @@ def good_release(rel: Release) -> Path:
 def test_b_release_pushes_both_and_locks_registry_digests(rel: Release, good_release: Path,
                                                           client: docker.DockerClient) -> None:
     entries = read_lock(rel.lock)
-    assert sorted(entries) == ["rel-a", "rel-b"]
-    for name in ("rel-a", "rel-b"):
+    assert sorted(entries) == sorted(RELEASED)
+    for name in RELEASED:
         tag, entry = rel.tag(name), entries[name]
         assert isinstance(entry, LockEntry)
         assert entry.tag == tag and entry.variant == name
         assert entry.image_id == client.images.get(tag).id
         assert entry.recipe.endswith(f"{name}.yaml"), entry.recipe
-        assert entry.base_image == LOCAL_BASE
-        assert entry.base_digest == client.images.get(LOCAL_BASE).id  # a local base has no RepoDigest
+        if name != "rel-child":  # the child is built on its parent, as the lockfile says
+            assert entry.base_image == LOCAL_BASE
+            assert entry.base_digest == client.images.get(LOCAL_BASE).id  # a local base has no RepoDigest
         assert entry.versions["framework"] == "2.13.0+cpu" and entry.versions["python"].startswith("3.11")
         assert entry.versions["hypertune"], entry.versions
         assert entry.conformance["passed"] is True and entry.conformance["failed"] == []
@@ -214,7 +239,7 @@ def test_d_junit_validates_against_the_jenkins_schema(good_release: Path) -> Non
     errors = [f"{e.path}: {e.reason}" for e in schema.iter_errors(str(xml))]
     assert errors == [], errors
     doc = schema.to_dict(str(xml))
-    assert {s["@name"] for s in doc["testsuite"]} == {"rel-a", "rel-b"}
+    assert {s["@name"] for s in doc["testsuite"]} == set(RELEASED)
 
 
 # -- (e) diff names a changed pin and the layers that differ -------------------------------------------------------
@@ -270,3 +295,120 @@ def test_e_diff_against_the_lockfile(rel: Release, good_release: Path, pinned_pa
     r = trainimg("--recipes", str(rel.recipes), "diff", "rel-a", "lock:nope", "--lock", str(rel.lock),
                  env=rel.env, timeout=120)
     assert r.returncode == 2 and "nope" in r.stderr and str(rel.lock) in r.stderr, (r.returncode, r.stderr)
+
+
+# -- (f)-(i) the CI paths on an ephemeral runner: the engine emptied of this module's images first (issue 41) -------
+
+# What a release asks the engine for when it builds, tests or pushes (a no-op release must ask none of these).
+_ENGINE_WORK = re.compile(r"^(POST \S*/(build|session|containers/create|images/\S+/(push|tag))|GET \S*/images/get)")
+
+
+def _registry_digests(rel: Release) -> dict[str, tuple[str | None, str | None]]:
+    """{variant: (immutable tag's digest, moving tag's digest)} as the registry serves them."""
+    return {name: (rel.head(rel.tag(name)), rel.head(moving_tag(rel.tag(name)) or "")) for name in RELEASED}
+
+
+def _assert_moving_on_immutable(rel: Release) -> dict[str, str]:
+    digests = _registry_digests(rel)
+    for name, (immutable, moving) in digests.items():
+        assert immutable is not None and moving == immutable, (name, immutable, moving)
+    return {name: pair[0] for name, pair in digests.items() if pair[0]}
+
+
+def test_f_a_noop_release_on_an_empty_runner_builds_and_reads_nothing(
+        rel: Release, good_release: Path, ephemeral_runner: Any, tmp_path: Path) -> None:
+    digests = _assert_moving_on_immutable(rel)
+    lock_before = read_lock(rel.lock)
+    runner = ephemeral_runner(rel.repositories(), rel.env)
+    assert runner.removed, "the first release left no image of this module to take away"
+    mark = len(runner.recorder.requests)
+    r, _ = rel.release(*RELEASED, out="noop", env=runner.env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    said = r.stdout + r.stderr
+    decisions = read_decisions(said)
+    assert sorted(decisions) == sorted(RELEASED) and all(skip for skip, _ in decisions.values()), decisions
+    assert all("(lockfile)" in why for _, why in decisions.values()), decisions
+    assert _assert_moving_on_immutable(rel) == digests
+    assert {n: e.pushed for n, e in read_lock(rel.lock).items()} == {n: e.pushed for n, e in lock_before.items()}
+    pushes = re.findall(r"^pushed (\S+) \((\d+) bytes uploaded\)", said, re.MULTILINE)
+    assert sorted(ref.split("@")[0] for ref, _ in pushes) == sorted(
+        rel.target.ref(moving_tag(rel.tag(n)) or "") for n in RELEASED), pushes  # the moving tags alone
+    assert all(int(sent) == 0 for _, sent in pushes), pushes
+    asked = runner.recorder.since(mark)
+    assert asked, "the recorder saw no engine request: was DOCKER_HOST honoured?"
+    mine = [line for line in asked if any(repo in line for repo in rel.repos.values())]
+    assert mine == [] and [line for line in asked if _ENGINE_WORK.match(line)] == [], asked
+
+    # A runner without the lockfile (a pipeline's first job): the release records beside the images vouch.
+    bare = tmp_path / "images.lock"
+    r, _ = rel.release(*RELEASED, out="noop-bare", env=runner.env, lock=bare)
+    assert r.returncode == 0, r.stderr[-3000:]
+    decisions = read_decisions(r.stdout + r.stderr)
+    assert all(skip and "(record beside the image)" in why for skip, why in decisions.values()), decisions
+    assert {n: e.pushed for n, e in read_lock(bare).items()} == {n: e.pushed for n, e in lock_before.items()}
+    assert _assert_moving_on_immutable(rel) == digests
+
+
+def test_g_one_change_on_an_empty_runner_rebuilds_only_it(rel: Release, good_release: Path,
+                                                          ephemeral_runner: Any) -> None:
+    before = _assert_moving_on_immutable(rel)
+    rel.pin_child("1.17.0")
+    runner = ephemeral_runner(rel.repositories(), rel.env)
+    r, _ = rel.release(*RELEASED, out="one-change", env=runner.env)
+    assert r.returncode == 0, r.stderr[-3000:]
+    decisions = read_decisions(r.stdout + r.stderr)
+    assert {n: skip for n, (skip, _) in decisions.items()} == {"rel-a": True, "rel-b": True, "rel-child": False}
+    after = _assert_moving_on_immutable(rel)
+    assert after["rel-child"] != before["rel-child"]
+    assert {n: after[n] for n in ("rel-a", "rel-b")} == {n: before[n] for n in ("rel-a", "rel-b")}
+    entries = read_lock(rel.lock)
+    for name in RELEASED:
+        ref, mt = rel.target.ref(rel.tag(name)), rel.target.ref(moving_tag(rel.tag(name)) or "")
+        assert entries[name].pushed == {ref: after[name], mt: after[name]}, (name, entries[name].pushed)
+
+
+def test_h_stage_then_promote_on_an_empty_runner(rel: Release, good_release: Path, ephemeral_runner: Any,
+                                                 tmp_path: Path) -> None:
+    digests = _assert_moving_on_immutable(rel)
+    runner = ephemeral_runner(rel.repositories(), rel.env)
+    mark = len(runner.recorder.requests)
+    parts = tmp_path / "lock.d"
+    r, _ = rel.release(*RELEASED, out="staged", env=runner.env, extra=("--stage", "--lock-dir", str(parts)))
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert all(skip for skip, _ in read_decisions(r.stdout + r.stderr).values())
+    assert sorted(p.name for p in parts.iterdir()) == sorted(f"{n}.json" for n in RELEASED)
+    promoted = tmp_path / "images.lock"
+    p = trainimg("--recipes", str(rel.recipes), "promote", str(parts), *RELEASED, "--registry", rel.registry.host,
+                 "--username", rel.registry.username, "--lock", str(promoted), env=runner.env, timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert _assert_moving_on_immutable(rel) == digests
+    assert {n: e.pushed[rel.target.ref(rel.tag(n))] for n, e in read_lock(promoted).items()} == digests
+    asked = runner.recorder.since(mark)
+    assert [line for line in asked if any(repo in line for repo in rel.repos.values())] == [], asked
+
+
+def test_i_a_failed_moving_tag_puts_back_what_moved_and_writes_no_lock(
+        rel: Release, good_release: Path, ephemeral_runner: Any, tmp_path: Path) -> None:
+    before = _registry_digests(rel)
+    rel.pin_child("1.15.0")  # the child is rebuilt: its moving tag (sorted first) moves, then rel-a's copy fails
+    runner = ephemeral_runner(rel.repositories(), rel.env)
+    host, port = rel.registry.host.rsplit(":", 1)
+    with FaultProxy(upstream=(host, int(port)), lifetime=600.0) as proxy:
+        proxied = f"127.0.0.1:{proxy.port}"
+        # This runner's checkout reaches the registry by the proxy's address: so do its lockfile's references.
+        lock = tmp_path / "images.lock"
+        lock.write_text(rel.lock.read_text(encoding="utf-8").replace(rel.registry.host, proxied), encoding="utf-8")
+        lock_before = lock.read_bytes()
+        proxy.fail(rf"^PUT /v2/trainimg-test/{rel.repos['rel-a']}/manifests/2\.13-cpu$", status=503)
+        r, _ = rel.release(*RELEASED, out="half", env=runner.env, host=proxied, lock=lock)
+    assert r.returncode == 1, (r.returncode, r.stderr[-3000:])
+    decisions = read_decisions(r.stdout + r.stderr)
+    assert {n: skip for n, (skip, _) in decisions.items()} == {"rel-a": True, "rel-b": True, "rel-child": False}
+    last = r.stderr.strip().splitlines()[-1]
+    assert f"{rel.repos['rel-a']}:2.13-cpu could not be set" in last and "503" in last, last
+    assert f"put back {proxied}/trainimg-test/{rel.repos['rel-child']}:2.13-cpu" in last, last
+    after = _registry_digests(rel)
+    assert after["rel-child"][0] != before["rel-child"][0]  # the immutable tag was pushed: the new image is there
+    assert {n: pair[1] for n, pair in after.items()} == {n: pair[1] for n, pair in before.items()}  # no tag moved
+    assert lock.read_bytes() == lock_before
+    assert not list(tmp_path.glob(".images.lock.*")), "the lockfile written beside it was left behind"

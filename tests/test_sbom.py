@@ -33,6 +33,7 @@ from test_render import golden
 from wheels import write_wheel
 
 from trainimg.plan import blocks
+from trainimg.recipe.loading import load_recipes
 from trainimg.registry.references import RegistryTarget
 from trainimg.errors import RegistryError
 from trainimg.registry.referrers import OCI_INDEX, OCI_MANIFEST, attach, fallback_tag, subject_of
@@ -88,10 +89,11 @@ def cpu_sbom(cpu_image: str, state_env: dict[str, str]) -> str:
 
 
 def test_the_dockerfile_step_writes_the_sbom_after_every_install() -> None:
-    text = blocks.sbom().text
+    text = blocks.sbom(load_recipes(ROOT / "recipes").by_name[CPU_VARIANT]).text
     golden("sbom", text)
     step = text[text.index("\nRUN "):]  # the step after its comment, sealed like every RUN (plan.reproducible)
-    assert f" && python -m trainimg_runtime sbom --write {SBOM_PATH} " in step
+    assert f" && python -m trainimg_runtime sbom --write {SBOM_PATH} --audit " in step
+    assert f"--mount=type=bind,source=audit/{CPU_VARIANT}.json," in step  # the audit's state and VEX
     shipped = (ROOT / "images" / CPU_VARIANT / "Dockerfile").read_text()
     assert shipped.rstrip().endswith(step.rstrip())  # the last step: after the installs and the labels
 

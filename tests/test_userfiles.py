@@ -10,7 +10,7 @@ import pytest
 
 from trainimg.errors import UserInputError
 from trainimg.registry.credentials import stored_credentials
-from trainimg.publish.lockfile import read_lock
+from trainimg.publish.lockfile import LockEntry, PendingLock, read_lock, write_lock
 
 BROKEN = {
     "not-json": (b"{\"auths\": ", "not valid JSON (line 1"),
@@ -54,3 +54,34 @@ def test_a_folder_where_the_file_should_be_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "images.lock").mkdir()
     with pytest.raises(UserInputError, match="cannot read the lockfile"):
         read_lock(tmp_path / "images.lock")
+
+
+def _entry(variant: str, digest: str) -> LockEntry:
+    return LockEntry(variant=variant, recipe="r.yaml", tag=f"t/{variant}:1", image_id="sha256:" + "1" * 64,
+                     base_image="b", base_digest="sha256:" + "2" * 64, pushed={f"h/t/{variant}:1": digest})
+
+
+def test_a_pending_lock_is_the_old_file_or_the_whole_new_one(tmp_path: Path) -> None:
+    """A release's lockfile is written beside its path before any tag moves and put in place only by commit():
+    leaving without a commit (a tag that failed to move) keeps the old bytes and leaves nothing beside them."""
+    path = tmp_path / "images.lock"
+    write_lock(path, [_entry("a", "sha256:" + "a" * 64)])
+    old = path.read_bytes()
+    with pytest.raises(RuntimeError):
+        with PendingLock(path, [_entry("b", "sha256:" + "b" * 64)]):
+            assert path.read_bytes() == old
+            raise RuntimeError("a moving tag failed")
+    assert path.read_bytes() == old and sorted(p.name for p in tmp_path.iterdir()) == ["images.lock"]
+    with PendingLock(path, [_entry("b", "sha256:" + "b" * 64)]) as pending:
+        pending.commit()
+    assert sorted(read_lock(path)) == ["a", "b"] and sorted(p.name for p in tmp_path.iterdir()) == ["images.lock"]
+
+
+def test_a_lockfile_that_cannot_be_written_is_one_line_before_anything_moves() -> None:
+    # A folder that reads (no lockfile there yet) but takes no new file: procfs (as root, permissions would not stop
+    # the write).
+    path = Path("/proc/images.lock")
+    with pytest.raises(UserInputError) as err:
+        PendingLock(path, [_entry("a", "sha256:" + "a" * 64)])
+    assert err.value.where == str(path) and err.value.message.startswith("cannot write the lockfile: ")
+    assert "\n" not in str(err.value)

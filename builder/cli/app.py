@@ -15,7 +15,7 @@ import click
 
 from ..errors import TrainimgError
 from ..runtime.contract import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE
-from . import ci, fleet, gate, images, jobs, locks, registry
+from . import audit, ci, fleet, gate, images, jobs, locks, registry, trust
 from .context import Ctx
 from .group import TrainimgGroup
 from .sbom import sbom_cmd
@@ -49,7 +49,8 @@ def cli(ctx: click.Context, recipes: Path | None) -> None:
 
 for _command in (images.list_cmd, images.validate, images.render, locks.lock, images.build, images.bake, gate.test_cmd,
                  gate.push_cmd, gate.release, gate.diff_cmd, registry.registry, jobs.cluster, jobs.spec, jobs.run,
-                 jobs.tune, ci.ci, ci.matrix, sbom_cmd, fleet.promote, fleet.prune, verify_cmd):
+                 jobs.tune, ci.ci, ci.matrix, sbom_cmd, fleet.promote, fleet.prune, verify_cmd, audit.audit_cmd,
+                 trust.trust):
     cli.add_command(_command)
 
 

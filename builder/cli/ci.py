@@ -54,6 +54,11 @@ def ci_flags(fn: Callback) -> Callback:
                      metavar="NAME", help="CI secret/variable holding the registry user."),
         click.option("--password-var", default=default(CiOptions, "password_var"), show_default=True,
                      metavar="NAME", help="CI secret/variable holding the registry password or token."),
+        click.option("--sign-key-var", metavar="NAME",
+                     help="Sign in promote (`--sign-key`) with the key in this CI secret (GitHub: the key's text; "
+                          "GitLab: a File variable); stage jobs never see it. Without it nothing is signed."),
+        click.option("--sign-password-var", default=default(CiOptions, "sign_password_var"), show_default=True,
+                     metavar="NAME", help="CI secret/variable holding the signing key's passphrase."),
         click.option("--branch", default=default(CiOptions, "branch"), show_default=True,
                      help="Release on pushes to this branch (and when started by hand)."),
         click.option("--output", type=click.Path(path_type=Path), default=None, metavar="FILE",
@@ -61,6 +66,9 @@ def ci_flags(fn: Callback) -> Callback:
         click.option("--one-machine", is_flag=True,
                      help="Every job runs on this machine (gitlab-ci-local, one shell runner), so a loopback "
                           "--registry is shared; refused without it."),
+        click.option("--advisories", metavar="DIR|URL", default=None,
+                     help="`release --advisories` in every stage job: every pin audited before the build "
+                          "(without it the jobs say --skip-audit, in the file for review)."),
     ]):
         fn = deco(fn)
     return fn
@@ -83,19 +91,22 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
     @ci_flags
     @pass_ctx
     def command(c: Ctx, variants: tuple[str, ...], registry: str, base_image: str | None, runner: tuple[str, ...],
-                image: str | None, install: str, username_var: str, password_var: str, branch: str,
-                output: Path | None, one_machine: bool) -> None:
+                image: str | None, install: str, username_var: str, password_var: str, sign_key_var: str | None,
+                sign_password_var: str, branch: str, output: Path | None, one_machine: bool,
+                advisories: str | None) -> None:
         from ..publish.pipelines import pipeline
 
         opts = CiOptions(system=system, registry=registry, variants=variants, base_image=base_image, runner=runner,
                          image=image, install=install, username_var=username_var, password_var=password_var,
-                         branch=branch, recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine)
+                         sign_key_var=sign_key_var, sign_password_var=sign_password_var, branch=branch,
+                         recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine, advisories=advisories)
         write_text(pipeline(c.recipes(), opts), output)
 
     command.__doc__ = (f"Write {what} that releases VARIANTS (default: all) across runners.\n\n"
                        "Reads the recipes only: no engine, no registry.\n\n\b\nExamples:\n"
                        f"  trainimg ci {system} --registry ghcr.io/team --output {where}\n"
-                       f"  trainimg ci {system} 'pytorch-*' --registry localhost:5000 --runner gpu\n")
+                       f"  trainimg ci {system} 'pytorch-*' --registry localhost:5000 --runner gpu\n"
+                       f"  trainimg ci {system} --registry ghcr.io/team --sign-key-var TRAINIMG_SIGN_KEY\n")
     return click.command(system)(command)
 
 

@@ -17,9 +17,11 @@ import click
 
 from ..errors import UserInputError
 from ..progress import DEFAULT_PROGRESS, PROGRESS_MODES
+from ..runtime.report import Suite
 
 if TYPE_CHECKING:
     from ..engine.docker import DockerEngine
+    from ..trust.signer import Signer
     from ..registry.references import RegistryTarget
     from ..recipe.variant import RecipeSet
 
@@ -97,6 +99,25 @@ def credentials(registry: RegistryTarget, username: str | None, password_stdin: 
     return resolve_credentials(registry, username, password, env=env)
 
 
+def signer(c: Ctx, key: Path | None, on_line: Callable[[str], None]) -> Signer | None:
+    """The `--sign-key` key, opened now with its passphrase from the environment (a wrong one fails before
+    anything is built or pushed); None without the flag: nothing is signed."""
+    if key is None:
+        return None
+    from ..trust.keys import load_signing_key
+    from ..trust.signer import Signer
+
+    return Signer(load_signing_key(key, c.env), c.env, on_line)
+
+
+#: `--sign-key`, the same on release, push and promote.
+sign_key_option = click.option(
+    "--sign-key", type=click.Path(path_type=Path), default=None, metavar="FILE",
+    help="Sign each pushed image by digest for its repository, with its SLSA provenance, before any tag moves: a "
+         "cosign private key (`trainimg trust keygen`, `cosign generate-key-pair`), its passphrase in "
+         "TRAINIMG_SIGN_PASSWORD or COSIGN_PASSWORD.")
+
+
 def note(text: str, progress: str = DEFAULT_PROGRESS) -> None:
     """A line on stderr saying what the verb did behind the user's back (a container, a registry), once it worked:
     a failure stays the one line that names its cause. `--progress quiet` silences it."""
@@ -127,3 +148,18 @@ def emit_json(data: Any, path: str | None) -> None:
         Path(path).write_text(text, encoding="utf-8")
     except OSError as exc:
         raise UserInputError(f"cannot write {path}: {exc.strerror or exc}; choose a file you can write") from None
+
+
+def write_reports(suites: list[Suite], json_path: str | None, junit_path: str | None) -> None:
+    """The conformance reports of `suites`: JSON (stdout or a file) and JUnit, where the flags ask for them."""
+    from ..runtime.report import ReportPathError, json_report, write_json, write_junit
+
+    try:
+        if json_path == STDOUT:
+            click.echo(json_report(suites), nl=False)
+        elif json_path:
+            write_json(suites, json_path)
+        if junit_path:
+            write_junit(suites, junit_path)
+    except ReportPathError as err:
+        raise UserInputError(str(err)) from None

@@ -8,7 +8,7 @@ import click
 
 from ..errors import CheckFailed, UserInputError
 from ..options import PromoteOptions, PruneOptions
-from .context import Ctx, credentials, docker_engine, pass_ctx
+from .context import Ctx, credentials, docker_engine, pass_ctx, sign_key_option, signer
 from .gate import registry_flags
 
 
@@ -18,27 +18,32 @@ from .gate import registry_flags
 @registry_flags
 @click.option("--lock", "lock_path", metavar="FILE", default=None,
               help="The lockfile the promoted variants are merged into (default: images.lock).")
+@sign_key_option
 @pass_ctx
 def promote(c: Ctx, lock_dir: Path, variants: tuple[str, ...], registry: str, username: str | None,
-            password_stdin: bool, lock_path: str | None) -> None:
+            password_stdin: bool, lock_path: str | None, sign_key: Path | None) -> None:
     """Move the tags of what `release --stage` jobs staged in LOCK_DIR, only if every part is in and passed.
 
     VARIANTS (default: every variant of the recipes, each with its parents) are the parts expected. Reaches the
-    registry (reads each staged manifest, then pushes the moving tags); starts no container.
+    registry (reads each staged manifest, signs each with --sign-key, then pushes the moving tags); starts no
+    container.
 
     
     Examples:
       trainimg promote lock.d --registry ghcr.io/team --lock images.lock
       trainimg promote lock.d 'pytorch-*' --registry localhost:5000
+      trainimg promote lock.d --registry ghcr.io/team --sign-key release.key
     """
     from ..publish.lockfile import DEFAULT_LOCK
     from ..publish.promote import check_parts, promote as run_promote
     from ..publish.push import reachable_target
+    from ..publish.signing import entry_image, sign_all
     from ..registry.references import RegistryTarget
     from ..registry.registryapi import RegistryAPI
 
-    opts = PromoteOptions(lock_dir=lock_dir, variants=variants, lock_path=lock_path)
+    opts = PromoteOptions(lock_dir=lock_dir, variants=variants, lock_path=lock_path, sign_key=sign_key)
     target = RegistryTarget.parse(registry)
+    sign = signer(c, opts.sign_key, click.echo)
     recipes = c.recipes()
     api = RegistryAPI(reachable_target(docker_engine(), target), credentials(target, username, password_stdin, c.env))
     entries, problems = check_parts(recipes, opts.lock_dir, opts.variants, api, target)
@@ -46,6 +51,8 @@ def promote(c: Ctx, lock_dir: Path, variants: tuple[str, ...], registry: str, us
         click.echo(f"trainimg promote: {line}", err=True)
     if problems:
         raise CheckFailed(f"nothing promoted: {len(problems)} problem(s) in {opts.lock_dir}")
+    if sign is not None:  # every promoted image signed before a tag moves: a failure moves nothing
+        sign_all(sign, api, [entry_image(target, e) for e in entries.values()])
     written = run_promote(entries, api, target, opts.lock_path or DEFAULT_LOCK)
     for e in written.values():
         click.echo(f"promoted {e.variant}: {', '.join(sorted(e.pushed))}")

@@ -12,7 +12,8 @@ from ..options import DEFAULT_UPLOAD, NPROC_PER_NODE, REPLICAS, UPLOADS, Release
 from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
 from .context import (STDOUT, Callback, Ctx, credentials, docker_engine, emit_json, image_ref, json_option, note,
-                      pass_ctx, progress_option)
+                      pass_ctx, progress_option, sign_key_option, signer, write_reports)
+from .audit import audit_flags, audit_options, release_audit
 from .images import _build_options, build_flags
 
 if TYPE_CHECKING:
@@ -52,20 +53,6 @@ def _print_suite(suite: Suite) -> None:
                f"{counts['skipped']} skipped, {counts['warning']} warnings)", err=True)
 
 
-def _write_reports(suites: list[Suite], json_path: str | None, junit_path: str | None) -> None:
-    from ..runtime.report import ReportPathError, json_report, write_json, write_junit
-
-    try:
-        if json_path == STDOUT:
-            click.echo(json_report(suites), nl=False)
-        elif json_path:
-            write_json(suites, json_path)
-        if junit_path:
-            write_junit(suites, junit_path)
-    except ReportPathError as err:
-        raise UserInputError(str(err)) from None
-
-
 @click.command("test")
 @click.argument("image")
 @test_flags
@@ -101,7 +88,7 @@ def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: i
     opts = TestOptions(platform=platform, replicas=replicas, timeout=timeout, nproc_per_node=nproc_per_node,
                        structure_tests=structure_tests, shm_size=shm)
     suites = test_images(docker_engine(), [image_ref(c, image)], opts, c.env, progress, _print_suite)
-    _write_reports(suites, json_path, junit_path)
+    write_reports(suites, json_path, junit_path)
     if not all(s.passed for s in suites):
         raise CheckFailed(f"{image} failed conformance: " + ", ".join(ch.name for s in suites for ch in s.failed))
 
@@ -126,13 +113,16 @@ upload_flag = click.option(
 
 
 def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
-          password_stdin: bool, upload: str = DEFAULT_UPLOAD) -> list[PushResult]:
+          password_stdin: bool, upload: str = DEFAULT_UPLOAD, sign_key: Path | None = None) -> list[PushResult]:
     from ..publish.policy import PushPolicy
-    from ..publish.push import push
+    from ..publish.push import push, reachable_target
+    from ..publish.signing import pushed_image, sign_all
     from ..registry.references import RegistryTarget
+    from ..registry.registryapi import RegistryAPI
 
     target = RegistryTarget.parse(registry)
     creds = credentials(target, username, password_stdin, c.env)
+    sign = signer(c, sign_key, click.echo)
     engine = docker_engine()
     for tag in tags:
         if engine.image(tag) is None:
@@ -149,6 +139,9 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
                       siblings=[t for t in tags if t != tag])
         click.echo(f"pushed {result.ref}@{result.digest} ({result.bytes_uploaded} bytes uploaded)")
         policy.pushed(tag, result)
+        if sign is not None:
+            sign_all(sign, RegistryAPI(reachable_target(engine, target), creds),
+                     [pushed_image(engine, target, tag, result.digest)])
         results.append(result)
     return results
 
@@ -157,9 +150,10 @@ def _push(c: Ctx, tags: list[str], registry: str, username: str | None,
 @click.argument("variants", nargs=-1, required=True)
 @registry_flags
 @upload_flag
+@sign_key_option
 @pass_ctx
 def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | None, password_stdin: bool,
-             upload: str) -> None:
+             upload: str, sign_key: Path | None) -> None:
     """Push variants' images to <registry>/<tag>; refuses images without a passing conformance record.
 
     Reaches the registry (and pushes each image's SBOM beside it); reads each SBOM from the image in a
@@ -170,8 +164,9 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000
       echo "$TOKEN" | trainimg push 'pytorch-*' --registry ghcr.io/team --username bot --password-stdin
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --upload engine
+      trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --sign-key cosign.key
     """
-    _push(c, [image_ref(c, v)[0] for v in variants], registry, username, password_stdin, upload)
+    _push(c, [image_ref(c, v)[0] for v in variants], registry, username, password_stdin, upload, sign_key)
 
 
 @click.command()
@@ -191,22 +186,27 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
 @click.option("--lock-dir", "lock_dir", metavar="DIR", default=default(ReleaseOptions, "lock_dir"), show_default=True,
               help="Where --stage writes <variant>.json.")
 @upload_flag
+@audit_flags
+@sign_key_option
 @pass_ctx
 def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | None, ca_bundle: Path | None,
             wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
             cache_from: tuple[str, ...], installer: str, platform: str, replicas: int, nproc_per_node: int,
             timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], registry: str,
             username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None,
-            rebuild: bool, stage: bool, lock_dir: str, upload: str) -> None:
+            rebuild: bool, stage: bool, lock_dir: str, upload: str, advisories: str | None, waivers: Path | None,
+            max_age: int, skip_audit: bool, sign_key: Path | None) -> None:
     """Build, test, then push every named variant, only if all of them passed; skip unchanged ones.
 
-    Reaches the registry first (what it holds decides what is skipped), then builds on the engine, starts the
-    test containers and pushes.
+    Audits every pin first (--advisories, as `trainimg audit`; or --skip-audit, recorded), then reaches the
+    registry (what it holds decides what is skipped), builds on the engine, starts the test containers and pushes;
+    with --sign-key it signs what it pushed before a moving tag moves.
 
     
     Examples:
-      trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --lock images.lock
-      trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d
+      trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --lock images.lock --advisories osv/
+      trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d --advisories https://osv.internal
+      trainimg release pytorch-2.13.0-cpu-py3.11 --registry ghcr.io/team --skip-audit --sign-key release.key
     """
     from ..pipeline import release as run_release
     from ..registry.references import RegistryTarget
@@ -218,22 +218,26 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: str | Non
                                                installer),
                           test=TestOptions(platform=platform, replicas=replicas, timeout=timeout,
                                            nproc_per_node=nproc_per_node, structure_tests=structure_tests),
-                          lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir, upload=upload)
+                          lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir, upload=upload,
+                          audit=release_audit(audit_options(advisories, waivers, max_age, skip_audit)),
+                          sign_key=sign_key)
     creds = credentials(target, username, password_stdin, c.env)
     to_err = json_path == STDOUT  # stdout holds the JSON report then; what release says goes to stderr
 
     def say(line: str) -> None:
         click.echo(line, err=to_err)
 
+    sign = signer(c, opts.sign_key, say)  # a key that cannot be opened fails before an hour of building
+
     result = run_release(c.recipes(), docker_engine(), variants, opts, target=target, credentials=creds, env=c.env,
                          root=c.root, progress=progress, on_suite=_print_suite,
-                         on_tested=lambda suites: _write_reports(suites, json_path, junit_path),
+                         on_tested=lambda suites: write_reports(suites, json_path, junit_path),
                          on_pushed=lambda tag, r: say(f"pushed {r.ref}@{r.digest} ({r.bytes_uploaded} bytes uploaded)"),
-                         on_sbom=say, on_record=say, on_decision=lambda d: say(d.line()))
+                         on_sbom=say, on_record=say, on_decision=lambda d: say(d.line()), signer=sign)
     if stage:
         say(f"staged {len(result.builds) + len(result.skipped)} variant(s) in {lock_dir}")
     elif lock_path:
-        say(f"locked {len(result.builds)} variant(s) in {lock_path}")
+        say(f"locked {len(result.builds) + len(result.skipped)} variant(s) in {lock_path}")
 
 
 @click.command("diff")

@@ -10,6 +10,7 @@ import click
 from ..errors import CheckFailed, UserInputError, counted
 from ..options import BUILD_JOBS, DEFAULT_INSTALLER, INSTALLERS, BuildOptions, default
 from ..runtime.contract import DRIVER_MIN_LABEL, VARIANT_LABEL
+from .audit import audit_flags, audit_options, run_audit
 from .context import Callback, Ctx, check_writable, docker_engine, emit_json, json_option, pass_ctx, progress_option
 
 if TYPE_CHECKING:
@@ -196,11 +197,13 @@ def build_flags(fn: Callback) -> Callback:
 @click.option("--lock", "lock_path", metavar="FILE", default=None,
               help="The lockfile --locked reads (default: images.lock).")
 @click.option("--no-cache", is_flag=True, help="Run every step anew (BuildKit's layer cache unused): a cold build.")
+@audit_flags
 @pass_ctx
 def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: Path | None,
           wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
           cache_from: tuple[str, ...], installer: str, json_path: str | None, locked: bool,
-          lock_path: str | None, no_cache: bool) -> None:
+          lock_path: str | None, no_cache: bool, advisories: str | None, waivers: Path | None, max_age: int,
+          skip_audit: bool) -> None:
     """Build VARIANTS (default: all) through the Docker engine, shared parents first.
 
     Starts BuildKit builds on the engine and short-lived containers that read each image's versions back;
@@ -212,6 +215,10 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
       trainimg build 'pytorch-*' --jobs 2 --progress plain --json build.json
       trainimg build --locked --lock images.lock
       trainimg build pytorch-2.13.0-cpu-py3.11 --no-cache
+      trainimg build team-certifi --advisories advisories/ --waivers waivers.yaml
+
+    With --advisories every pin is audited first (as `trainimg audit`) and nothing is built on a finding; the
+    image's SBOM carries the audit's state and its waived findings (VEX). Without it the SBOM says not audited.
     """
     import dataclasses
 
@@ -226,13 +233,24 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: str | None, ca_bundle: 
         raise UserInputError("--no-cache builds without any cache; drop --cache-from", where="--no-cache")
     opts = dataclasses.replace(_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from,
                                               installer), no_cache=no_cache)
-    recipes, engine = c.recipes(), docker_engine()
+    audit = audit_options(advisories, waivers, max_age, skip_audit)
+    recipes = c.recipes()
+    if audit.advisories or audit.skip:
+        from ..audit.gate import refuse
+
+        result = run_audit(c, list(variants), audit)
+        refuse(result)
+        opts = dataclasses.replace(opts, audits={name: result.document(name) for name in
+                                                 (v.name for v in recipes.with_parents(recipes.select(list(variants))))})
+    engine = docker_engine()
     if locked:
-        from ..publish.lockedbases import locked_bases
+        from ..publish.lockedbases import locked_audits, locked_bases
         from ..publish.lockfile import DEFAULT_LOCK
 
         chosen = recipes.with_parents(recipes.select(list(variants)))
         opts = dataclasses.replace(opts, base_overrides=locked_bases(engine, lock_path or DEFAULT_LOCK, chosen))
+        if not opts.audits:  # the audit each release recorded, so the SBOM layer is the released one
+            opts = dataclasses.replace(opts, audits=locked_audits(lock_path or DEFAULT_LOCK, chosen))
     builder = Builder(recipes, engine, Progress(progress, c.env), c.env, c.root)
     results = builder.build(list(variants), opts)
     if json_path:

@@ -1,8 +1,13 @@
-"""`trainimg verify VARIANT --registry R`: rebuild from this checkout, no cache, and compare with the registry.
+"""`trainimg verify`, two checks of a pushed image:
 
-Exit 0 when every layer is identical; 1 naming each differing layer and its differing files (path, size, mode,
-time, content digest); 2 for bad input. The rebuild takes the build flags a machine needs (`--base-image` for a
-mirror, `--allow-missing`, wheel folders) and is tagged like any build of the variant.
+- `verify VARIANT --registry R`: rebuild from this checkout, no cache, and compare with the registry. Exit 0 when
+  every layer is identical; 1 naming each differing layer and its differing files (path, size, mode, time, content
+  digest). The rebuild takes the build flags a machine needs (`--base-image` for a mirror, `--allow-missing`, wheel
+  folders) and is tagged like any build of the variant.
+- `verify REF --key PUB`: is the image REF names signed by that key, for its digest and its repository (trust/)?
+  Exit 0 when it is; 1 naming what is missing or wrong. Nothing is built.
+
+Exit 2 for bad input, such as a build flag given with `--key` (nothing would read it).
 """
 
 from __future__ import annotations
@@ -11,6 +16,7 @@ import dataclasses
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 
 from ..errors import CheckFailed, UserInputError
 from ..options import DEFAULT_INSTALLER, INSTALLERS
@@ -19,9 +25,13 @@ from .images import _build_options
 
 
 @click.command("verify")
-@click.argument("variant")
-@click.option("--registry", required=True, metavar="HOST[:PORT][/PREFIX]",
-              help="The registry holding the variant's image under its tag.")
+@click.argument("variant", metavar="VARIANT|REF")
+@click.option("--key", type=click.Path(path_type=Path), metavar="PUB",
+              help="Check REF's signature and provenance against this public key (cosign's .pub) instead of "
+                   "rebuilding: REF is HOST[:PORT]/REPO:TAG or ...@sha256:..., as pushed.")
+@click.option("--registry", metavar="HOST[:PORT][/PREFIX]",
+              help="The registry holding the variant's image under its tag (the rebuild-and-compare; required "
+                   "without --key).")
 @click.option("--username", help="Registry user; the password comes from TRAINIMG_REGISTRY_PASSWORD.")
 @click.option("--password-stdin", is_flag=True, help="Read the registry password from standard input.")
 @click.option("--base-image", help="Replace the root FROM (mirrors, offline machines), as the release did.")
@@ -32,27 +42,38 @@ from .images import _build_options
               help="The installer the release used (uv, or pip).")
 @progress_option("the no-cache rebuild")
 @pass_ctx
-def verify_cmd(c: Ctx, variant: str, registry: str, username: str | None, password_stdin: bool,
-               base_image: str | None, ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
+def verify_cmd(c: Ctx, variant: str, key: Path | None, registry: str | None, username: str | None,
+               password_stdin: bool, base_image: str | None, ca_bundle: Path | None, wheelhouse: tuple[Path, ...],
                allow_missing: tuple[str, ...], installer: str, progress: str) -> None:
-    """Rebuild VARIANT without cache and compare it with its image in the registry, layer by layer.
+    """Rebuild VARIANT without cache and compare it with its image in the registry, layer by layer; or, with
+    --key, check that the image REF names is signed by that key for its digest and repository.
 
-    Reaches the registry (the pushed manifest and config; a layer's blob only where it differs), builds on the engine
-    without its cache and starts short-lived containers that read the rebuild's versions back. Exit 1 names each
-    differing layer and the files that differ in it.
+    Rebuild: reaches the registry (the pushed manifest and config; a layer's blob only where it differs), builds on
+    the engine without its cache and starts short-lived containers that read the rebuild's versions back; exit 1
+    names each differing layer and the files that differ in it. --key: reaches the registry only (the manifest, its
+    .sig and .att images); prints the image, the signature and the provenance, one line each; exit 1 names what is
+    missing or wrong.
 
     \b
     Examples:
       trainimg verify pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --base-image local/debian:bookworm
       echo "$TOKEN" | trainimg verify pytorch-2.14.1-cu130-py3.11 --registry ghcr.io/team --username bot --password-stdin
+      trainimg verify ghcr.io/team/trainimg/pytorch:2.13-cpu --key release.pub
     """
     from ..imagebuild.builder import Builder
     from ..progress import Progress
     from ..publish.push import reachable_target
     from ..registry.references import RegistryTarget, split_tag
     from ..registry.registryapi import RegistryAPI
+    from ..audit.vex import document_of_sbom
+    from ..publish.sbom import parse_sbom, registry_sbom
     from ..publish.verify import compare, registry_image, report_lines
 
+    if key is not None:
+        verify_signed(c, variant, key, username, password_stdin)
+        return
+    if registry is None:
+        raise UserInputError("give --registry R (rebuild and compare VARIANT) or --key PUB (check REF's signature)")
     recipes = c.recipes()
     chosen = recipes.select([variant])
     if len(chosen) != 1:
@@ -63,8 +84,12 @@ def verify_cmd(c: Ctx, variant: str, registry: str, username: str | None, passwo
     api = RegistryAPI(reachable_target(engine, target), credentials(target, username, password_stdin, c.env))
     name, tag = split_tag(v.tag)
     registry_image(api, target.repository(name), tag)  # before a long build: is there anything to compare?
+    # The audit each pushed image's build followed (the variant's and its parents'), read back from its SBOM: the
+    # rebuild's SBOM layers are those.
+    audits = {p.name: document_of_sbom(parse_sbom(registry_sbom(api, p.tag), target.ref(p.tag)))
+              for p in recipes.with_parents([v])}
     opts = dataclasses.replace(_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, 1, (), installer),
-                               no_cache=True)
+                               no_cache=True, audits=audits)
     built = Builder(recipes, engine, Progress(progress, c.env), c.env, c.root).build([v.name], opts)
     result = next(b for b in built if b.name == v.name)
     verdict = compare(engine, api, result.image_id, v.tag)
@@ -73,3 +98,37 @@ def verify_cmd(c: Ctx, variant: str, registry: str, username: str | None, passwo
     if not verdict.identical:
         raise CheckFailed(f"{v.name}: {len(verdict.differing)} of {verdict.layers} layers in {verdict.ref} differ "
                           "from this checkout's rebuild")
+
+
+#: What `verify REF --key` reads; every other option of the verb is the rebuild's, refused beside `--key`.
+KEY_OPTIONS = ("key", "username", "password_stdin")
+
+
+def _given(name: str) -> bool:
+    """Whether the option `name` was typed (or set from the environment), even at its default."""
+    source = click.get_current_context().get_parameter_source(name)
+    return source not in (None, ParameterSource.DEFAULT, ParameterSource.DEFAULT_MAP)
+
+
+def verify_signed(c: Ctx, text: str, key_path: Path, username: str | None, password_stdin: bool) -> None:
+    """`verify REF --key PUB` (see the module doc): one line per finding on stdout, CheckFailed when it fails."""
+    rebuild_flags = [p.opts[0] for p in click.get_current_context().command.params if isinstance(p, click.Option)
+                     and p.name not in KEY_OPTIONS and _given(p.name or "")]
+    if rebuild_flags:
+        raise UserInputError("for the rebuild (verify VARIANT --registry R); with --key nothing is built and REF "
+                             "names its registry", where=", ".join(rebuild_flags))
+    from ..publish.push import reachable_target
+    from ..registry.references import PushedRef
+    from ..registry.registryapi import RegistryAPI
+    from ..trust.keys import load_public_key
+    from ..trust.verifier import verify
+
+    ref = PushedRef.parse(text, "REF")
+    public = load_public_key(key_path)
+    api = RegistryAPI(reachable_target(docker_engine(), ref.target),  # the engine's insecure-registries: http
+                      credentials(ref.target, username, password_stdin, c.env))
+    verdict = verify(api, ref, public)
+    for line in verdict.lines:
+        click.echo(line)
+    if not verdict.ok:
+        raise CheckFailed(f"{verdict.ref}: " + "; ".join(verdict.problems))

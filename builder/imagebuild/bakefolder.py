@@ -21,7 +21,7 @@ from ..recipe.loading import RecipeSet
 from ..render.bake import BakeInputs, bake_file
 from ..render.dockerfile import plans, render_plan
 from ..state import state_dir
-from .builder import provenance, provenance_labels, runtime_context
+from .builder import audits_into, provenance, provenance_labels, runtime_context
 from .lockcompile import locks_into
 from .wheelhouse import default_ca_bundle, default_wheelhouses, pip_conf, uv_conf, write_secret
 
@@ -54,6 +54,7 @@ def write_bake(recipes: RecipeSet, names: list[str], env: Mapping[str, str], rep
     context = runtime_context(folder / "context")
     locks_into(context, recipes, variants, repo_root, LockOptions(wheelhouses=default_wheelhouses(env)), env, say,
                compat)
+    audits_into(context, variants, {})  # a bake build is not audited: its SBOM says so
     (folder / "dockerfiles").mkdir()
     dockerfiles = {}
     for plan in selected:

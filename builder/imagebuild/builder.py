@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import hashlib
 import json
 import shutil
 import subprocess
@@ -24,6 +25,8 @@ from pathlib import Path
 from typing import Any
 
 from .. import runtime as runtime_pkg
+from ..audit.gate import not_audited
+from ..plan.blocks import audit_document
 from ..recipe.compat import Compat, load_compat
 from ..engine.base import BuildRequest, Engine
 from ..errors import UserInputError
@@ -82,6 +85,7 @@ class VariantBuild:
     absent: list[str]
     manifest: dict[str, Any]
     inputs: str | None = None  # the inputs key it was labelled with (publish/inputs.py), None when not computed
+    dockerfile: str | None = None  # sha256 of the rendered Dockerfile the build read (the provenance names it)
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -169,6 +173,15 @@ def installed_versions(manifest: Mapping[str, Any]) -> dict[str, str | None]:
     }
 
 
+def audits_into(ctx: Path, chosen: list[Variant], audits: Mapping[str, str]) -> None:
+    """Each variant's audit document where its SBOM step mounts it from (`blocks.audit_document`): the audit this
+    build followed, or one saying it was not audited."""
+    for v in chosen:
+        path = ctx / audit_document(v.name)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(audits.get(v.name) or not_audited().document(v.name), encoding="utf-8")
+
+
 def _waves(plans: list[Plan]) -> list[list[Plan]]:
     """Plans grouped so that every variant comes in a later wave than the variant it extends."""
     depth: dict[str, int] = {}
@@ -229,6 +242,7 @@ class Builder:
                                        LockOptions(wheelhouses=opts.wheelhouses), self.env,
                                        functools.partial(self.progress.line, "lock"), self.compat)
         self.progress.done("lock", f"{len(self.lock_digests)} locks in the build context")
+        audits_into(ctx, chosen, opts.audits)
         secrets_dir = tmp / "secrets"
         secrets_dir.mkdir(mode=0o700)
         secrets = {PIP_CONF_SECRET: write_secret(secrets_dir, PIP_CONF_SECRET, pip_conf(lines, opts.ca_bundle, self.env)),
@@ -321,6 +335,7 @@ class Builder:
             steps=res.steps, cached=res.cached, shared_parents=used,
             base_image=base,
             absent=sorted(manifest.get("absent", [])), manifest=manifest, inputs=inputs,
+            dockerfile=f"sha256:{hashlib.sha256(df.read_bytes()).hexdigest()}",
         )
 
 

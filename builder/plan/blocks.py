@@ -185,10 +185,22 @@ def runtime(v: Variant) -> Block:
                                     manifest=MANIFEST_PATH, source=RUNTIME_SOURCE))
 
 
-def sbom() -> Block:
+# The build context's folder of audit documents, one per variant (`audit/<variant>.json`, builder/audit/vex.py): the
+# advisory audit's state and waived findings the SBOM step writes into the SBOM as its VEX.
+AUDIT_SOURCE = "audit"
+
+
+def audit_document(variant: str) -> str:
+    """Where the build context holds `variant`'s audit document."""
+    return f"{AUDIT_SOURCE}/{variant}.json"
+
+
+def sbom(v: Variant) -> Block:
     """The image's SBOM, written by the runtime from inside the image; after every install and the labels (it
-    names the image by its variant label), with no mount, so it leaves nothing but the file."""
-    return Block("sbom", _render("sbom", package=RUNTIME_PACKAGE, sbom=SBOM_PATH))
+    names the image by its variant label). It mounts the variant's audit document (its VEX: BuildKit keys the step
+    by the file's content, so a changed waiver writes the SBOM again and nothing below it), and leaves nothing but
+    the file."""
+    return Block("sbom", _render("sbom", package=RUNTIME_PACKAGE, sbom=SBOM_PATH, audit=audit_document(v.name)))
 
 
 def image_env(pairs: tuple[tuple[str, str], ...]) -> Block:

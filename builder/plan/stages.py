@@ -71,7 +71,12 @@ class Plan:
         return tuple(s for s in self.stages if s.name not in ("base", PARENT_STAGE, FINAL_STAGE))
 
     def dockerfile_path(self) -> str:
-        return f"images/{self.variant.name}/Dockerfile"
+        return dockerfile_path(self.variant.name)
+
+
+def dockerfile_path(variant: str) -> str:
+    """Where a variant's rendered Dockerfile lives, relative to the repository root."""
+    return f"images/{variant}/Dockerfile"
 
 
 def static_labels(v: Variant, compat: Compat) -> list[tuple[str, str]]:
@@ -105,7 +110,7 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None, install
             raise ValueError(f"make_plan needs the parent variant {v.extends!r} of {v.name!r}")
         args = ((PARENT_ARG, parent.tag),)
         image_blocks = ([blocks.packages(v, compat, installer)] if v.extras else []) + [
-            blocks.labels(static_labels(v, compat)), blocks.sbom(), *_env(v)]
+            blocks.labels(static_labels(v, compat)), blocks.sbom(v), *_env(v)]
         tool = [(INSTALLER_STAGE, PARENT_STAGE, [blocks.installer_stage()])] if installer == UV and v.extras else []
         on_parent = [(PARENT_STAGE, f"${{{PARENT_ARG}}}", [blocks.parent(PARENT_STAGE)]), *tool,
                      (FINAL_STAGE, PARENT_STAGE, image_blocks)]
@@ -130,7 +135,7 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None, install
         last = "comms"
     driver = [blocks.driver(v.cuda)] if v.cuda else []
     spec.append((FINAL_STAGE, last, install + [blocks.runtime(v), blocks.labels(static_labels(v, compat)),
-                                               blocks.sbom(), *_env(v), *driver]))
+                                               blocks.sbom(v), *_env(v), *driver]))
     return Plan(v, args, _chain(spec, args))
 
 

@@ -5,7 +5,8 @@ What goes in, per variant: the rendered Dockerfile; the build arguments, with th
 (the engine's image ID for a base the engine holds, such as local/debian:bookworm, which is what BuildKit builds
 on; otherwise the registry's manifest digest, one request) and, for a variant that `extends` another, the
 parent's inputs key instead of its image (so a changed parent changes every child's key); the variant's committed
-requirements lock where it has one; the runtime files copied into the image; and the conformance suite's version
+requirements lock where it has one; the runtime files copied into the image; the audit document the SBOM step reads
+(its state and waived findings, builder/audit/vex.py: never the day the data was read); and the conformance suite's version
 (the hash of its host-side files: the in-image side is the runtime, already in). Left out on purpose: the git
 revision and commit time (provenance labels: a commit that changes no input must not rebuild) and the secrets
 and wheelhouses (they reach pip, whose result the lock pins).
@@ -108,5 +109,7 @@ def inputs_keys(recipes: RecipeSet, engine: Engine, names: Sequence[str], opts: 
             args[BASE_ARG] = base_digest(engine, args[BASE_ARG], env)
         parts = {"format": INPUTS_FORMAT, "dockerfile": sha256_digest(render_plan(plan).encode()), "args": args,
                  "lock": variant_lock_digest(root, v.name), "runtime": runtime, "suite": suite}
+        if v.name in opts.audits:  # the audit's state and VEX are in the SBOM layer: a changed waiver is a new image
+            parts["audit"] = sha256_digest(opts.audits[v.name].encode())
         keys[v.name] = sha256_digest(json.dumps(parts, sort_keys=True).encode())
     return keys

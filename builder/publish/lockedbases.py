@@ -1,5 +1,5 @@
 """Locked bases: how `trainimg build --locked` rebuilds each root variant on the base images.lock recorded, and
-the previous release's images `release` offers BuildKit as cache.
+the previous release's images `release` offers BuildKit as cache, and the audit each release recorded.
 
 BuildKit (the Docker 20.10 engine's, driven by DOCKER_BUILDKIT=1) cannot use an image ID as a
 FROM: ``FROM sha256:<id>`` is read as the Docker Hub image ``library/sha256`` and the build fails resolving it.
@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable, Mapping
 
+from ..audit.vex import document_text
 from ..engine.base import Engine
 from ..errors import UserInputError
 from ..recipe.grammar import DIGEST_RE
@@ -73,3 +74,12 @@ def locked_bases(engine: Engine, lock_path: str | os.PathLike[str], variants: It
         raise UserInputError(f"no entry for {', '.join(missing)}: release them with --lock first, or build "
                              "without --locked", where=str(lock_path))
     return out
+
+
+def locked_audits(lock_path: str | os.PathLike[str], variants: Iterable[Variant]) -> dict[str, str]:
+    """{variant: the audit document its release's SBOM step mounted}, for the variants whose lockfile entry
+    records one (audit/vex.py): `build --locked` rebuilds the released SBOM layer, whatever the audit would say
+    today. A variant without one is built as not audited, as any build without `--advisories`."""
+    entries = read_lock(lock_path)
+    return {v.name: document_text(entries[v.name].audit or {}) for v in variants
+            if v.name in entries and entries[v.name].audit}

@@ -4,9 +4,10 @@ Besides its immutable tag (``trainimg/pytorch:2.13.0-cpu-py3.11``) a released va
 moving tag ``<repository>:<framework major.minor>-<cpu|cuXYZ>`` (``trainimg/pytorch:2.13-cpu``,
 ``trainimg/pytorch:2.14-cu130``). When several variants of one release map to the same moving tag (Python
 versions of one CUDA build) the highest framework version wins, then the highest Python. Variants without a
-framework version (``base-cpu-py3.11``) get no moving tag. `push_release` pushes every immutable tag first and the
-moving tags last, and checks that each moving tag's registry digest equals its immutable tag's, so a moving tag
-never points at anything not also reachable by an immutable tag.
+framework version (``base-cpu-py3.11``) get no moving tag. A release pushes every immutable tag first
+(`push_immutable`) and moves the moving tags last, after every other step succeeded (`copy_moving_tags`: all or
+nothing), checking that each moving tag's registry digest equals its immutable tag's, so a moving tag never points
+at anything not also reachable by an immutable tag.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from ..engine.base import Engine
-from ..errors import CheckFailed
+from ..errors import CheckFailed, TrainimgError
 from ..imagebuild.builder import VariantBuild
 from ..recipe.grammar import VARIANT_TAG_RE
-from .push import PushResult, push, reachable_target
+from .push import PushResult, push
 from ..registry.references import RegistryTarget, split_tag
 from ..registry.registryapi import RegistryAPI
 
@@ -54,61 +55,89 @@ def moving_tags(tags: Iterable[str]) -> dict[str, str]:
     return best
 
 
+def planned_moves(target: RegistryTarget, digests: Mapping[str, str]) -> dict[str, PushResult]:
+    """{local moving tag: the PushResult its copy will give} for the immutable tags in `digests` ({local tag:
+    registry digest}): what a release records before it moves anything (`copy_moving_tags` makes it true)."""
+    return {mt: PushResult(ref=target.ref(mt), digest=digests[tag], bytes_uploaded=0, attempts=1)
+            for mt, tag in sorted(moving_tags(digests).items())}
+
+
 def copy_moving_tags(api: RegistryAPI, target: RegistryTarget, digests: Mapping[str, str]) -> dict[str, PushResult]:
     """Point each moving tag of the immutable tags in `digests` ({local tag: registry digest}) at its winner by a
-    registry manifest copy (no layer pulled or pushed); {local moving tag: PushResult}. A copy the registry names
-    by another digest is CheckFailed (nothing further is moved)."""
-    results = {}
-    for mt, tag in sorted(moving_tags(digests).items()):
+    registry manifest copy (no layer pulled or pushed); {local moving tag: PushResult}.
+
+    All or nothing: what each moving tag names is read first, and when a copy fails (or the registry names a copy
+    by another digest) the tags already moved are put back on what they named before, and CheckFailed says what
+    failed; a tag that did not exist before cannot be taken back (Distribution deletes manifests, not tags), and
+    the error names it."""
+    winners = sorted(moving_tags(digests).items())
+    before = {mt: api.remote_digest(target.repository(split_tag(mt)[0]), split_tag(mt)[1]) for mt, _ in winners}
+    results: dict[str, PushResult] = {}
+    for mt, tag in winners:
         name, moving = split_tag(mt)
-        got = api.copy_manifest(target.repository(name), digests[tag], moving)
-        if got != digests[tag]:
-            raise CheckFailed(f"moving tag {target.ref(mt)} got digest {got} but {target.ref(tag)} is "
-                              f"{digests[tag]}: the registry rewrote the manifest; moving tags must name the "
-                              "released manifest")
+        try:
+            got = api.copy_manifest(target.repository(name), digests[tag], moving)
+            if got != digests[tag]:
+                raise CheckFailed(f"moving tag {target.ref(mt)} got digest {got} but {target.ref(tag)} is "
+                                  f"{digests[tag]}: the registry rewrote the manifest; moving tags must name the "
+                                  "released manifest")
+        except TrainimgError as exc:
+            raise CheckFailed(f"moving tag {target.ref(mt)} could not be set ({exc.message}); "
+                              f"{_put_back(api, target, [*results, mt], before)}") from None
         results[mt] = PushResult(ref=target.ref(mt), digest=got, bytes_uploaded=0, attempts=1)
     return results
 
 
-def push_release(engine: Engine, builds: Iterable[VariantBuild], target: RegistryTarget,
-                 credentials: dict[str, str] | None, gate: Callable[[str, str], None] | None = None, *,
-                 on_pushed: Callable[[str, PushResult], None] | None = None, kept: Mapping[str, str] | None = None,
-                 moving: bool = True, **push_kwargs: Any) -> dict[str, PushResult]:
-    """Push every build's immutable tag, then set the moving tags; {local tag: registry.PushResult} in push order.
+def _put_back(api: RegistryAPI, target: RegistryTarget, moved: Iterable[str], before: Mapping[str, str | None]
+              ) -> str:
+    """Point each moving tag in `moved` back at the digest it named `before`; one line saying what was done."""
+    restored: list[str] = []
+    stuck: list[str] = []
+    for mt in moved:
+        name, moving = split_tag(mt)
+        repository = target.repository(name)
+        try:
+            now = api.remote_digest(repository, moving)
+            previous = before[mt]
+            if now != previous and previous is not None:
+                api.copy_manifest(repository, previous, moving)
+            (restored if api.remote_digest(repository, moving) == previous else stuck).append(target.ref(mt))
+        except TrainimgError:
+            stuck.append(target.ref(mt))
+    said = [f"put back {', '.join(restored)}"] if restored else []
+    if stuck:
+        said.append(f"could not put back {', '.join(stuck)} (no earlier manifest to name, or the registry refused)")
+    return "; ".join(said) if said else "no moving tag was moved"
 
-    `builds` are the release's builds; `gate(image_id, tag)` runs before each
-    push (records.require_pass with the env bound). `kept` ({immutable tag: registry digest}) are the variants of
-    the release skipped as unchanged: they compete for the moving tags like the builds. The moving tags are set by
-    a registry manifest copy (`copy_moving_tags`); `moving=False` (a `--stage` job) sets none.
-    `on_pushed(tag, result)` is called after each push (for progress lines).
+
+def push_immutable(engine: Engine, builds: Iterable[VariantBuild], target: RegistryTarget,
+                   credentials: dict[str, str] | None, gate: Callable[[str, str], None] | None = None, *,
+                   on_pushed: Callable[[str, PushResult], None] | None = None, kept: Iterable[str] = (),
+                   **push_kwargs: Any) -> dict[str, PushResult]:
+    """Push every build's immutable tag; {local tag: registry.PushResult} in push order. The moving tags are the
+    caller's last step (`copy_moving_tags`), after everything else a release does has succeeded.
+
+    `gate(image_id, tag)` runs before each push (records.require_pass with the env bound). `kept` are the
+    immutable tags of the release's skipped variants: a layer one of them holds is mounted, not sent.
+    `on_pushed(tag, result)` is called after each push (the SBOM beside it, progress lines).
     """
     builds = list(builds)
     results: dict[str, PushResult] = {}
-    siblings = [b.tag for b in builds] + list(kept or ())  # a layer one of them holds is mounted, not sent
+    siblings = [b.tag for b in builds] + list(kept)
 
-    def one(local: str, image_id: str) -> PushResult:
-        image = engine.image(local)
-        if image is None or image.id != image_id:
-            raise CheckFailed(f"{local} now points at {image.id[7:19] if image else 'nothing'}, not the released {image_id[7:19]}: "
-                              "did another build retag it? nothing more pushed")
-        def gate_this(iid: str) -> None:
+    for b in builds:
+        image = engine.image(b.tag)
+        if image is None or image.id != b.image_id:
+            raise CheckFailed(f"{b.tag} now points at {image.id[7:19] if image else 'nothing'}, not the released "
+                              f"{b.image_id[7:19]}: did another build retag it? nothing more pushed")
+
+        def gate_this(iid: str, local: str = b.tag) -> None:
             if gate is not None:
                 gate(iid, local)
 
-        res = push(engine, local, target, local, credentials=credentials, gate=gate_this if gate else None,
-                   siblings=[t for t in siblings if t != local], **push_kwargs)
-        results[local] = res
+        res = push(engine, b.tag, target, b.tag, credentials=credentials, gate=gate_this if gate else None,
+                   siblings=[t for t in siblings if t != b.tag], **push_kwargs)
+        results[b.tag] = res
         if on_pushed:
-            on_pushed(local, res)
-        return res
-
-    for b in builds:
-        one(b.tag, b.image_id)
-    if moving:
-        digests = {**(kept or {}), **{tag: res.digest for tag, res in results.items()}}
-        api = RegistryAPI(reachable_target(engine, target), credentials)
-        for mt, res in copy_moving_tags(api, target, digests).items():
-            results[mt] = res
-            if on_pushed:
-                on_pushed(mt, res)
+            on_pushed(b.tag, res)
     return results

@@ -6,6 +6,8 @@ leaves and what follows each push.
 2. An image is pushed only with a passing conformance record for its exact image ID (`gate`): trainimg never pushes
    an untested image.
 3. After each push its SBOM goes beside it, as a referrer of the pushed manifest (`pushed`).
+4. A moving tag named at an image an earlier release pushed (a skipped variant) needs no local image: its SBOM is
+   already beside that manifest in the same repository, and `kept` checks it is there, from the registry alone.
 
 Both callers had their own copy of these three steps; a rule added to one was missed in the other.
 """
@@ -41,3 +43,7 @@ class PushPolicy:
     def pushed(self, tag: str, result: PushResult) -> None:
         """Publish `tag`'s SBOM beside what was just pushed (once per manifest digest)."""
         self.sboms(tag, result)
+
+    def kept(self, tag: str, digest: str) -> None:
+        """Refuse to name `tag`'s earlier-pushed manifest `digest` by a moving tag without its SBOM beside it."""
+        self.sboms.require_beside(tag, digest)

@@ -1,7 +1,8 @@
 """Release across runners: each CI job stages its variants (`release --stage`: immutable tags pushed, one part per
 variant in `lock.d/`), and one final job promotes them (`trainimg promote lock.d/`): every part there and
 well-formed, every digest in the registry with a passed record, or nothing moves. Then each moving tag is a
-registry manifest copy of its winner (no layer pulled or pushed) and the parts are merged into `images.lock`.
+registry manifest copy of its winner (no layer pulled or pushed) and the parts are merged into `images.lock`, all
+or nothing (a failed copy puts the moved tags back and writes no lockfile).
 
 A part is a lockfile (publish/lockfile.py's format) holding exactly one variant, named `<variant>.json`: the same
 reader checks both, and a part is what that variant's entry in `images.lock` becomes.
@@ -15,8 +16,8 @@ from pathlib import Path
 
 from ..errors import UserInputError
 from ..recipe.variant import RecipeSet
-from .lockfile import LockEntry, read_lock, write_lock
-from .movingtags import copy_moving_tags
+from .lockfile import LockEntry, PendingLock, read_lock, write_lock
+from .movingtags import copy_moving_tags, moving_of, planned_moves
 from ..registry.references import RegistryTarget
 from ..registry.registryapi import RegistryAPI
 
@@ -89,14 +90,17 @@ def check_parts(recipes: RecipeSet, lock_dir: Path, variants: Iterable[str], api
 def promote(entries: Mapping[str, LockEntry], api: RegistryAPI, target: RegistryTarget,
             lock_path: str | Path) -> dict[str, LockEntry]:
     """Set the moving tags of checked `entries` by registry manifest copies and merge them into `lock_path`;
-    returns the entries as written."""
+    returns the entries as written. All or nothing, as a release's last step: the lockfile is written beside its
+    path first, the tags move (a failed copy puts the moved ones back), then the lockfile is put in place."""
     digests = {e.tag: e.pushed[target.ref(e.tag)] for e in entries.values()}
-    moved = copy_moving_tags(api, target, digests)
+    moves = planned_moves(target, digests)
     out = []
     for e in entries.values():
         pushed = {target.ref(e.tag): digests[e.tag]}
-        pushed.update({res.ref: res.digest for mt, res in moved.items() if res.digest == digests[e.tag]
-                       and mt.rpartition(":")[0] == e.tag.rpartition(":")[0]})
+        pushed.update({res.ref: res.digest for mt, res in moves.items() if moving_of(mt, e.tag)
+                       and res.digest == digests[e.tag]})
         out.append(dataclasses.replace(e, pushed=dict(sorted(pushed.items()))))
-    write_lock(lock_path, out)
+    with PendingLock(lock_path, out) as pending:
+        copy_moving_tags(api, target, digests)
+        pending.commit()
     return {e.variant: e for e in out}

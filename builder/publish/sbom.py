@@ -66,7 +66,8 @@ class SbomPublisher:
     """Pushes each pushed image's SBOM beside it, once per manifest digest (a moving tag is the same image).
 
     `read(tag)` takes the SBOM from the local image before anything is pushed (so an image without one is refused
-    before it leaves); `__call__(tag, result)` fits `push_release`'s `on_pushed` and `push`'s callers."""
+    before it leaves); `__call__(tag, result)` fits `push_immutable`'s `on_pushed` and `push`'s callers;
+    `require_beside` checks, from the registry alone, an image pushed by an earlier release."""
 
     def __init__(self, engine: Engine, target: RegistryTarget, credentials: dict[str, str] | None,
                  on_line: Callable[[str], None] | None = None) -> None:
@@ -78,6 +79,18 @@ class SbomPublisher:
         if tag not in self._sboms:
             self._sboms[tag] = local_sbom(self.engine, tag)
         return self._sboms[tag]
+
+    def require_beside(self, tag: str, digest: str) -> None:
+        """CheckFailed unless the registry holds an SBOM beside `tag`'s manifest `digest`: a skipped variant's
+        moving tag names a manifest pushed earlier, whose SBOM is already its referrer in the same repository (no
+        local image is read, so a runner that starts empty can move it)."""
+        from .push import reachable_target
+
+        api = RegistryAPI(reachable_target(self.engine, self.target), self.credentials)
+        repository = self.target.repository(split_tag(tag)[0])
+        if fetch(api, repository, digest, MEDIA_TYPE) is None:
+            raise CheckFailed(f"no SBOM refers to {self.target.host}/{repository}@{digest} ({tag}): its moving tag "
+                              "would name an image without one; release it with --rebuild")
 
     def __call__(self, tag: str, result: Any) -> None:
         if result.digest in self._done:

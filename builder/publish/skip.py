@@ -10,7 +10,6 @@ lockfile reads it, two or three more small requests). `--rebuild` builds everyth
 
 from __future__ import annotations
 
-import json
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -56,16 +55,10 @@ def _short(key: str | None) -> str:
 
 
 def remote_inputs(api: RegistryAPI, repository: str, tag: str) -> tuple[str, str | None] | None:
-    """(manifest digest, its `trainimg.inputs` label) of `repository:tag`, None when the tag is not there."""
-    got = api.manifest_json(repository, tag)
-    if got is None:
-        return None
-    manifest = json.loads(got[0])
-    config = manifest.get("config", {}).get("digest")
-    if not config:  # an index (several platforms): trainimg pushes none, so it was not made by a release
-        return got[2], None
-    labels = (json.loads(api.blob(repository, config)).get("config") or {}).get("Labels") or {}
-    return got[2], labels.get(INPUTS_LABEL)
+    """(manifest digest, its `trainimg.inputs` label) of `repository:tag`, None when the tag is not there (an index
+    has no labels: trainimg pushes none, so it was not made by a release)."""
+    got = api.image_labels(repository, tag)
+    return None if got is None else (got[0], got[1].get(INPUTS_LABEL))
 
 
 def decide(api: RegistryAPI, target: RegistryTarget, variants: Sequence[Variant], keys: Mapping[str, str],

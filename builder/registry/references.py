@@ -15,6 +15,7 @@ from ..recipe.grammar import (
     MAX_NAME,
     PATH_COMPONENT_RE,
     PATH_COMPONENT_RULE,
+    REFERENCE_RE,
     PORT_RE,
     TAG_RE,
     TAG_RULE,
@@ -131,3 +132,36 @@ def split_tag(tag: str) -> tuple[str, str]:
     if not TAG_RE.match(tag_part):
         raise UserInputError(f"image tag {tag!r}: tag {tag_part!r} {TAG_RULE}")
     return name, tag_part
+
+
+@dataclass(frozen=True)
+class PushedRef:
+    """A pushed image's reference, ``HOST[:PORT]/REPO[:TAG][@sha256:...]``: where it is, and what names it there (the
+    digest when one is given, as the engine reads it, else the tag, else ``latest``)."""
+
+    target: RegistryTarget
+    repository: str
+    reference: str
+
+    @classmethod
+    def parse(cls, text: str, where: str) -> PushedRef:
+        """Parse `text`; anything that is not a reference with a registry host is the user's to fix (`where`)."""
+        if not REFERENCE_RE.match(text):
+            raise UserInputError(f"{text!r} is not an image reference (HOST[:PORT]/REPO:TAG or HOST[:PORT]/REPO@sha256:...)",
+                                 where=where)
+        host, slash, rest = text.partition("/")
+        if not slash or not ("." in host or ":" in host or host == "localhost"):
+            raise UserInputError(f"{text!r} names no registry host: give HOST[:PORT]/REPO:TAG as it was pushed",
+                                 where=where)
+        name, at, digest = rest.partition("@")
+        repository, colon, tag = name.partition(":")
+        target = RegistryTarget.parse(host)
+        return cls(target, repository, digest if at else tag if colon else "latest")
+
+    @property
+    def identity(self) -> str:
+        """``HOST/REPO``: the repository as a signature names it."""
+        return f"{self.target.host}/{self.repository}"
+
+    def __str__(self) -> str:
+        return f"{self.identity}{'@' if self.reference.startswith('sha256:') else ':'}{self.reference}"

@@ -289,6 +289,18 @@ class RegistryAPI:
         got = self.manifest_json(repository, reference)
         return got[2] if got is not None else None
 
+    def image_labels(self, repository: str, reference: str) -> tuple[str, dict[str, str]] | None:
+        """(manifest digest, the image config's labels) of `repository:reference`, None when it names nothing; an
+        index (several platforms) has no one config, so no labels. Two small requests: no layer is read."""
+        got = self.manifest_json(repository, reference)
+        if got is None:
+            return None
+        config = json.loads(got[0]).get("config", {}).get("digest")
+        if not config:
+            return got[2], {}
+        labels = (json.loads(self.blob(repository, config)).get("config") or {}).get("Labels") or {}
+        return got[2], {str(k): str(v) for k, v in labels.items()}
+
     def missing_blobs(self, repository: str, reference: str) -> list[str]:
         """The blobs (or an index's manifests) that `reference`'s manifest names and the registry lacks."""
         got = self.manifest_json(repository, reference)

@@ -9,7 +9,7 @@ from .contract import EXIT_USAGE
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
-    verbs = ("cluster", "launch", "probe", "allreduce", "manifest", "selftest", "sbom")
+    verbs = ("cluster", "launch", "probe", "allreduce", "manifest", "selftest", "sbom", "os-fixes")
     if not args or args[0] not in verbs:
         print(f"usage: python -m trainimg_runtime {{{','.join(verbs)}}} ...", file=sys.stderr)
         return EXIT_USAGE
@@ -27,6 +27,8 @@ def main(argv: list[str] | None = None) -> int:
         from .selftest import main as run
     elif verb == "sbom":
         from .sbom import main as run
+    elif verb == "os-fixes":
+        from .osfixes import main as run
     else:
         from .manifest import main as run
     return run(rest)

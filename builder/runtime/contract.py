@@ -57,6 +57,10 @@ RUNTIME_MOUNTED = f"/opt/trainimg-host/{RUNTIME_PACKAGE}"  # the host's copy, fo
 LAUNCH_BIN = "/usr/local/bin/trainimg-launch"
 RUNTIME_BIN = "/usr/local/bin/trainimg-runtime"
 
+# -- the advisory audit a build followed (builder/audit): its state and VEX reach the SBOM step as a file -------
+AUDITED, AUDIT_SKIPPED, NOT_AUDITED = "audited", "skipped", "not-audited"
+AUDIT_STATES = (AUDITED, AUDIT_SKIPPED, NOT_AUDITED)
+
 # -- platforms and their env ------------------------------------------------------------------------------------
 VERTEX = "vertex"
 AIPLATFORM = "aiplatform"

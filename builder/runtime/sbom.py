@@ -30,7 +30,8 @@ import uuid
 from urllib.parse import quote
 
 from . import libs
-from .contract import DPKG_STATUS_PATH, IMAGE_LOCK_PATH, LABELS_PATH, OS_RELEASE_PATH, SBOM_PATH, VARIANT_LABEL
+from .contract import (AUDIT_STATES, DPKG_STATUS_PATH, EXIT_USAGE, IMAGE_LOCK_PATH, LABELS_PATH, NOT_AUDITED,
+                       OS_RELEASE_PATH, SBOM_PATH, VARIANT_LABEL)
 from .lockpins import read_lock
 from .manifest import distribution_key
 
@@ -41,6 +42,7 @@ LOCK_HASHES, DIRECT_URL_HASHES, RECORD_HASHES = "lock", "direct_url", "record"
 PATH_PROPERTY = "trainimg:path"
 VERSION_SOURCE = "trainimg:version-source"
 PACKAGE_PROPERTY = "trainimg:package"  # the purl of the package that brought a library file
+AUDIT_PROPERTY = "trainimg:audit"  # the advisory audit the build followed: audited, skipped, not-audited
 # Libraries whose version their own library answers through ctypes (libs.library_version's kinds).
 ASKED_LIBRARIES = {"libnccl": "nccl", "libcudnn": "cudnn"}
 _SERIAL_NAMESPACE = uuid.UUID("6f1c3a52-5b8e-4d0e-9a51-7d0b3c2e8f10")  # trainimg's SBOMs: content -> serial
@@ -282,12 +284,28 @@ def _subject(labels_text: str | None, distro: dict[str, str]) -> dict:
     return subject
 
 
-def build_sbom(components: list[dict], subject: dict) -> dict:
-    """The CycloneDX document: components sorted by purl/ref, serial number derived from the content."""
+def read_audit(path: str | None) -> dict:
+    """The audit document the build mounted (the host's builder/audit/vex.py wrote it): ``state`` (one of the
+    contract's AUDIT_STATES) and ``vulnerabilities``, CycloneDX entries. No file: the image was not audited."""
+    text = _read(path) if path else None
+    doc = json.loads(text) if text else {}
+    state = doc.get("state", NOT_AUDITED)
+    if state not in AUDIT_STATES or not isinstance(doc.get("vulnerabilities", []), list):
+        raise ValueError(f"{path}: not an audit document (state {state!r})")
+    return {"state": state, "vulnerabilities": doc.get("vulnerabilities", [])}
+
+
+def build_sbom(components: list[dict], subject: dict, audit: dict | None = None) -> dict:
+    """The CycloneDX document: components sorted by purl/ref, the audit's state as a metadata property and its
+    waived findings as `vulnerabilities` (the VEX), serial number derived from the content."""
+    audit = audit or {"state": NOT_AUDITED, "vulnerabilities": []}
     ordered = sorted(components, key=lambda c: (c["bom-ref"], c.get("version", "")))
     body = {"metadata": {"component": subject,
-                         "tools": {"components": [{"type": "application", "name": "trainimg-runtime sbom"}]}},
+                         "tools": {"components": [{"type": "application", "name": "trainimg-runtime sbom"}]},
+                         "properties": [{"name": AUDIT_PROPERTY, "value": audit["state"]}]},
             "components": ordered}
+    if audit["vulnerabilities"]:
+        body["vulnerabilities"] = audit["vulnerabilities"]
     digest = hashlib.sha256(json.dumps(body, sort_keys=True).encode()).hexdigest()
     return {"bomFormat": "CycloneDX", "specVersion": SPEC_VERSION,
             "serialNumber": f"urn:uuid:{uuid.uuid5(_SERIAL_NAMESPACE, digest)}", "version": 1, **body}
@@ -300,15 +318,16 @@ def _listdir(path: str) -> list[str]:
         return []
 
 
-def image_sbom() -> dict:
-    """The SBOM of the image this runs in, from its installed files (the paths of the contract)."""
+def image_sbom(audit: dict | None = None) -> dict:
+    """The SBOM of the image this runs in, from its installed files (the paths of the contract), with the audit
+    the build followed (`read_audit`)."""
     distro = read_key_values(_read(OS_RELEASE_PATH))
     status = _read(DPKG_STATUS_PATH)
     files = library_files(libs.default_scan_roots())
     owners = {**deb_owners(set(files), status, distro), **python_owners(set(files))}
     components = (python_components(_read(IMAGE_LOCK_PATH)) + deb_components(status, distro)
                   + library_components(files, owners))
-    return build_sbom(components, _subject(_read(LABELS_PATH), distro))
+    return build_sbom(components, _subject(_read(LABELS_PATH), distro), audit)
 
 
 def render(document: dict) -> str:
@@ -320,8 +339,16 @@ def main(argv: list[str]) -> int:
                                      description="Print (or write) the image's CycloneDX 1.6 SBOM.")
     parser.add_argument("--write", metavar="PATH", nargs="?", const=SBOM_PATH,
                         help=f"write it here (default {SBOM_PATH}; parents created) instead of stdout")
+    parser.add_argument("--audit", metavar="FILE", default=None,
+                        help="the advisory audit's document the build mounts: its state and VEX (default: none, "
+                             "the SBOM says not audited)")
     args = parser.parse_args(argv)
-    text = render(image_sbom())
+    try:
+        audit = read_audit(args.audit)
+    except ValueError as err:
+        print(f"sbom: {err}", file=sys.stderr)
+        return EXIT_USAGE
+    text = render(image_sbom(audit))
     if not args.write:
         sys.stdout.write(text)
         return 0

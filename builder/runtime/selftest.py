@@ -39,7 +39,7 @@ from contextlib import ExitStack
 from dataclasses import dataclass
 from typing import IO
 
-from . import probe
+from . import osfixes, probe
 from .cluster import parse_cluster
 from .world import ClusterError
 from .contract import DEFAULT_PLATFORM, DEFAULT_TEST_TIMEOUT, EXIT_FAILED, EXIT_OK, EXIT_USAGE, LABELS_PATH, \
@@ -231,11 +231,28 @@ def allreduce_checks(expect: dict[str, object], plan: Plan | None, platform: str
     return [verdict, Check("allreduce_nccl", "skipped", reason)]
 
 
+def _unless_short(checks: list[Check], expect: dict[str, object], plan: Plan | None, platform: str,
+                  timeout: float) -> list[Check]:
+    """`allreduce_checks`, or, where the shm check failed, the all-reduce not started: refused up front, as NCCL
+    would fail in its shared-memory setup on the node."""
+    short = next((c for c in checks if c.name == "shm" and c.status == "failed"), None)
+    if short is not None and plan is not None:
+        return [Check(plan.check_name(platform), "skipped", f"not started: {short.reason}")]
+    return allreduce_checks(expect, plan, platform, timeout)
+
+
 def probe_checks(expect: dict[str, object]) -> list[Check]:
     """Every probe check, run here exactly as `trainimg test`'s probe container runs them."""
     with probe.stdout_to_stderr():
         results = probe.run_checks(expect)
     return [Check(r["name"], r["status"], r["reason"], r["duration"], r["details"]) for r in results]
+
+
+def os_fixes_check(waivers: list) -> Check:
+    """The ``os_security_fixes`` check (`osfixes.check`): pending security fixes of this image's OS packages."""
+    start = time.monotonic()
+    status, reason, details = osfixes.check(waivers)
+    return Check(osfixes.CHECK_NAME, status, reason, round(time.monotonic() - start, 3), details)
 
 
 def gpus_seen(checks: list[Check]) -> int:
@@ -286,6 +303,11 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--junit", default=None, metavar="FILE", help="write the JUnit XML report here")
     parser.add_argument("--labels", default=LABELS_PATH, metavar="FILE",
                         help="the image's labels file, whence the expectations (default: %(default)s)")
+    parser.add_argument("--os-fixes", action="store_true",
+                        help="also list the OS packages with a published security fix not applied (the release's "
+                             "security suite, over the network; `os_security_fixes`)")
+    parser.add_argument("--waivers", default=None, metavar="FILE",
+                        help="with --os-fixes: a JSON list of waivers (the audit's schema) for pending fixes")
     parser.add_argument("--cluster", action="store_true",
                         help="run under trainimg-launch on a real cluster (spec --conformance): no emulation; "
                              "local rank 0 prints the report as one JSON line")
@@ -329,6 +351,12 @@ def main(argv: list[str]) -> int:
         labels = image_labels(args.labels)
     except (OSError, ValueError) as err:
         return _usage_error(f"--labels: {err}")
+    if args.waivers and not args.os_fixes:
+        return _usage_error("--waivers: the waivers are read by --os-fixes: add it")
+    try:
+        waivers = osfixes.read_waivers(args.waivers)
+    except ValueError as err:
+        return _usage_error(f"--waivers: {err}")
     expect = expectations(labels)
     suite = Suite(labels.get(VARIANT_LABEL) or "selftest", labels.get(OCI_TITLE, ""),
                   "", "cluster" if args.cluster else args.platform, 1)
@@ -352,11 +380,9 @@ def main(argv: list[str]) -> int:
     if too_many:  # the gpu check found GPUs nvidia-smi did not list (libcuda's count)
         return _usage_error(too_many)
     suite.replicas = plan.replicas if plan else 1
-    short = next((c for c in suite.checks if c.name == "shm" and c.status == "failed"), None)
-    if short is not None and plan is not None:  # refused up front, as the node would fail in NCCL's shm setup
-        suite.checks.append(Check(plan.check_name(args.platform), "skipped", f"not started: {short.reason}"))
-    else:
-        suite.checks += allreduce_checks(expect, plan, args.platform, args.timeout)
+    suite.checks += _unless_short(suite.checks, expect, plan, args.platform, args.timeout)
+    if args.os_fixes:
+        suite.checks.append(os_fixes_check(waivers))
     for line in probe.summary_lines([{"name": c.name, "status": c.status, "reason": c.reason}
                                      for c in suite.checks]):
         print(line, file=sys.stderr)
