@@ -56,11 +56,15 @@ def _print_suite(suite: Suite) -> None:
 @click.command("test")
 @click.argument("image")
 @test_flags
+@click.option("--shm-size", "shm_size", metavar="SIZE",
+              help="The /dev/shm each container gets, as docker run --shm-size writes it (64m, 1g): a node's size "
+                   "replayed. Default: what the platform gives the job trainimg spec writes (1 GiB per local rank "
+                   "from two ranks on; the table in runtime/shm.py and the platform modules).")
 @json_option("The conformance report")
 @progress_option("each check and each replica's output")
 @pass_ctx
 def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: int, timeout: float,
-             junit_path: str | None, structure_tests: tuple[Path, ...], json_path: str | None,
+             junit_path: str | None, structure_tests: tuple[Path, ...], shm_size: str | None, json_path: str | None,
              progress: str) -> None:
     """Run conformance checks and the multi-container all-reduce on IMAGE (or a VARIANT's image).
 
@@ -72,11 +76,17 @@ def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: i
       trainimg test pytorch-2.13.0-cpu-py3.11
       trainimg test trainimg/pytorch:2.13.0-cpu-py3.11 --platform slurm --replicas 4 --json report.json
       trainimg test IMAGE --junit report.xml --structure-tests team-checks.yaml
+      trainimg test IMAGE --platform pytorchjob --nproc-per-node 2 --shm-size 64m
     """
     from ..pipeline import test_images
+    from ..runtime.shm import parse_size
 
+    try:
+        shm = None if shm_size is None else parse_size(shm_size)
+    except ValueError as err:
+        raise UserInputError(str(err), where="--shm-size") from None
     opts = TestOptions(platform=platform, replicas=replicas, timeout=timeout, nproc_per_node=nproc_per_node,
-                       structure_tests=structure_tests)
+                       structure_tests=structure_tests, shm_size=shm)
     suites = test_images(docker_engine(), [image_ref(c, image)], opts, c.env, progress, _print_suite)
     write_reports(suites, json_path, junit_path)
     if not all(s.passed for s in suites):

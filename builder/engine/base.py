@@ -56,6 +56,7 @@ class ImageInfo:
     repo_digests: tuple[str, ...] = ()
     layers: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()  # the `repo:tag` names it has now (none: dangling)
+    env: tuple[tuple[str, str], ...] = ()  # the environment its config sets (ENV), in the config's order
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class ContainerSpec:
     ports: Mapping[int, tuple[str, int]] = field(default_factory=dict)  # container port -> (host address, port)
     entrypoint: tuple[str, ...] | None = ()  # () clears the image's ENTRYPOINT; None keeps it
     gpus: GpuRequest | None = None
+    shm_size: int | None = None  # bytes of /dev/shm (docker run --shm-size); None: the engine's default
 
 
 @dataclass(frozen=True)

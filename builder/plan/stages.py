@@ -15,8 +15,10 @@ from .blocks import Block
 from .installer import CA_SECRET, DEFAULT_INSTALLER, INSTALLER_STAGE, LOCKS_STAGE, PIP_CONF_SECRET, UV, UV_CONF_SECRET
 from ..recipe.compat import Compat
 from ..recipe.compat import load_compat
+from ..recipe.drivers import floor_for
 from ..recipe.loading import RecipeSet, Variant
 from ..runtime.contract import (
+    DRIVER_MIN_LABEL,
     FRAMEWORK_LABEL,
     NCCL_MINIMUM_LABEL,
     OCI_BASE_NAME,
@@ -93,6 +95,7 @@ def static_labels(v: Variant, compat: Compat) -> list[tuple[str, str]]:
     pairs += [(f"{RECIPE_VERSION_PREFIX}{k}", val) for k, val in v.versions().items() if val is not None]
     if v.gpu:
         pairs.append((NCCL_MINIMUM_LABEL, compat.nccl.minimum))
+        pairs.append((DRIVER_MIN_LABEL, floor_for(str(v.cuda)).driver))
     return pairs + list(v.labels)
 
 
@@ -107,7 +110,7 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None, install
             raise ValueError(f"make_plan needs the parent variant {v.extends!r} of {v.name!r}")
         args = ((PARENT_ARG, parent.tag),)
         image_blocks = ([blocks.packages(v, compat, installer)] if v.extras else []) + [
-            blocks.labels(static_labels(v, compat)), blocks.sbom(v)]
+            blocks.labels(static_labels(v, compat)), blocks.sbom(v), *_env(v)]
         tool = [(INSTALLER_STAGE, PARENT_STAGE, [blocks.installer_stage()])] if installer == UV and v.extras else []
         on_parent = [(PARENT_STAGE, f"${{{PARENT_ARG}}}", [blocks.parent(PARENT_STAGE)]), *tool,
                      (FINAL_STAGE, PARENT_STAGE, image_blocks)]
@@ -130,8 +133,9 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None, install
     if v.reduction_server:
         spec.append(("comms", last, [blocks.reduction_server()]))
         last = "comms"
+    driver = [blocks.driver(v.cuda)] if v.cuda else []
     spec.append((FINAL_STAGE, last, install + [blocks.runtime(v), blocks.labels(static_labels(v, compat)),
-                                               blocks.sbom(v)]))
+                                               blocks.sbom(v), *_env(v), *driver]))
     return Plan(v, args, _chain(spec, args))
 
 
@@ -145,6 +149,10 @@ def plans(recipes: RecipeSet, variants: Iterable[Variant] | None = None, *, comp
 
 
 __all__ = ["CA_SECRET", "PIP_CONF_SECRET", "UV_CONF_SECRET", "Plan", "Stage", "make_plan", "plans"]
+
+
+def _env(v: Variant) -> list[Block]:
+    return [blocks.image_env(v.env)] if v.env else []
 
 
 def _chain(spec: list[tuple[str, str, list[Block]]], args: tuple[tuple[str, str], ...]) -> tuple[Stage, ...]:

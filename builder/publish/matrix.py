@@ -3,7 +3,7 @@
 Why from the lockfile: it is what was released, not what the recipes ask for. Every entry holds the pushed tags
 and digests, the versions read back from the image after the build (framework, the CUDA runtime it holds, cuDNN,
 NCCL: `imagebuild.builder.installed_versions`), the image size, the conformance summary and when it was made, so the
-page shows what a user pulling the tag gets. The HTML page is self-contained (inline style, no script, no
+page shows what a user pulling the tag gets, with the NVIDIA driver its CUDA needs (`recipe.drivers`). The HTML page is self-contained (inline style, no script, no
 external asset) so it can be published as a CI artifact or a static page as is.
 
 The page is read on a laptop and on a phone: a digest shows its first 12 hex digits in a read-only field that holds
@@ -21,17 +21,18 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserInputError
+from ..recipe.drivers import floor_for
 from .lockfile import DEFAULT_LOCK, LockEntry, read_lock
 
 MISSING = "—"
-COLUMNS = ("variant", "tags", "digest", "framework", "CUDA", "cuDNN", "NCCL", "Python", "size", "conformance",
-           "released")
+COLUMNS = ("variant", "tags", "digest", "framework", "CUDA", "driver", "cuDNN", "NCCL", "Python", "size",
+           "conformance", "released")
 TITLE = "trainimg support matrix"
 SHORT_DIGEST = len("sha256:") + 12  # what a digest shows of itself, as `docker images` shows IDs
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1rem; color: #1b1f24; }
 table { border-collapse: collapse; font-size: 0.85rem; width: 100%; }
-th, td { border: 1px solid #d0d7de; padding: 0.3rem 0.45rem; text-align: left; vertical-align: top; }
+th, td { border: 1px solid #d0d7de; padding: 0.3rem 0.35rem; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; }
 code { font-size: 0.78rem; }
 td.variant code { white-space: nowrap; }
@@ -57,7 +58,7 @@ class MatrixRow:
     variant: str
     tags: tuple[str, ...]  # every pushed reference, the immutable tag first
     digest: str
-    versions: tuple[str, ...]  # framework, CUDA runtime, cuDNN, NCCL, Python, as read back
+    versions: tuple[str, ...]  # framework, CUDA runtime, the driver it needs, cuDNN, NCCL, Python, as read back
     size: str
     conformance: str
     passed: bool
@@ -91,7 +92,10 @@ def matrix_row(entry: LockEntry) -> MatrixRow:
     tags = (*immutable, *sorted(ref for ref in entry.pushed if ref not in immutable)) or (entry.tag,)
     digest = entry.pushed.get(tags[0]) or MISSING
     v = entry.versions
-    versions = tuple(v.get(k) or MISSING for k in ("framework", "cuda", "cudnn", "nccl", "python"))
+    cuda = v.get("cuda")
+    driver = f">= {floor_for(cuda).driver}" if cuda else None  # the CUDA read back, through recipe/drivers.py's table
+    versions = tuple(value or MISSING for value in (v.get("framework"), cuda, driver, v.get("cudnn"), v.get("nccl"),
+                                                    v.get("python")))
     return MatrixRow(entry.variant, tags, digest, versions,
                      _size(entry.size), _conformance(entry.conformance), bool(entry.conformance.get("passed")),
                      entry.released or MISSING)

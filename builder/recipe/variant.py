@@ -37,6 +37,7 @@ class Variant:
     extends: str | None
     base_image: str
     source: str  # the recipe file, relative to the recipes folder's parent
+    env: tuple[tuple[str, str], ...] = ()  # image environment the recipe sets (an extending variant: its own)
     origin: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @property
