@@ -167,9 +167,28 @@ def check_bench(*paths: str) -> Verdict:
     return (not bad and bool(figures)), "; ".join(bad or figures)
 
 
+def check_shm(expected: str, report_path: str) -> Verdict:
+    """Two local ranks and /dev/shm: ``refused``, the shm check failed naming the size and no rank started (the
+    all-reduce reported not started); ``passed``, the shm check and the all-reduce passed."""
+    report = _load(report_path)
+    if "error" in report:
+        return False, f"no report: {report['error']}"
+    checks = _checks(report)
+    shm = checks.get("shm", {"status": "missing", "reason": ""})
+    runs = [c for n, c in checks.items() if n.startswith("allreduce_") and n != "allreduce_nccl"]
+    said = f"shm {shm['status']}: {shm['reason']}; " + "; ".join(f"{c['name']} {c['status']}: {c['reason']}"
+                                                                 for c in runs)
+    if expected == "refused":
+        ok = shm["status"] == "failed" and "/dev/shm is 64 MiB" in shm["reason"] and bool(runs) and all(
+            c["status"] == "skipped" and c["reason"].startswith("not started") for c in runs)
+    else:
+        ok = shm["status"] in ("passed", "warning") and bool(runs) and all(c["status"] == "passed" for c in runs)
+    return ok, said
+
+
 CHECKS: dict[str, Callable[..., Verdict]] = {"gate": check_gate, "cluster": check_cluster, "line": check_line,
                                              "refused": check_refused, "hidden": check_hidden,
-                                             "bench": check_bench}
+                                             "bench": check_bench, "shm": check_shm}
 
 
 def summary(out: Path) -> tuple[bool, dict[str, Any]]:

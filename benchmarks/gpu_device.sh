@@ -15,7 +15,10 @@
 #  4. a user's DDP program (the recorded platforms/train_ddp.py) under launch --nproc-per-node auto;
 #  5. the misuse cases, now refused up front with one line naming both numbers (one process more than the GPUs:
 #     selftest PyTorch and JAX, launch), CUDA_VISIBLE_DEVICES=-1 (the gpu check and the all-reduce agree: 0
-#     visible, gloo), and both frameworks installed without --framework (refused: pass --framework).
+#     visible, gloo), and both frameworks installed without --framework (refused: pass --framework);
+#  6. shared memory: selftest of two local ranks with a 64 MiB /dev/shm (a tmpfs mounted over it in a mount
+#     namespace of its own, `unshare -rm`) is refused up front with the cause (the shm check failed, no rank
+#     started), and with 2 GiB passes (over gloo where the machine has one GPU: two NCCL ranks need two).
 # Each step's output goes to OUT_DIR; each step's verdict (benchmarks/gpu_device.py check ...) to steps.tsv, and
 # all of them to summary.json. Exit 0 only if every step showed what it must.
 set -uo pipefail
@@ -38,7 +41,7 @@ CARRY="$(mktemp -d)"
 trap 'rm -rf "$CARRY"' EXIT
 ln -s "$ROOT/builder/runtime" "$CARRY/trainimg_runtime"
 export PYTHONPATH="$CARRY${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1
-mkdir -p "$DEST/platforms" "$DEST/misuse"
+mkdir -p "$DEST/platforms" "$DEST/misuse" "$DEST/shm"
 : > "$DEST/steps.tsv"
 
 run() {  # LOG LIMIT CMD...: run CMD (output to LOG) within LIMIT seconds and what is left of the budget
@@ -138,6 +141,19 @@ run "$DEST/misuse/cuda-visible-devices-hidden.log" 120 env CUDA_VISIBLE_DEVICES=
 judge misuse-hidden-gpus hidden "$DEST/misuse/cuda-visible-devices-hidden.json"
 run "$DEST/misuse/launch-two-frameworks.log" 30 "$PY" -m trainimg_runtime launch --nproc-per-node 2 -- true
 judge misuse-two-frameworks line "$DEST/misuse/launch-two-frameworks.log" "pass --framework to say which"
+
+echo "== 6. shared memory: two local ranks with 64 MiB of /dev/shm (refused up front) and with 2 GiB (passed)"
+HIDE=()
+[ "$GPUS" -lt 2 ] && HIDE=(CUDA_VISIBLE_DEVICES=)  # two NCCL ranks need two GPUs: gloo on a one-GPU machine
+# shellcheck disable=SC2016  # $1 and $@ are the inner shell's: the size, then the command
+WITH_SHM='mount -t tmpfs -o "size=$1" tmpfs /dev/shm && shift && exec "$@"'
+for size in 64m 2g; do
+  run "$DEST/shm/selftest-$size.log" 90 env "${HIDE[@]}" unshare -rm sh -c "$WITH_SHM" shm "$size" \
+    "$PY" -m trainimg_runtime selftest --platform vertex --nproc-per-node 2 --labels "$LABELS-pytorch.json" \
+    --framework pytorch --timeout 60 --json "$DEST/shm/selftest-$size.json"
+done
+judge shm-too-small shm refused "$DEST/shm/selftest-64m.json"
+judge shm-enough shm passed "$DEST/shm/selftest-2g.json"
 
 echo "== summary ($(( SECONDS - START ))s)"
 [ -n "$DRY" ] && exit 0

@@ -164,8 +164,10 @@ class TestOptions:
     timeout: float = DEFAULT_TEST_TIMEOUT
     nproc_per_node: int = 1
     structure_tests: tuple[Path, ...] = ()  # teams' container-structure-test configs (conformance/structure.py)
+    shm_size: int | None = None  # bytes of /dev/shm each container gets; None: what the platform gives (runtime/shm.py)
 
     def __post_init__(self) -> None:
+        IntLimit(1, 1 << 50).check(1 if self.shm_size is None else self.shm_size, "--shm-size", " bytes")  # or None
         if self.platform not in PLATFORMS:
             raise UserInputError(f"{self.platform!r} is not one of {', '.join(PLATFORMS)}", where="--platform")
         REPLICAS.check(self.replicas, "--replicas", " replicas")

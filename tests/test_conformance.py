@@ -28,7 +28,7 @@ from conftest_registry import RegistryLogin
 JUNIT_XSD = Path(__file__).resolve().parent.parent / "builder" / "conformance" / "data" / "junit.xsd"  # Jenkins xunit junit-10
 GPU_CHECKS = ("nccl", "cudnn", "gpu", "allreduce_nccl_containers", "allreduce_nccl_single_container")
 PROBE_CHECKS = ("python", "framework", "nccl", "cudnn", "reduction_server", "hypertune", "cluster_parsing", "gpu",
-                "duplicate_libs")
+                "shm", "duplicate_libs")
 
 
 @pytest.fixture(scope="module")

@@ -17,10 +17,12 @@ from pathlib import Path
 import pytest
 from conftest import trainimg
 
+from trainimg.conformance.suite import gate_shm
 from trainimg.engine.docker import DockerEngine
 from trainimg.errors import UserInputError
 from trainimg.jobs.run import run_job
 from trainimg.options import JobOptions
+from trainimg.runtime.platforms import BY_NAME
 
 PLATFORMS = ["slurm", "trainjob", "pytorchjob", "tfjob", "jaxjob", "jobset", "azureml", "sagemaker"]
 # (replicas, processes per replica): 4 replicas of one process, and 2 replicas of two processes each; 2 replicas of
@@ -45,6 +47,10 @@ def gate(image: str, platform: str, replicas: int, nproc: int, env: dict[str, st
     per_node = f"x{nproc}" if nproc > 1 else ""
     check = checks[f"allreduce_{platform}_x{replicas}{per_node}"]
     assert r.returncode == 0, r.stderr[-3000:]
+    # Every container had the /dev/shm the platform's row says the job gets (runtime/shm.py), and the check saw it.
+    shm, row = checks["shm"], BY_NAME[platform].SHM
+    assert shm["details"]["bytes"] == gate_shm(platform, nproc, None) and shm["details"]["local_ranks"] == nproc
+    assert shm["status"] == ("skipped" if nproc == 1 else "warning" if row.setting is None else "passed"), shm
     return check, r.stderr
 
 

@@ -75,6 +75,22 @@ def test_todays_forms_pass(tmp_path: Path) -> None:
     assert check("bench", str(tmp_path / "b.json")) == (True, "1073741824 B x1: nothing communicated, copy 1503.8 GB/s")
 
 
+def test_the_shm_step_checks(tmp_path: Path) -> None:
+    """Step 6's verdicts, on reports of the form selftest writes (a 64 MiB run refused up front, a 2 GiB run)."""
+    def report(shm: tuple[str, str], allreduce: tuple[str, str]) -> str:
+        checks = [{"name": "shm", "status": shm[0], "reason": shm[1]},
+                  {"name": "allreduce_gloo_vertex_x1x2", "status": allreduce[0], "reason": allreduce[1]}]
+        path = tmp_path / f"{shm[0]}-{allreduce[0]}.json"
+        path.write_text(json.dumps({"suites": [{"checks": checks}]}))
+        return str(path)
+
+    small = ("failed", "/dev/shm is 64 MiB; 2 local ranks need at least 1 GiB (NCCL: --shm-size=1g ...)")
+    assert check("shm", "refused", report(small, ("skipped", "not started: /dev/shm is 64 MiB; ...")))[0]
+    assert not check("shm", "refused", report(small, ("passed", "sum 3 on all 2 ranks")))[0]  # a rank started
+    assert check("shm", "passed", report(("passed", "/dev/shm 2 GiB for 2 local ranks"), ("passed", "sum 3")))[0]
+    assert not check("shm", "passed", report(small, ("skipped", "not started: ...")))[0]
+
+
 def test_labels_and_summary(tmp_path: Path) -> None:
     labels = gpu_device.labels("pytorch")
     assert labels["trainimg.framework"] == "pytorch" and labels["trainimg.recipe.cuda"] == "13.0"
@@ -93,7 +109,9 @@ def test_the_script_dry_run_covers_the_whole_device_run(tmp_path: Path) -> None:
     for p in PLATFORMS:
         assert f"selftest --platform {p} --nproc-per-node auto" in out and f"check platform-{p}: gate" in out
     for needed in ("gpu_selftest.sh", "selftest --cluster", "train_ddp.py", "--nproc-per-node 2 --framework pytorch",
-                   "CUDA_VISIBLE_DEVICES=-1", "check misuse-selftest-jax: refused", "check allreduce-bench: bench"):
+                   "CUDA_VISIBLE_DEVICES=-1", "check misuse-selftest-jax: refused", "check allreduce-bench: bench",
+                   "unshare -rm sh -c", "shm 64m", "shm 2g", "check shm-too-small: shm refused",
+                   "check shm-enough: shm passed"):
         assert needed in out, needed
     assert (REPO / "benchmarks/results/2026-11-26-h100/platforms/train_ddp.py").is_file()
 

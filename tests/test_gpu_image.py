@@ -6,7 +6,8 @@ Builds the shipped Python 3.11 GPU variant of each framework on the local Debian
 (tensorflow[and-cuda]) and `jax-0.10.2-cu126-py3.11` (jax[cuda12]) through the pip proxy. Cold, the three take
 about 15 minutes here (gigabytes of nvidia-* wheels); warm, BuildKit's cache makes it seconds. Each must then pass
 `trainimg test --replicas 2` with the report the issue asks for, and its labels, `list --json` and the report must
-state the versions read back from the image against the recipe's constraint (pin or range).
+state the versions read back from the image against the recipe's constraint (pin or range), and the driver the CUDA
+it carries needs (its label and its NVIDIA_REQUIRE_CUDA, which replaces the base's).
 """
 
 from __future__ import annotations
@@ -24,6 +25,8 @@ from trainimg.engine.docker import device_requests
 from trainimg.runtime.expect import versions_from_labels
 from trainimg.conformance.suite import expectations, gpu_device_requests, gpu_ready, judge_allreduce
 from trainimg.runtime.versions import satisfies
+from trainimg.recipe.drivers import REQUIRE_CUDA, floor_for, require_cuda
+from trainimg.runtime.contract import DRIVER_MIN_LABEL
 from trainimg.engine.docker import DockerEngine
 from trainimg.conformance.replicas import ReplicaResult
 from conftest import LOCAL_BASE, trainimg
@@ -67,7 +70,13 @@ def test_gpu_image_passes_its_gate(gpu_images: dict[str, dict], state_env: dict[
     assert r.returncode == 0, r.stderr[-3000:]
     checks = {c["name"]: c for c in json.loads(report.read_text())["suites"][0]["checks"]}
     build, nccl_rule, cudnn_rule = GPU_VARIANTS[variant]
-    installed = versions_from_labels(docker.from_env().images.get(tag).labels)
+    image = docker.from_env().images.get(tag)
+    installed = versions_from_labels(image.labels)
+    # The driver it needs, for the CUDA it carries (read back), as its label and its NVIDIA_REQUIRE_CUDA state it.
+    env = dict(item.partition("=")[::2] for item in image.attrs["Config"]["Env"])
+    assert image.labels[DRIVER_MIN_LABEL] == floor_for(installed["cuda"]).driver
+    assert env[REQUIRE_CUDA] == require_cuda(installed["cuda"]), env
+    assert checks["image_env"]["status"] == "passed", checks["image_env"]
     assert checks["framework"]["status"] == "passed" and build in checks["framework"]["reason"], checks["framework"]
     assert checks["nccl"]["status"] == "passed", checks["nccl"]
     assert nccl_rule in checks["nccl"]["reason"] and ">= 2.7 for the Reduction Server" in checks["nccl"]["reason"]

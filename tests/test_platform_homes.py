@@ -35,6 +35,10 @@ SHARED: dict[tuple[str, str], str] = {
     ("jobset", "runtime/platforms/mpi.py"): "the Trainer MPI runtime's node pods are a JobSet's",
     # The Reduction Server is a Vertex AI service: its image lives in Vertex's registry, its sizing is Vertex's.
     ("vertex", "jobs/reducers.py"): "Vertex AI's Reduction Server",
+    # NCCL's troubleshooting page on shared memory, the floor runtime/shm.py quotes, is named runtime_and_mpi_issues.
+    ("mpi", "runtime/shm.py"): "the URL of NCCL's shared-memory advice",
+    # Vertex's SDK repository is googleapis/python-aiplatform: Vertex's /dev/shm row cites an issue there.
+    ("aiplatform", "runtime/platforms/vertex.py"): "the URL of the Vertex SDK's issue on shared memory",
     # AI Platform Training was shut down: its note points to its successor.
     ("vertex", "jobs/aiplatform.py"): "AI Platform's shutdown note names its successor",
 }

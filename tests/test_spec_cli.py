@@ -17,6 +17,8 @@ from brokenimages import TestImages
 from conftest import LOCAL_BASE, ROOT, trainimg
 from google.cloud import aiplatform_v1
 
+from trainimg.jobs.node import shm_note
+
 TF = "tensorflow-2.21.0-cu125-py3.11"
 TF_TAG = "trainimg/tensorflow:2.21.0-cu125-py3.11"
 REGISTRY = "europe-docker.pkg.dev/acme/ml"
@@ -146,9 +148,11 @@ def test_aiplatform_spec_says_the_service_is_shut_down() -> None:
     result = spec("--platform", "aiplatform", "--image", TF, "--registry", REGISTRY, *SHAPE, "--format", "gcloud")
     assert result.returncode == 0
     assert result.stderr == ("trainimg: AI Platform Training was shut down on 2025-01-31; this spec is for old "
-                             "tooling that still reads its format (new jobs: --platform vertex)\n")
+                             "tooling that still reads its format (new jobs: --platform vertex)\n"
+                             f"trainimg: {shm_note('aiplatform', 4)}\n")  # 4 GPUs a replica: see test_shm_table
     assert set(yaml.safe_load(result.stdout)) == {"trainingInput"}
-    assert trainimg("spec", "--platform", "vertex", "--image", TF, "--registry", REGISTRY, *SHAPE).stderr == ""
+    vertex = trainimg("spec", "--platform", "vertex", "--image", TF, "--registry", REGISTRY, *SHAPE).stderr
+    assert vertex == f"trainimg: {shm_note('vertex', 4)}\n"
 
 
 # --- refused before anything queues (the cases as a new user types them) ------------------------------

@@ -55,7 +55,8 @@ VALUES = {"--machine-type": "a2-highgpu-1g", "--accelerator": "NVIDIA_TESLA_A100
           "--region": "europe-west4", "--format": "gcloud", "--reduction-servers": "0", "--gpus": "1",
           "--namespace": "ml", "--container-runtime": "docker", "--partition": "gpu", "--compute": "gpu-cluster",
           "--vm-size": "Standard_NC24ads_A100_v4", "--distribution": "pytorch", "--instance-type": "ml.p4d.24xlarge",
-          "--role-arn": ROLE, "--output-path": "s3://acme/out", "--volume-size": "100", "--max-runtime": "3600"}
+          "--role-arn": ROLE, "--output-path": "s3://acme/out", "--volume-size": "100", "--max-runtime": "3600",
+          "--env": "NCCL_SOCKET_IFNAME=eth0"}
 
 
 def spec(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:

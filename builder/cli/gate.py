@@ -79,12 +79,16 @@ def _built_on(engine: Engine, images: list[tuple[str, str | None, str]], given: 
 @test_flags
 @base_image_option
 @arch_option
+@click.option("--shm-size", "shm_size", metavar="SIZE",
+              help="The /dev/shm each container gets, as docker run --shm-size writes it (64m, 1g): a node's size "
+                   "replayed. Default: what the platform gives the job trainimg spec writes (1 GiB per local rank "
+                   "from two ranks on; the table in runtime/shm.py and the platform modules).")
 @json_option("The conformance report")
 @progress_option("each check and each replica's output")
 @pass_ctx
 def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: int, timeout: float,
              junit_path: str | None, structure_tests: tuple[Path, ...], base_image: tuple[str, ...],
-             arches: tuple[str, ...], json_path: str | None, progress: str) -> None:
+             arches: tuple[str, ...], shm_size: str | None, json_path: str | None, progress: str) -> None:
     """Run conformance checks and the multi-container all-reduce on IMAGE, or on a VARIANT's image of each
     architecture it is built for (another architecture's under emulation where the host registered one).
 
@@ -97,11 +101,17 @@ def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: i
       trainimg test jax-0.10.2-cpu-py3.11 --base-image local/debian:bookworm --base-image arm64=local/debian:bookworm-arm64
       trainimg test trainimg/pytorch:2.13.0-cpu-py3.11 --platform slurm --replicas 4 --json report.json
       trainimg test IMAGE --junit report.xml --structure-tests team-checks.yaml
+      trainimg test IMAGE --platform pytorchjob --nproc-per-node 2 --shm-size 64m
     """
     from ..pipeline import test_images
+    from ..runtime.shm import parse_size
 
+    try:
+        shm = None if shm_size is None else parse_size(shm_size)
+    except ValueError as err:
+        raise UserInputError(str(err), where="--shm-size") from None
     opts = TestOptions(platform=platform, replicas=replicas, timeout=timeout, nproc_per_node=nproc_per_node,
-                       structure_tests=structure_tests)
+                       structure_tests=structure_tests, shm_size=shm)
     images = [i for i in variant_images(c, image) if not arches or i[2] in arches]
     if not images:
         raise UserInputError(f"{image} is not built for {' or '.join(arches)}", where="--arch")

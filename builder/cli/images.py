@@ -10,7 +10,7 @@ import click
 from ..errors import CheckFailed, UserInputError, counted
 from ..recipe.arches import ARCHES
 from ..options import BUILD_JOBS, DEFAULT_INSTALLER, INSTALLERS, BuildOptions, default
-from ..runtime.contract import VARIANT_LABEL
+from ..runtime.contract import DRIVER_MIN_LABEL, VARIANT_LABEL
 from .audit import audit_flags, audit_options, run_audit
 from .context import Callback, Ctx, check_writable, docker_engine, emit_json, json_option, pass_ctx, progress_option
 
@@ -33,7 +33,8 @@ def list_cmd(c: Ctx, json_path: str | None) -> None:
       trainimg list --json
       trainimg list --recipes team/recipes
     """
-    from ..plan.stages import plans
+    from ..plan.stages import plans, static_labels
+    from ..recipe.compat import load_compat
 
     recipes = c.recipes()
     rows = []
@@ -41,12 +42,15 @@ def list_cmd(c: Ctx, json_path: str | None) -> None:
     dockerfiles: dict[str, dict[str, str]] = {}
     for plan in plans(recipes):
         dockerfiles.setdefault(plan.variant.name, {})[plan.arch] = plan.dockerfile_path()
+    compat = load_compat()
     for v in recipes.variants:
+        labels = dict(static_labels(v, compat))
         rows.append({
             "name": v.name, "tag": v.tag, "dockerfile": dockerfiles[v.name][v.arch[0]], "framework": v.framework,
             "base": v.base_image, "extends": v.extends, "recipe": v.source, "gpu": v.gpu,
             "reduction_server": v.reduction_server, "versions": v.versions(), "extras": list(v.extras),
-            "installed": installed.get(v.tag), "arch": list(v.arch), "dockerfiles": dockerfiles[v.name],
+            "driver_min": labels.get(DRIVER_MIN_LABEL), "installed": installed.get(v.tag), "arch": list(v.arch),
+            "dockerfiles": dockerfiles[v.name],
         })
     if json_path:
         emit_json(rows, json_path)

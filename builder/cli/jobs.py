@@ -81,9 +81,8 @@ def spec(c: Ctx, **flags: Any) -> None:
       trainimg spec --platform vertex --image ... --replicas 2 --machine-type n1-standard-8 -- python train.py
       trainimg spec --platform jobset --image ... --replicas 4 --gpus 8 --conformance
     """
-    from ..jobs.clusterspec import cluster_spec
-    from ..jobs.platforms import job_platform
-    from ..jobs.spec import job_spec
+    from ..jobs.clusterspec import cluster_job
+    from ..jobs.spec import job_spec, notes
     from ..jobs.specflags import check_given, spec_options
 
     platform = flags["platform"]
@@ -91,11 +90,14 @@ def spec(c: Ctx, **flags: Any) -> None:
     ref, facts = _spec_image(c, flags["image"], flags["registry"], flags["lock"], flags["framework"])
     opts = spec_options(flags, image=ref, facts=facts)
     if platform not in CLOUD_PLATFORMS:
-        click.echo(cluster_spec(opts), nl=False)
+        text, said = cluster_job(opts)
+        for note in said:
+            click.echo(f"trainimg: {note}", err=True)
+        click.echo(text, nl=False)
         return
     form = flags["form"] or "rest"
     body = job_spec(opts, form)
-    for note in job_platform(platform).notes(opts, body):
+    for note in notes(opts, body):
         click.echo(f"trainimg: {note}", err=True)
     if form == "gcloud":
         click.echo(yaml.safe_dump(body, sort_keys=False, default_flow_style=False), nl=False)

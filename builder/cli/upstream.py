@@ -4,7 +4,6 @@ library code (`upstream/`); this module reads flags into the typed options and p
 
 from __future__ import annotations
 
-from importlib import resources
 from pathlib import Path
 
 import click
@@ -13,14 +12,10 @@ from ..errors import CheckFailed, UserInputError
 from ..options import BUMP_MODES, BumpOptions, CompatAddOptions, OutdatedOptions, default
 from ..options import index_url as chosen_index
 from .context import Ctx, check_writable, credentials, docker_engine, emit_json, json_option, pass_ctx, write_text
+from ..recipe.compat import compat_file
 from .group import TrainimgGroup
 
 INDEX_HELP = "The simple index (PEP 691 JSON) releases are read from (default: $PIP_INDEX_URL, else PyPI)."
-
-
-def compat_file() -> Path:
-    """builder/recipe/data/compat.yaml: the file trainimg reads its compatibility data from."""
-    return Path(str(resources.files("trainimg.recipe").joinpath("data/compat.yaml")))
 
 
 @click.group(cls=TrainimgGroup)

@@ -54,6 +54,7 @@ class ReplicaJob:
     waits_for: tuple[str, ...] = ("chief", "worker")
     gpus: Callable[[ReplicaSpec], GpuRequest] | None = None
     spec_volumes: Callable[[ReplicaSpec], Mapping[str, str]] | None = None  # extra mounts for some replicas
+    shm_size: int | None = None  # bytes of /dev/shm per container (None: the engine's default)
 
 
 def _owner() -> str:
@@ -180,7 +181,7 @@ class ReplicaRunner:
             network=None if shared else network, aliases=() if shared else spec.aliases, share_network_of=shared,
             env={**job.env, **spec.env}, labels=labels, mounts=volumes, ro_mounts=self._platform_files(spec),
             entrypoint=None if job.entrypoint is None else tuple(job.entrypoint),
-            gpus=job.gpus(spec) if job.gpus else None)
+            gpus=job.gpus(spec) if job.gpus else None, shm_size=job.shm_size)
         try:
             with _interrupts_deferred():
                 return self.engine.start(container)

@@ -26,13 +26,16 @@ from ..errors import UserInputError
 from ..options import TestOptions
 from ..recipe.compat import load_compat
 from ..runtime.cause import reason as cause_of
-from ..runtime.contract import VARIANT_LABEL
+from ..runtime.contract import PLATFORMS, VARIANT_LABEL
 from ..runtime.expect import expectations as image_expectations
 from ..runtime.report import Check, Suite
 from ..runtime.gpus import gpu_count, too_many_processes
+from ..runtime.platforms import trait
+from ..runtime.shm import CONTAINER_DEFAULT, local_ranks, size_for
 from ..runtime.topology import process_start, refusal, replica_specs
 from ..runtime.verdict import judge_allreduce
 from . import inimage
+from .imageenv import image_env_check
 from .replicas import ReplicaJob, ReplicaRunner
 from .structure import structure_checks
 
@@ -64,6 +67,16 @@ def refuse_too_many_processes(engine: Engine, cuda_variant: bool, nproc_per_node
         raise UserInputError(refused)
 
 
+def gate_shm(platform: str, ranks: int, asked: int | None) -> int:
+    """The /dev/shm the gate gives each container of a `platform` node running `ranks` local ranks: `asked`
+    (``--shm-size``, a node's size replayed), else what trainimg's job asks the platform for (`shm.size_for`),
+    else, for one rank, the platform's default where it states one and the container runtime's 64 MiB where not."""
+    if asked is not None:
+        return asked
+    row = trait(platform, "SHM") if platform in PLATFORMS else None  # a job of no platform (`run`): one container
+    return size_for(ranks) or (row.default if row else None) or CONTAINER_DEFAULT
+
+
 def gpu_device_requests(index: int) -> GpuRequest:
     """`--gpus device=<index>`: one GPU per replica container."""
     return GpuRequest((index,))
@@ -83,13 +96,18 @@ class Conformance:
         if refused:
             raise UserInputError(refused, where="--platform")
         refuse_too_many_processes(self.engine, bool(expect.get("cuda")), opts.nproc_per_node)
+        framework = str(expect.get("framework") or "none")
+        ranks = local_ranks(process_start(opts.platform, framework, opts.nproc_per_node).per_node, 0)
+        expect = {**expect, "local_ranks": ranks, "platform": opts.platform, "shm_replayed": True}
+        shm = gate_shm(opts.platform, ranks, opts.shm_size)
         suite = Suite(name or info.labels.get(VARIANT_LABEL) or image, image, info.id, opts.platform,
                       opts.replicas)
+        suite.checks.append(image_env_check(info))
         # The in-image checks run in a container of their own beside the replicas' all-reduce: neither reads the
         # other, and a gate waits for the longer of the two, not their sum (a TensorFlow image: 22 s -> 14 s here).
         with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainimg-probe") as pool:
-            probed = pool.submit(self._probe, info.id, expect)
-            allreduce = self._allreduce(info.id, expect, opts)
+            probed = pool.submit(self._probe, info.id, expect, shm)
+            allreduce = self._allreduce(info.id, expect, opts, shm)
             suite.checks.extend(probed.result())
         suite.checks.append(allreduce)
         suite.checks.extend(self._gpu_allreduce(info.id, expect, opts))
@@ -98,11 +116,13 @@ class Conformance:
         return suite
 
     # -- plumbing -------------------------------------------------------------------------------------------
-    def _probe(self, image_id: str, expect: dict[str, Any]) -> list[Check]:
+    def _probe(self, image_id: str, expect: dict[str, Any], shm: int) -> list[Check]:
+        """The in-image checks, in a container given the /dev/shm the replicas get: the shm check reads the
+        replicas' node."""
         start = time.monotonic()
         cmd = inimage.command("probe", "--json", "--expect", json.dumps(expect))
         out = self.engine.run_command(ContainerSpec(image=image_id, command=tuple(cmd), ro_mounts=inimage.volumes(),
-                                                    env={"PATH": inimage.PATH}))
+                                                    env={"PATH": inimage.PATH}, shm_size=shm))
         try:
             results = json.loads(out.stdout)
         except json.JSONDecodeError:
@@ -112,7 +132,7 @@ class Conformance:
                       r.get("details", {})) for r in results]
 
     def _job(self, image_id: str, expect: dict[str, Any], opts: TestOptions, runner: ReplicaRunner,
-             gpus: bool = False) -> ReplicaJob:
+             shm: int, gpus: bool = False) -> ReplicaJob:
         """The platform's replicas, each starting its processes as the platform does (`topology.process_start`):
         the launcher as the container command, behind the platform's own command where it has one (a TrainJob's
         torchrun), given ``--nproc-per-node`` only where the platform neither started the processes nor says
@@ -131,11 +151,11 @@ class Conformance:
                                                     "python3", "-m", "trainimg_runtime", *worker)]
         return ReplicaJob(
             image=image_id, specs=specs, command=lambda _spec: list(command), env={"PATH": inimage.PATH},
-            entrypoint=[], volumes=inimage.volumes(),
+            entrypoint=[], volumes=inimage.volumes(), shm_size=shm,
             gpus=(lambda s: gpu_device_requests(specs.index(s))) if gpus else None,
         )
 
-    def _allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions) -> Check:
+    def _allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions, shm: int) -> Check:
         framework = str(expect.get("framework") or "none")
         name = f"allreduce_{opts.platform}_x{opts.replicas}" + (f"x{opts.nproc_per_node}"
                                                                 if opts.nproc_per_node > 1 else "")
@@ -143,7 +163,7 @@ class Conformance:
             return Check(name, "skipped", "no framework in this image (no trainimg.framework label)")
         runner = ReplicaRunner(self.engine, self.on_log)
         start = time.monotonic()
-        results = runner.run(self._job(image_id, expect, opts, runner), opts.timeout)
+        results = runner.run(self._job(image_id, expect, opts, runner, shm), opts.timeout)
         # TensorFlow runs one worker per replica with all its GPUs (MultiWorkerMirroredStrategy) wherever the
         # launcher starts the processes; Slurm starts one per task whatever the framework.
         world = opts.replicas * process_start(opts.platform, framework, opts.nproc_per_node).per_node
@@ -159,7 +179,8 @@ class Conformance:
         runner = ReplicaRunner(self.engine, self.on_log)
         gpu_opts = TestOptions(platform=opts.platform, replicas=n, timeout=opts.timeout)
         start = time.monotonic()
-        results = runner.run(self._job(image_id, expect, gpu_opts, runner, gpus=True), opts.timeout)
+        shm = gate_shm(opts.platform, 1, opts.shm_size)  # one GPU, one rank, per container
+        results = runner.run(self._job(image_id, expect, gpu_opts, runner, shm, gpus=True), opts.timeout)
         across = judge_allreduce(names[0], results, n, time.monotonic() - start)
         start = time.monotonic()
         bench = self._single_container_bench(image_id, n)

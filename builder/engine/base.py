@@ -60,6 +60,7 @@ class ImageInfo:
     layers: tuple[str, ...] = ()
     tags: tuple[str, ...] = ()  # the `repo:tag` names it has now (none: dangling)
     architecture: str = ""  # the image config's `architecture` (amd64, arm64); "" where the engine did not say
+    env: tuple[tuple[str, str], ...] = ()  # the environment its config sets (ENV), in the config's order
 
 
 @dataclass(frozen=True)
@@ -90,6 +91,7 @@ class ContainerSpec:
     ports: Mapping[int, tuple[str, int]] = field(default_factory=dict)  # container port -> (host address, port)
     entrypoint: tuple[str, ...] | None = ()  # () clears the image's ENTRYPOINT; None keeps it
     gpus: GpuRequest | None = None
+    shm_size: int | None = None  # bytes of /dev/shm (docker run --shm-size); None: the engine's default
 
 
 @dataclass(frozen=True)

@@ -88,12 +88,14 @@ class DockerEngine(Engine):
         attrs = _unless_gone(f"cannot inspect {ref}", lambda: self.client.api.inspect_image(ref))
         if attrs is None:
             return None
+        config = attrs.get("Config") or {}
         return ImageInfo(
-            id=attrs["Id"], labels=dict((attrs.get("Config") or {}).get("Labels") or {}),
+            id=attrs["Id"], labels=dict(config.get("Labels") or {}),
             size=int(attrs.get("Size") or 0), repo_digests=tuple(attrs.get("RepoDigests") or ()),
             layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
             tags=tuple(t for t in attrs.get("RepoTags") or () if t != "<none>:<none>"),
-            architecture=str(attrs.get("Architecture") or ""))
+            architecture=str(attrs.get("Architecture") or ""),
+            env=tuple((name, value) for name, _, value in (item.partition("=") for item in config.get("Env") or ())))
 
     def save_stream(self, ref: str) -> Iterator[bytes]:
         with _refusals(f"cannot save {ref}"):
@@ -149,6 +151,8 @@ class DockerEngine(Engine):
             kwargs["network_mode"] = "none"
         if spec.gpus is not None:
             kwargs["device_requests"] = device_requests(spec.gpus)
+        if spec.shm_size is not None:
+            kwargs["shm_size"] = spec.shm_size
         if spec.ports:
             kwargs["ports"] = {f"{inside}/tcp": host for inside, host in spec.ports.items()}
         volumes = {src: {"bind": dst, "mode": "rw"} for src, dst in spec.mounts.items()}

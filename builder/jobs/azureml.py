@@ -29,11 +29,13 @@ from pydantic import BaseModel, ConfigDict
 
 from ..errors import UserInputError
 from ..runtime.contract import AZUREML, MPI
+from ..runtime.shm import docker_size, size_for
 from .flagdecl import GPUS, Flag
 from .gputable import section
 from .jobplatform import ClusterJob, JobPlatform
 from .kubernetes import MAX_LABEL, dump_yaml
 from .nearest import did_you_mean
+from .node import ENV, job_env
 from .shape import SpecOptions
 
 PLATFORM = AZUREML
@@ -47,7 +49,7 @@ DISTRIBUTION = Flag("--distribution", "Who starts the processes (default: pytorc
 # azure-ai-ml's BaseJobSchema sets display_name no limit: a made-up one is kept to a DNS label, as on Kubernetes.
 NAME_LIMIT = MAX_LABEL
 #: The `spec` flags an Azure ML command job reads (`flagdecl`): any other platform's flag is refused here.
-FLAGS = (GPUS, COMPUTE, VM_SIZE, DISTRIBUTION)
+FLAGS = (GPUS, COMPUTE, VM_SIZE, DISTRIBUTION, ENV)
 #: The distribution each framework's image runs under unless ``--distribution`` says otherwise.
 FRAMEWORK_DISTRIBUTION = {"pytorch": "pytorch", "jax": "pytorch", "tensorflow": "tensorflow"}
 # Azure ML's compute names: 2 to 16 letters, digits and hyphens, a letter first (AmlCompute's naming rule).
@@ -120,8 +122,9 @@ def distribution_of(asked: str | None, framework: str | None) -> str:
 
 
 def command_job(*, name: str, image: str, compute: str, nodes: int, nproc: int, distribution: str,
-                command: Sequence[str]) -> str:
-    """The command job's YAML."""
+                command: Sequence[str], env: Sequence[tuple[str, str]] = ()) -> str:
+    """The command job's YAML: `nproc` local ranks a node (one per GPU) get ``resources.shm_size`` from two on
+    (`runtime.shm.size_for`), `env` joins ``environment_variables``."""
     for word in command:
         if _EXPRESSION in word:
             raise UserInputError(f"{word!r}: Azure ML would expand '${{{{...}}}}' in a command itself", where="command")
@@ -130,9 +133,12 @@ def command_job(*, name: str, image: str, compute: str, nodes: int, nproc: int, 
         shape["worker_count"] = nodes
     else:
         shape["process_count_per_instance"] = nproc
+    resources: dict[str, Any] = {"instance_count": nodes}
+    if size_for(nproc):
+        resources["shm_size"] = docker_size(size_for(nproc))
     job = {"$schema": SCHEMA, "type": "command", "display_name": name, "command": shlex.join(command),
-           "environment": {"image": image}, "compute": f"azureml:{compute}", "resources": {"instance_count": nodes},
-           "distribution": shape, "environment_variables": dict(ENVIRONMENT)}
+           "environment": {"image": image}, "compute": f"azureml:{compute}", "resources": resources,
+           "distribution": shape, "environment_variables": {**ENVIRONMENT, **dict(env)}}
     return dump_yaml([job])
 
 
@@ -156,7 +162,7 @@ def check_vm_size(opts: SpecOptions) -> None:
 
 def _write(opts: SpecOptions, job: ClusterJob) -> str:
     return command_job(name=job.name, image=job.image, compute=check_compute(opts.flag(COMPUTE)), nodes=job.nodes,
-                       nproc=job.gpus or 1, command=job.command,
+                       nproc=job.gpus or 1, command=job.command, env=job_env(opts.flag(ENV)),
                        distribution=distribution_of(opts.flag(DISTRIBUTION), job.framework))
 
 

@@ -21,12 +21,14 @@ from collections.abc import Sequence
 
 from ..errors import UserInputError
 from ..runtime.platforms import STARTS
+from ..runtime.shm import local_ranks
 from ..runtime.topology import refusal
 from .clusterimage import check_gpu_image, check_pullable
 from .fields import count
 from .flagdecl import GPUS
 from .gpucheck import check_gpus
 from .jobplatform import ClusterJob
+from .node import shm_note
 from .platforms import PLATFORMS, job_platform
 from .shape import LAUNCHER, SpecOptions
 from .spec import program
@@ -46,6 +48,12 @@ HASH_CHARS = 6  # of the image reference's sha256, in a made-up job name: what t
 def cluster_spec(opts: SpecOptions) -> str:
     """The manifest (multi-document YAML) or sbatch script for `opts.platform`. Every refusal is one
     `UserInputError` line."""
+    return cluster_job(opts)[0]
+
+
+def cluster_job(opts: SpecOptions) -> tuple[str, tuple[str, ...]]:
+    """`cluster_spec`'s text, and the lines for stderr about what the job cannot say of its nodes (`node`): a
+    /dev/shm the platform gives no way to set."""
     check_options(opts)
     check_pullable(opts.image)
     framework = opts.facts.framework if opts.facts is not None and opts.facts.framework != "none" else None
@@ -65,7 +73,8 @@ def cluster_spec(opts: SpecOptions) -> str:
         raise UserInputError(f"{platform.name} takes a cloud job body, not a cluster job", where="--platform")
     job = ClusterJob(name=_name(opts), image=opts.image, nodes=nodes, gpus=gpus, framework=framework,
                      command=_launcher(opts.platform, framework, gpus or 1, opts.command))
-    return platform.write(opts, job)
+    note = shm_note(opts.platform, local_ranks(1, gpus))
+    return platform.write(opts, job), (note,) if note else ()
 
 
 def _launcher(platform: str, framework: str | None, nproc: int, program: Sequence[str]) -> list[str]:

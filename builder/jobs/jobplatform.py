@@ -20,6 +20,7 @@ from typing import Any
 from .flagdecl import Flag
 from .k8s_shape import K8sJob
 from .kubernetes import NAMESPACE, dump_yaml
+from .node import ENV, job_env
 from .shape import JobShape, SpecOptions
 
 
@@ -105,6 +106,6 @@ def kubernetes_platform(name: str, flags: tuple[Flag, ...], manifests: Callable[
     def write(opts: SpecOptions, job: ClusterJob) -> str:
         return dump_yaml(manifests(K8sJob(name=job.name, image=job.image, nodes=job.nodes, gpus_per_node=job.gpus,
                                           command=job.command, framework=job.framework or "pytorch",
-                                          namespace=opts.flag(NAMESPACE))))
+                                          namespace=opts.flag(NAMESPACE), env=job_env(opts.flag(ENV)))))
 
     return JobPlatform(name=name, flags=flags, name_limit=name_limit, write=write, manifests=manifests)

@@ -58,9 +58,10 @@ def manifests(job: K8sJob) -> list[dict[str, Any]]:
         {"name": JOBSET_PODS_PER_JOB, "value": str(job.nodes)},
         {"name": JOBSET_SUBDOMAIN, "value": job.name},
         {"name": JOBSET_PORT, "value": str(PORT)},
+        *job.env_vars,
     ]
     node = container(REPLICATED_JOB, job.image, job.command, job.gpus_per_node, env)
-    replicated = {"name": REPLICATED_JOB, "replicas": 1, "template": indexed_job(node, job.nodes)}
+    replicated = {"name": REPLICATED_JOB, "replicas": 1, "template": indexed_job(node, job.nodes, job.shm)}
     return [{
         "apiVersion": API_VERSION,
         "kind": KIND,
@@ -69,14 +70,15 @@ def manifests(job: K8sJob) -> list[dict[str, Any]]:
     }]
 
 
-def indexed_job(node: dict[str, Any], nodes: int) -> dict[str, Any]:
-    """A ``JobTemplateSpec`` running the `node` container once per node, pod ``i`` with completion index ``i``.
+def indexed_job(node: dict[str, Any], nodes: int, shm: int = 0) -> dict[str, Any]:
+    """A ``JobTemplateSpec`` running the `node` container once per node, pod ``i`` with completion index ``i``, its
+    /dev/shm `shm` bytes (`kubernetes.pod_template`).
 
     A failed pod is not restarted (``restartPolicy: Never``, ``backoffLimit: 0``): its peers are blocked in a
     collective that a restarted rank cannot rejoin, so the job fails at once and frees its GPUs.
     """
     return {"spec": {"completionMode": "Indexed", "completions": nodes, "parallelism": nodes, "backoffLimit": 0,
-                     "template": pod_template(node, restart_policy="Never")}}
+                     "template": pod_template(node, restart_policy="Never", shm=shm)}}
 
 
 def check_pod_names(jobset: str, replicated_job: str, nodes: int) -> None:

@@ -9,9 +9,12 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from ..recipe.loading import FRAMEWORKS as RECIPE_FRAMEWORKS
+from ..runtime.shm import local_ranks, size_for
 from .kubernetes import ManifestInputError, dns1035_label, dns1123_label
+from .node import env_list
 
 FRAMEWORKS = tuple(f for f in RECIPE_FRAMEWORKS if f != "none")
 
@@ -29,6 +32,7 @@ class K8sJob:
     command: Sequence[str]
     framework: str
     namespace: str | None = None
+    env: tuple[tuple[str, str], ...] = ()  # the job's environment (`node.job_env`): a node's variables go here
 
     def __post_init__(self) -> None:
         dns1035_label(self.name, "name")
@@ -50,6 +54,16 @@ class K8sJob:
     def nproc(self) -> int:
         """Processes per node: one per GPU, 1 on a CPU node."""
         return self.gpus_per_node or 1
+
+    @property
+    def shm(self) -> int:
+        """Bytes of /dev/shm the pod asks for: `shm.size_for` its local ranks (one per GPU), 0 for one."""
+        return size_for(local_ranks(1, self.gpus_per_node))
+
+    @property
+    def env_vars(self) -> list[dict[str, Any]]:
+        """The job's environment as the container's ``env`` entries."""
+        return env_list(self.env)
 
 
 def _count(value: int, where: str, *, minimum: int) -> None:

@@ -21,11 +21,13 @@ from typing import Any
 import yaml
 
 from ..errors import UserInputError
+from ..runtime.shm import PATH as SHM_PATH
 from .flagdecl import GPUS, Flag
+from .node import ENV
 
 NAMESPACE = Flag("--namespace", "The namespace (default: kubectl's).", metavar="NAME")
 #: The `spec` flags every Kubernetes platform reads (each writer's ``FLAGS``).
-K8S_FLAGS = (GPUS, NAMESPACE)
+K8S_FLAGS = (GPUS, NAMESPACE, ENV)
 GPU_RESOURCE = "nvidia.com/gpu"  # the NVIDIA device plugin's extended resource
 MAX_LABEL = 63  # apimachinery validation.DNS1035LabelMaxLength == DNS1123LabelMaxLength
 # Digits a made-up job name leaves room for in the pod and Service names derived from it (nodes up to 9999).
@@ -36,6 +38,7 @@ _DNS1123_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?")
 # Training Operator v1: a failed replica's pod is restarted in place (kubeflow.org/v1 ReplicaSpec.restartPolicy).
 OPERATOR_RESTART_POLICY = "OnFailure"
 OPERATOR_API_VERSION = "kubeflow.org/v1"  # Training Operator v1: PyTorchJob, TFJob
+SHM_VOLUME = "dshm"  # the memory-backed emptyDir mounted over /dev/shm
 
 
 class ManifestInputError(UserInputError, ValueError):
@@ -94,11 +97,23 @@ def gpu_resources(gpus: int) -> dict[str, Any]:
     return {"limits": {GPU_RESOURCE: str(gpus)}}
 
 
-def pod_template(main: dict[str, Any], restart_policy: str | None = None) -> dict[str, Any]:
+def pod_template(main: dict[str, Any], restart_policy: str | None = None, shm: int = 0) -> dict[str, Any]:
     """A ``PodTemplateSpec`` with one container; no `restart_policy` where the controller sets the pods' own (the
-    Training Operator copies its replica's ``restartPolicy`` into each pod)."""
+    Training Operator copies its replica's ``restartPolicy`` into each pod). `shm` bytes (0: none) of /dev/shm: a
+    memory-backed emptyDir over it (`runtime.shm.POD`), where a pod's containers otherwise get the runtime's 64 MiB."""
     spec: dict[str, Any] = {} if restart_policy is None else {"restartPolicy": restart_policy}
+    if shm:
+        main = {**main, "volumeMounts": [{"name": SHM_VOLUME, "mountPath": SHM_PATH}]}
+        spec["volumes"] = [{"name": SHM_VOLUME, "emptyDir": {"medium": "Memory", "sizeLimit": quantity(shm)}}]
     return {"spec": {**spec, "containers": [main]}}
+
+
+def quantity(size: int) -> str:
+    """Bytes as a Kubernetes quantity, in the largest binary unit that divides them (``8Gi``, ``512Mi``)."""
+    for unit, suffix in ((1 << 30, "Gi"), (1 << 20, "Mi"), (1 << 10, "Ki")):
+        if size % unit == 0:
+            return f"{size // unit}{suffix}"
+    return str(size)
 
 
 def operator_replicas(name: str, roles: Sequence[tuple[str, int]], template: dict[str, Any]) -> dict[str, Any]:

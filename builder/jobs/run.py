@@ -43,7 +43,7 @@ from ..engine.base import Engine
 from ..errors import UserInputError
 from ..options import ENV_NAME, LOCAL, NO_TIMEOUT, JobOptions
 from ..conformance.replicas import ReplicaJob, ReplicaResult, ReplicaRunner
-from ..conformance.suite import refuse_too_many_processes
+from ..conformance.suite import gate_shm, refuse_too_many_processes
 from ..runtime.contract import EXIT_OK, EXIT_TIMED_OUT, FRAMEWORK_LABEL
 from ..runtime.expect import expectations
 from ..runtime.topology import PS_PER_NODE, SHARED_OUTPUT, SIDE_ROLES, ReplicaSpec, process_start, refusal, \
@@ -267,11 +267,12 @@ def run_replicas(engine: Engine, image_id: str, image: str, opts: JobOptions, *,
             output_dir.mkdir(parents=True)
             volumes[str(output_dir)] = shared
     # --nproc-per-node only where the platform neither started the processes (Slurm) nor says how many (PET_*).
-    count = process_start(platform, framework, opts.nproc_per_node).nproc
-    nproc = ["--nproc-per-node", str(count)] if count else []
+    started_as = process_start(platform, framework, opts.nproc_per_node)
+    nproc = ["--nproc-per-node", str(started_as.nproc)] if started_as.nproc else []
     launch = inimage.command("launch", *nproc, "--", *opts.command)
+    # Each container gets the /dev/shm the platform gives the job trainimg spec writes, as the gate's replicas do.
     job = ReplicaJob(image=image_id, specs=specs, command=lambda _spec: list(launch), env=dict(opts.env),
-                     volumes=volumes,
+                     volumes=volumes, shm_size=gate_shm(platform, started_as.per_node, None),
                      entrypoint=[],
                      spec_volumes=(lambda s: chief_volumes if s.role == "chief" else {}) if chief_volumes else None)
     start = time.monotonic()

@@ -29,6 +29,7 @@ from .flagdecl import Flag
 from .gputable import section
 from .jobplatform import ClusterJob, JobPlatform
 from .nearest import did_you_mean
+from .node import ENV, job_env
 from .shape import SpecOptions
 
 PLATFORM = SAGEMAKER
@@ -41,7 +42,7 @@ OUTPUT_PATH = Flag("--output-path", "Where /opt/ml/model is uploaded.", metavar=
 VOLUME_SIZE = Flag("--volume-size", "ML storage per instance, in GB (default 50).", kind=int, metavar="GB")
 MAX_RUNTIME = Flag("--max-runtime", "Seconds before the job is stopped (default 86400).", kind=int, metavar="S")
 #: The `spec` flags a SageMaker training job reads (`flagdecl`): any other platform's flag is refused here.
-FLAGS = (INSTANCE_TYPE, ROLE_ARN, OUTPUT_PATH, VOLUME_SIZE, MAX_RUNTIME)
+FLAGS = (INSTANCE_TYPE, ROLE_ARN, OUTPUT_PATH, VOLUME_SIZE, MAX_RUNTIME, ENV)
 DEFAULT_VOLUME_GB = 50  # the instance's ML storage volume, where /opt/ml/input and checkpoints live
 DEFAULT_MAX_RUNTIME_S = 86400  # SageMaker's own default StoppingCondition (one day)
 INPUT_MODE = "File"
@@ -116,8 +117,9 @@ def _within(value: str, flag: str, label: str, meta: dict[str, Any]) -> str:
 
 def training_job(*, name: str, image: str, instance_type: str, nodes: int, role_arn: str | None,
                  output_path: str | None, command: Sequence[str], args: Sequence[str], volume_gb: int | None,
-                 max_runtime_s: int | None) -> str:
-    """The CreateTrainingJob request as JSON; every value is checked against the API model first."""
+                 max_runtime_s: int | None, env: Sequence[tuple[str, str]] = ()) -> str:
+    """The CreateTrainingJob request as JSON; every value is checked against the API model first; `env` is its
+    ``Environment``."""
     if role_arn is None:
         raise UserInputError("SageMaker runs a training job as an IAM role: give --role-arn "
                              "arn:aws:iam::ACCOUNT:role/NAME", where="--role-arn")
@@ -144,6 +146,14 @@ def training_job(*, name: str, image: str, instance_type: str, nodes: int, role_
         "StoppingCondition": {"MaxRuntimeInSeconds": count(DEFAULT_MAX_RUNTIME_S if max_runtime_s is None
                                                            else max_runtime_s, "--max-runtime", minimum=1)},
     }
+    if env:
+        shape = member("Environment")  # a map: at most `max` entries, keys and values within their own limits
+        if len(env) > shape.metadata.get("max", len(env)):
+            raise UserInputError(f"{len(env)} variables; SageMaker's Environment takes {shape.metadata['max']} at most",
+                                 where="--env")
+        request["Environment"] = {_within(name, "--env", "Environment key", shape.key.metadata):
+                                  _within(value, "--env", "Environment value", shape.value.metadata)
+                                  for name, value in env}
     return json.dumps(request, indent=2) + "\n"
 
 
@@ -174,7 +184,8 @@ def _check_names(opts: SpecOptions) -> None:
 def _write(opts: SpecOptions, job: ClusterJob) -> str:
     return training_job(name=job.name, image=job.image, instance_type=str(opts.flag(INSTANCE_TYPE)), nodes=job.nodes,
                         role_arn=opts.flag(ROLE_ARN), output_path=opts.flag(OUTPUT_PATH), command=job.command,
-                        args=opts.args, volume_gb=opts.flag(VOLUME_SIZE), max_runtime_s=opts.flag(MAX_RUNTIME))
+                        args=opts.args, volume_gb=opts.flag(VOLUME_SIZE), max_runtime_s=opts.flag(MAX_RUNTIME),
+                        env=job_env(opts.flag(ENV)))
 
 
 #: What `trainimg spec` reads of SageMaker (`jobplatform`): the instance type says the GPUs, not ``--gpus``.

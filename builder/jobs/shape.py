@@ -100,6 +100,7 @@ class JobShape:
     facts: ImageFacts | None
     name: str
     use_chief_in_tf_config: bool
+    env: tuple[tuple[str, str], ...] = ()  # every replica's environment (`node.job_env`); Vertex's ContainerSpec.env
 
     @property
     def nproc(self) -> int:

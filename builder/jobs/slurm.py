@@ -23,12 +23,14 @@ from __future__ import annotations
 
 import re
 import shlex
+from collections.abc import Sequence
 
 from ..errors import UserInputError
 from ..recipe.grammar import is_reference
 from ..runtime.contract import SLURM
 from .flagdecl import GPUS, Flag
 from .jobplatform import ClusterJob, JobPlatform
+from .node import ENV, job_env
 from .shape import SpecOptions
 
 PLATFORM = SLURM
@@ -40,7 +42,7 @@ CONTAINER_RUNTIME = Flag("--container-runtime", f"How srun runs the image (defau
                          choices=CONTAINER_RUNTIMES)
 PARTITION = Flag("--partition", "The partition (or a comma-separated list).", metavar="NAME")
 #: The `spec` flags a Slurm script reads (`flagdecl`): any other platform's flag is refused here.
-FLAGS = (GPUS, CONTAINER_RUNTIME, PARTITION)
+FLAGS = (GPUS, CONTAINER_RUNTIME, PARTITION, ENV)
 
 # sbatch reads #SBATCH lines with its own tokenizer, not a shell: values are kept to characters that need no quoting.
 # A job name also names the docker containers, so it follows docker's name rule.
@@ -53,8 +55,10 @@ _TIME_RE = re.compile(r"\A(?:[0-9]+(?::[0-9]+){0,2}|[0-9]+-[0-9]+(?::[0-9]+){0,2
 
 def sbatch_script(*, name: str, image: str, nodes: int, tasks_per_node: int, gpus_per_node: int,
                   command: list[str], container_runtime: str, partition: str | None = None,
-                  time_limit: str | None = None) -> str:
-    """The batch script: ``#SBATCH`` options, ``set -euo pipefail``, and one ``srun`` that starts every task.
+                  time_limit: str | None = None, env: Sequence[tuple[str, str]] = ()) -> str:
+    """The batch script: ``#SBATCH`` options, ``set -euo pipefail``, the job's `env` exported (srun hands the
+    batch environment to every task, and pyxis and apptainer into the container; the docker runtime passes each
+    by name), and one ``srun`` that starts every task.
 
     `command` is the whole in-container command (``trainimg-launch ... -- CMD...``); each word is quoted with shlex.
     Raises UserInputError for a value Slurm or the runtime would refuse, before anything is queued.
@@ -69,8 +73,9 @@ def sbatch_script(*, name: str, image: str, nodes: int, tasks_per_node: int, gpu
         options.append(f"--time={time_limit}")
     lines = ["#!/bin/bash", *(f"#SBATCH {option}" for option in options),
              f"# {nodes * tasks_per_node} task(s), one process each, started by srun in {image} ({container_runtime}).",
-             "set -euo pipefail", ""]
-    return "\n".join([*lines, _srun(name, image, gpus_per_node, command, container_runtime)]) + "\n"
+             "set -euo pipefail", *(f"export {key}={shlex.quote(value)}" for key, value in env), ""]
+    names = [key for key, _ in env]
+    return "\n".join([*lines, _srun(name, image, gpus_per_node, command, container_runtime, names)]) + "\n"
 
 
 def enroot_image(image: str) -> str:
@@ -84,23 +89,26 @@ def enroot_image(image: str) -> str:
     return image
 
 
-def _srun(name: str, image: str, gpus_per_node: int, command: list[str], runtime: str) -> str:
+def _srun(name: str, image: str, gpus_per_node: int, command: list[str], runtime: str,
+          env_names: Sequence[str]) -> str:
     srun = "srun --kill-on-bad-exit=1"
     if runtime == PYXIS:
         return f"{srun} {shlex.quote('--container-image=' + enroot_image(image))} {shlex.join(command)}"
     if runtime == APPTAINER:
         nv = " --nv" if gpus_per_node else ""
         return f"{srun} apptainer exec{nv} {shlex.quote('docker://' + image)} {shlex.join(command)}"
-    task = shlex.quote(_docker_task(name, gpus_per_node))
+    task = shlex.quote(_docker_task(name, gpus_per_node, env_names))
     return f"{srun} bash -c {task} docker-task {shlex.join([image, *command])}"
 
 
-def _docker_task(name: str, gpus_per_node: int) -> str:
+def _docker_task(name: str, gpus_per_node: int, env_names: Sequence[str]) -> str:
     """The script each task runs under the docker runtime, with the image and command as its arguments: it reads
-    its own task's SLURM_* names at run time, and the command is quoted once, in the srun line."""
+    its own task's SLURM_* names at run time (and the job's own `env_names`), and the command is quoted once, in
+    the srun line."""
     lines = ["set -euo pipefail",
              "env_args=()",
              'for v in $(compgen -e SLURM_); do env_args+=(--env "$v"); done']
+    lines += [f"env_args+=(--env {key})" for key in env_names]
     run = ["exec docker run --rm --network host --ipc host",
            f'--name "{name}-$SLURM_JOB_ID.$SLURM_STEP_ID.$SLURM_PROCID"', '"${env_args[@]}"']
     if gpus_per_node:
@@ -141,7 +149,7 @@ def _write(opts: SpecOptions, job: ClusterJob) -> str:
     return sbatch_script(name=job.name, image=job.image, nodes=job.nodes, tasks_per_node=job.gpus or 1,
                          gpus_per_node=job.gpus, command=list(job.command),
                          container_runtime=opts.flag(CONTAINER_RUNTIME) or CONTAINER_RUNTIMES[0],
-                         partition=opts.flag(PARTITION))
+                         partition=opts.flag(PARTITION), env=job_env(opts.flag(ENV)))
 
 
 #: What `trainimg spec` reads of Slurm (`jobplatform`).

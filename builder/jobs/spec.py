@@ -30,10 +30,13 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import UserInputError
 from ..recipe.compat import floor_of, load_compat
+from ..runtime.shm import local_ranks
 from .clusterimage import check_gpu_image, check_pullable
-from .fields import FORMATS, check_machine_type, check_platform, check_region, count, parse_accelerator, strings
+from .fields import FORMATS, check_machine_type, check_platform, check_region, count, nproc_per_node, parse_accelerator, \
+    strings
 from .gpucheck import check_gpus
 from .machines import check_machine_accelerator, comes_with_accelerators
+from .node import ENV, job_env, shm_note
 from .platforms import job_platform
 from .reducers import reducers_for
 from .shape import ImageFacts, JobShape, SpecOptions
@@ -54,6 +57,13 @@ def job_spec(opts: SpecOptions, form: str = "rest") -> dict[str, Any]:
     if body is None:
         raise UserInputError(f"{opts.platform} takes a cluster job, not a cloud job body", where="--platform")
     return body(job, form)
+
+
+def notes(opts: SpecOptions, body: dict[str, Any]) -> tuple[str, ...]:
+    """The lines for stderr after a cloud body: the platform's own (`JobPlatform.notes`), then what the job cannot
+    say of its nodes (`node`): a /dev/shm the platform gives no way to set."""
+    note = shm_note(opts.platform, local_ranks(1, nproc_per_node(opts.accelerator, opts.platform)))
+    return (*job_platform(opts.platform).notes(opts, body), *((note,) if note else ()))
 
 
 def validate(opts: SpecOptions) -> JobShape:
@@ -84,6 +94,7 @@ def validate(opts: SpecOptions) -> JobShape:
         facts=opts.facts,
         name=_name(opts),
         use_chief_in_tf_config=bool(opts.use_chief_in_tf_config),
+        env=job_env(opts.flag(ENV)),
     )
 
 

@@ -25,7 +25,8 @@ NAME_LIMIT = operator_name_limit((CHIEF, WORKER))  # the last replica's Service 
 
 def manifests(job: K8sJob) -> list[dict[str, Any]]:
     """The TFJob, alone."""
-    template = pod_template(container(CONTAINER, job.image, job.command, job.gpus_per_node))
+    template = pod_template(container(CONTAINER, job.image, job.command, job.gpus_per_node, job.env_vars),
+                            shm=job.shm)
     replicas = operator_replicas(job.name, [(CHIEF, 1), (WORKER, job.nodes - 1)], template)
     return [operator_job(KIND, job.name, job.namespace, "tfReplicaSpecs", replicas)]
 

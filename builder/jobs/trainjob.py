@@ -53,8 +53,8 @@ def manifests(job: K8sJob) -> list[dict[str, Any]]:
 
 def training_runtime(job: K8sJob, policy: str) -> dict[str, Any]:
     """The runtime: `policy` with ``numNodes``, and the JobSet template of the trainer's `NODE` container."""
-    node = container(NODE, job.image, job.command, job.gpus_per_node)
-    template = {"metadata": {"labels": {ANCESTOR_LABEL: ANCESTOR_TRAINER}}, **indexed_job(node, job.nodes)}
+    node = container(NODE, job.image, job.command, job.gpus_per_node, job.env_vars)
+    template = {"metadata": {"labels": {ANCESTOR_LABEL: ANCESTOR_TRAINER}}, **indexed_job(node, job.nodes, job.shm)}
     replicated = {"name": NODE, "replicas": 1, "template": template}
     meta = metadata(job.name, job.namespace)
     meta["labels"] = {FRAMEWORK_LABEL: policy}

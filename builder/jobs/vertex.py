@@ -16,6 +16,7 @@ from .fields import GOOGLE_CLOUD_FLAGS
 from .flagdecl import Flag
 from .jobplatform import JobPlatform
 from .machines import check_machine_series, google_gpu_of, google_gpu_request
+from .node import ENV, env_list
 from .reducers import DEFAULT_REDUCER_MACHINE, REDUCTION_SERVER_IMAGE, reduction_server_image
 from .shape import JobShape, SpecOptions
 
@@ -26,7 +27,7 @@ REDUCTION_SERVERS = Flag("--reduction-servers", "Reduction Server replicas in wo
 REGION_NOTE = ("--region is checked but written nowhere without a Reduction Server (whose image it picks): create "
                "the job with gcloud's --region or in the API URL's location")
 #: The `spec` flags a Vertex job reads (`flagdecl`): any other platform's flag is refused here.
-FLAGS = (*GOOGLE_CLOUD_FLAGS, REDUCTION_SERVERS)
+FLAGS = (*GOOGLE_CLOUD_FLAGS, REDUCTION_SERVERS, ENV)
 _REDUCER_IMAGE_TAIL = REDUCTION_SERVER_IMAGE.split("/", 1)[1]  # the same in every multi-region
 BOOT_DISK = {"bootDiskType": "pd-ssd", "bootDiskSizeGb": 100}
 
@@ -69,6 +70,8 @@ def _pool(job: JobShape, machine: dict[str, Any], count: int, nproc: int) -> dic
     if command is not None:
         container["command"] = command
     container["args"] = list(job.args)
+    if job.env:
+        container["env"] = env_list(job.env)
     return {"machineSpec": machine, "replicaCount": count, "diskSpec": dict(BOOT_DISK), "containerSpec": container}
 
 

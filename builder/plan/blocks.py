@@ -15,6 +15,7 @@ from pathlib import Path
 import jinja2
 
 from ..recipe.compat import Compat, as_constraint, is_pin, spoken
+from ..recipe.drivers import REQUIRE_CUDA, floor_for, major_of, require_cuda
 from ..recipe.loading import Variant
 from .installer import (
     BUILD_MOUNTS,
@@ -37,6 +38,7 @@ from ..runtime import lockgroups
 from ..runtime.contract import (
     ABSENT_DIR,
     CONSTRAINTS_PATH,
+    DRIVER_MIN_LABEL,
     ETC_DIR,
     IMAGE_LOCK_PATH,
     LABELS_PATH,
@@ -200,6 +202,19 @@ def sbom(v: Variant) -> Block:
     by the file's content, so a changed waiver writes the SBOM again and nothing below it), and leaves nothing but
     the file."""
     return Block("sbom", _render("sbom", package=RUNTIME_PACKAGE, sbom=SBOM_PATH, audit=audit_document(v.name)))
+
+
+def image_env(pairs: tuple[tuple[str, str], ...]) -> Block:
+    """The recipe's ``env`` (checked by `recipe.fields.env_of`), after every step: setting it re-runs none."""
+    return Block("env", _render("env", env=pairs))
+
+
+def driver(cuda: str) -> Block:
+    """``NVIDIA_REQUIRE_CUDA`` for the CUDA the image carries (`recipe.drivers`): after every step, so setting it
+    re-runs none of them."""
+    floor = floor_for(cuda)
+    return Block("driver", _render("driver", major=major_of(cuda), driver=floor.driver, branch=floor.branch,
+                                   label=DRIVER_MIN_LABEL, variable=REQUIRE_CUDA, value=require_cuda(cuda)))
 
 
 def labels(pairs: list[tuple[str, str]]) -> Block:

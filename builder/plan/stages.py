@@ -16,8 +16,10 @@ from .installer import CA_SECRET, DEFAULT_INSTALLER, INSTALLER_STAGE, LOCKS_STAG
 from ..recipe.arches import DEFAULT_ARCH, arch_dir, arch_key, local_tag
 from ..recipe.compat import Compat
 from ..recipe.compat import load_compat
+from ..recipe.drivers import floor_for
 from ..recipe.loading import RecipeSet, Variant
 from ..runtime.contract import (
+    DRIVER_MIN_LABEL,
     FRAMEWORK_LABEL,
     NCCL_MINIMUM_LABEL,
     OCI_BASE_NAME,
@@ -108,6 +110,7 @@ def static_labels(v: Variant, compat: Compat) -> list[tuple[str, str]]:
     pairs += [(f"{RECIPE_VERSION_PREFIX}{k}", val) for k, val in v.versions().items() if val is not None]
     if v.gpu:
         pairs.append((NCCL_MINIMUM_LABEL, compat.nccl.minimum))
+        pairs.append((DRIVER_MIN_LABEL, floor_for(str(v.cuda)).driver))
     return pairs + list(v.labels)
 
 
@@ -122,7 +125,7 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None, install
             raise ValueError(f"make_plan needs the parent variant {v.extends!r} of {v.name!r}")
         args = ((PARENT_ARG, local_tag(parent.tag, arch)),)
         image_blocks = ([blocks.packages(v, compat, installer, arch)] if v.extras else []) + [
-            blocks.labels(static_labels(v, compat)), blocks.sbom(v)]
+            blocks.labels(static_labels(v, compat)), blocks.sbom(v), *_env(v)]
         tool = ([(INSTALLER_STAGE, PARENT_STAGE, [blocks.installer_stage(arch)])] if installer == UV and v.extras
                 else [])
         on_parent = [(PARENT_STAGE, f"${{{PARENT_ARG}}}", [blocks.parent(PARENT_STAGE)]), *tool,
@@ -146,8 +149,9 @@ def make_plan(v: Variant, compat: Compat, parent: Variant | None = None, install
     if v.reduction_server:
         spec.append(("comms", last, [blocks.reduction_server()]))
         last = "comms"
+    driver = [blocks.driver(v.cuda)] if v.cuda else []
     spec.append((FINAL_STAGE, last, install + [blocks.runtime(v), blocks.labels(static_labels(v, compat)),
-                                               blocks.sbom(v)]))
+                                               blocks.sbom(v), *_env(v), *driver]))
     return Plan(v, args, _chain(spec, args, arch), arch)
 
 
@@ -164,6 +168,10 @@ def plans(recipes: RecipeSet, variants: Iterable[Variant] | None = None, *, comp
 
 
 __all__ = ["CA_SECRET", "PIP_CONF_SECRET", "UV_CONF_SECRET", "Plan", "Stage", "make_plan", "plans"]
+
+
+def _env(v: Variant) -> list[Block]:
+    return [blocks.image_env(v.env)] if v.env else []
 
 
 def _chain(spec: list[tuple[str, str, list[Block]]], args: tuple[tuple[str, str], ...], arch: str

@@ -3,7 +3,7 @@
 Why from the lockfile: it is what was released, not what the recipes ask for. Every entry holds the pushed tags
 and digests, the versions read back from the image after the build (framework, the CUDA runtime it holds, cuDNN,
 NCCL: `imagebuild.builder.installed_versions`), the image size, the conformance summary and when it was made, so the
-page shows what a user pulling the tag gets. The HTML page is self-contained (inline style, no script, no
+page shows what a user pulling the tag gets, with the NVIDIA driver its CUDA needs (`recipe.drivers`). The HTML page is self-contained (inline style, no script, no
 external asset) so it can be published as a CI artifact or a static page as is.
 
 The page is read on a laptop and on a phone: a digest shows its first 12 hex digits in a read-only field that holds
@@ -21,20 +21,24 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UserInputError
+from ..recipe.drivers import floor_for
 from .lockfile import DEFAULT_LOCK, LockEntry, read_lock
 
 MISSING = "—"
-COLUMNS = ("variant", "arch", "tags", "digest", "framework", "CUDA", "cuDNN", "NCCL", "Python", "size",
+COLUMNS = ("variant", "arch", "tags", "digest", "framework", "CUDA", "driver", "cuDNN", "NCCL", "Python", "size",
            "conformance", "released")
+# The page shows the architecture under the variant's name (a column of its own would not fit a 1280 px window).
+HTML_COLUMNS = tuple(c for c in COLUMNS if c != "arch")
 TITLE = "trainimg support matrix"
 SHORT_DIGEST = len("sha256:") + 12  # what a digest shows of itself, as `docker images` shows IDs
 STYLE = """
 body { font-family: system-ui, sans-serif; margin: 1rem; color: #1b1f24; }
 table { border-collapse: collapse; font-size: 0.85rem; width: 100%; }
-th, td { border: 1px solid #d0d7de; padding: 0.3rem 0.45rem; text-align: left; vertical-align: top; }
+th, td { border: 1px solid #d0d7de; padding: 0.3rem 0.35rem; text-align: left; vertical-align: top; }
 th { background: #f6f8fa; }
 code { font-size: 0.78rem; }
 td.variant code { white-space: nowrap; }
+span.arch { font-size: 0.75rem; color: #57606a; }
 td.tags code, td.released { overflow-wrap: break-word; }
 input.digest { font: 0.78rem monospace; border: 0; background: transparent; padding: 0; width: 19ch; }
 tr.passed td.conformance { color: #1a7f37; }
@@ -58,7 +62,7 @@ class MatrixRow:
     arch: str  # the CPU architecture (a variant of several has a row each: the tags name one index of them)
     tags: tuple[str, ...]  # every pushed reference, the immutable tag first
     digest: str  # the image a node of that architecture runs: its manifest (in the index the tags name)
-    versions: tuple[str, ...]  # framework, CUDA runtime, cuDNN, NCCL, Python, as read back
+    versions: tuple[str, ...]  # framework, CUDA runtime, the driver it needs, cuDNN, NCCL, Python, as read back
     size: str
     conformance: str
     passed: bool
@@ -92,7 +96,10 @@ def matrix_row(entry: LockEntry) -> MatrixRow:
     tags = (*immutable, *sorted(ref for ref in entry.pushed if ref not in immutable)) or (entry.tag,)
     digest = entry.manifest or entry.pushed.get(tags[0]) or MISSING
     v = entry.versions
-    versions = tuple(v.get(k) or MISSING for k in ("framework", "cuda", "cudnn", "nccl", "python"))
+    cuda = v.get("cuda")
+    driver = f">= {floor_for(cuda).driver}" if cuda else None  # the CUDA read back, through recipe/drivers.py's table
+    versions = tuple(value or MISSING for value in (v.get("framework"), cuda, driver, v.get("cudnn"), v.get("nccl"),
+                                                    v.get("python")))
     return MatrixRow(entry.variant, entry.arch, tags, digest, versions,
                      _size(entry.size), _conformance(entry.conformance), bool(entry.conformance.get("passed")),
                      entry.released or MISSING)
@@ -147,15 +154,15 @@ def _html_row(row: MatrixRow) -> str:
                     for c, text in zip(COLUMNS[4:], (*row.versions, row.size, row.conformance, row.released)))
     return (f'<tr data-variant="{esc(row.variant)}" data-arch="{esc(row.arch)}" '
             f'class="{"passed" if row.passed else "failed"}">'
-            f'<td class="variant" data-label="variant"><code>{esc(row.variant)}</code></td>'
-            f'<td class="arch" data-label="arch">{esc(row.arch)}</td>'
+            f'<td class="variant" data-label="variant"><code>{esc(row.variant)}</code><br>'
+            f'<span class="arch" title="CPU architecture">{esc(row.arch)}</span></td>'
             f'<td class="tags" data-label="tags">{tags}</td>{_digest_cell(row.digest)}{plain}</tr>')
 
 
 def render_html(rows: list[MatrixRow], source: str) -> str:
     """A self-contained HTML page: one `<tr data-variant=NAME>` per variant, every text escaped."""
     esc = html.escape
-    head = "".join(f"<th>{esc(c)}</th>" for c in COLUMNS)
+    head = "".join(f"<th>{esc(c)}</th>" for c in HTML_COLUMNS)
     return (f'<!doctype html>\n<html lang="en">\n<head>\n<meta charset="utf-8">\n'
             f'<meta name="viewport" content="width=device-width, initial-scale=1">\n<title>{TITLE}</title>\n'
             f"<style>{STYLE}</style>\n</head>\n<body>\n<h1>{TITLE}</h1>\n"

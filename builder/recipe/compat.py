@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import datetime
 from functools import cache
+from pathlib import Path
 from importlib import resources
 from typing import Literal
 
@@ -275,11 +276,15 @@ class Compat(_Frozen):
         return sorted((r.version for r in self.frameworks[framework].releases), key=Version)
 
 
+def compat_file() -> Path:
+    """builder/recipe/data/compat.yaml: the file the compatibility data is read from (and `compat add` writes)."""
+    return Path(str(resources.files(__package__).joinpath("data/compat.yaml")))
+
+
 @cache
 def load_compat() -> Compat:
     """The project's compatibility data, parsed once per process (it never changes while running)."""
-    text = resources.files(__package__).joinpath("data/compat.yaml").read_text(encoding="utf-8")
-    return Compat.model_validate(yaml.safe_load(text))
+    return Compat.model_validate(yaml.safe_load(compat_file().read_text(encoding="utf-8")))
 
 
 def minor_of(version: str) -> str:

@@ -34,6 +34,7 @@ FIELDS: dict[str, str] = {
     "hypertune": "cloudml-hypertune version",
     "extras": "list of extra pip requirements pinned with ==",
     "labels": "mapping of extra image labels",
+    "env": "mapping of image environment variables (a node's NCCL/network variables are refused: node_env.yaml)",
     "extends": "name of the variant whose image this one is built on",
     "base_image": "explicit base image reference (a mirror of the nvidia/cuda tag)",
     "arch": "list of CPU architectures the image is built for: amd64, arm64 (default [amd64])",

@@ -17,6 +17,8 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import RecipeError
 from ..runtime.contract import LABEL_PREFIX, OCI_PREFIX
+from .drivers import REQUIRE_CUDA
+from .nodeenv import node_variables, why_not_in_image
 from .yamlfile import WrittenFloat, written
 
 _VERSION_RE = re.compile(r"^[0-9][0-9A-Za-z.+!-]{0,63}\Z")
@@ -26,6 +28,9 @@ _RELEASE_RE = re.compile(r"\A(?:0|[1-9][0-9]{0,3})(?:\.(?:0|[1-9][0-9]{0,3})){2,
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,99}\Z")
 _LABEL_KEY_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,127}\Z")
 _LABEL_VALUE_RE = re.compile(r"^[A-Za-z0-9 ._:/@+=,()-]{0,256}\Z")
+_ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z")
+# An ENV value never holds `$` (Docker expands it in ENV), a quote or a backslash: it stays one literal word.
+_ENV_VALUE_RE = re.compile(r"^[A-Za-z0-9 ._:/@+=,()%^-]{0,1024}\Z")
 _REQ_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*(\[[A-Za-z0-9._,-]+\])?==[0-9][0-9A-Za-z.+!-]*\Z")
 
 
@@ -155,4 +160,27 @@ def labels_of(f: _Fields) -> tuple[tuple[str, str], ...]:
         if not _LABEL_VALUE_RE.match(text):
             raise f.fail("labels", f"value of {key!r} has characters outside [A-Za-z0-9 ._:/@+=,()-]")
         out.append((key, text))
+    return tuple(sorted(out))
+
+
+def env_of(f: _Fields) -> tuple[tuple[str, str], ...]:
+    """The `env` field: image environment; a node's variables (`nodeenv`) and the one the driver floor writes
+    (`drivers.REQUIRE_CUDA`) are refused."""
+    raw = f.values.get("env", {})
+    if not isinstance(raw, dict):
+        raise f.fail("env", "expected a mapping of variable names to values")
+    out = []
+    for name, value in raw.items():
+        if not isinstance(name, str) or not _ENV_NAME_RE.match(name):
+            raise f.fail("env", f"{name!r} is not a variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        if node_variables([name]):
+            raise f.fail("env", why_not_in_image(name))
+        if name == REQUIRE_CUDA:
+            raise f.fail("env", f"{name} is written by trainimg from the CUDA the image carries (recipe/drivers.py)")
+        if not isinstance(value, (str, int, float)) or isinstance(value, bool):
+            raise f.fail("env", f"value of {name} must be a string")
+        text = str(written(value))
+        if not _ENV_VALUE_RE.match(text):
+            raise f.fail("env", f"value of {name} has characters outside [A-Za-z0-9 ._:/@+=,()%^-]")
+        out.append((name, text))
     return tuple(sorted(out))

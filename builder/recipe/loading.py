@@ -28,7 +28,7 @@ from ..errors import RecipeError, RecipeErrors
 from ..runtime.frameworks import RECIPE_NAMES
 from .arches import ARCHES, DEFAULT_ARCHES
 from .compat import Compat, load_compat
-from .fields import _NAME_RE, _Fields, extras_of, labels_of
+from .fields import _NAME_RE, _Fields, env_of, extras_of, labels_of
 from .grammar import REFERENCE_RE, REPOSITORY_RE
 from .rules import check_extras, check_variant
 from .expand import FIELDS, collect, expand, expand_file
@@ -39,7 +39,7 @@ FLAVOURS = ("base", "runtime", "devel")
 DEFAULT_HYPERTUNE = "0.1.0.dev6"
 RECIPE_SUFFIXES = (".yaml", ".yml")
 __all__ = ["FIELDS", "RecipeError", "RecipeSet", "Variant", "expand_file", "load_recipes"]  # re-exported
-_CHILD_KEYS = ("extends", "name", "repository", "extras", "labels")
+_CHILD_KEYS = ("extends", "name", "repository", "extras", "labels", "env")
 
 
 def load_recipes(recipes_dir: Path, paths: Iterable[Path] | None = None, compat: Compat | None = None) -> RecipeSet:
@@ -172,6 +172,7 @@ def _read_root(f: _Fields, compat: Compat) -> dict[str, Any]:
                               else None),
         "extras": lambda: extras_of(f),
         "labels": lambda: labels_of(f),
+        "env": lambda: env_of(f),
         "base_image": lambda: f.string("base_image", REFERENCE_RE, "an image reference (registry/repo:tag)"),
         "repository": lambda: f.string("repository", REPOSITORY_RE,
                                        "a lowercase repository path such as trainimg/pytorch"),
@@ -199,7 +200,7 @@ def _resolve(f: _Fields, compat: Compat) -> Variant:
         flavour=got["flavour"], cudnn_image=got["cudnn_image"], python=got["python"], nccl=got["nccl"], cudnn=None,
         reduction_server=bool(rs) if rs is not None else cuda is not None, hypertune=got["hypertune"],
         extras=got["extras"], labels=got["labels"], extends=None, base_image=got["base_image"] or "",
-        source=f.shown, arch=got["arch"] or DEFAULT_ARCHES, origin=dict(f.origin),
+        source=f.shown, arch=got["arch"] or DEFAULT_ARCHES, env=got["env"], origin=dict(f.origin),
     )
     resolved = check_variant(draft, f, compat)
     name = got["name"]
@@ -213,8 +214,8 @@ def _resolve(f: _Fields, compat: Compat) -> Variant:
 
 def _resolve_children(variants: list[Variant], children: list[_Fields], compat: Compat,
                       errors: list[RecipeError], roots_failed: bool) -> None:
-    """Resolve variants that extend another: they inherit everything and add only extras and labels, which pass
-    the same rules as a root's (the grammar, the reserved labels, the managed-package guard on extras).
+    """Resolve variants that extend another: they inherit everything and add only extras, labels and env, which
+    pass the same rules as a root's (the grammar, the reserved labels, the managed-package guard on extras).
 
     Children may extend children; each round resolves those whose parent is known, so order in files
     does not matter. What is left after no round makes progress names a missing parent or a cycle, unless a root
@@ -249,7 +250,7 @@ def _child(f: _Fields, parent: Variant, compat: Compat) -> Variant:
     extras = extras_of(f)
     check_extras(extras, f, compat)  # what the child adds; what it inherits passed on its parent
     return replace(parent, name=name, repository=repository, extends=parent.name, extras=extras,
-                   labels=labels_of(f), source=f.shown, origin=dict(f.origin))
+                   labels=labels_of(f), env=env_of(f), source=f.shown, origin=dict(f.origin))
 
 
 def _child_parent(f: _Fields) -> str | None:

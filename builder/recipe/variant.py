@@ -39,6 +39,7 @@ class Variant:
     base_image: str
     source: str  # the recipe file, relative to the recipes folder's parent
     arch: tuple[str, ...] = DEFAULT_ARCHES  # the CPU architectures its image is built for (recipe/arches.py)
+    env: tuple[tuple[str, str], ...] = ()  # image environment the recipe sets (an extending variant: its own)
     origin: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @property

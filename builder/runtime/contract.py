@@ -21,6 +21,7 @@ VERSION_PREFIX = "trainimg.version."  # + the same keys: what the image holds, r
 NCCL_MINIMUM_LABEL = "trainimg.nccl.minimum"  # the NCCL floor from the compatibility data, at render time
 LOCK_DIGEST_LABEL = "trainimg.lock.digest"  # sha256 of images/<variant>/requirements.lock, the wheels installed
 CUDA_ARCHS_LABEL = "trainimg.cuda.archs"  # sm_XY/compute_XY the framework build holds kernels for (manifest)
+DRIVER_MIN_LABEL = "trainimg.cuda.driver_min"  # the NVIDIA driver a GPU image needs (recipe/drivers.py)
 INPUTS_LABEL = "trainimg.inputs"  # the variant's inputs key (publish/inputs.py): CI skips an unchanged image
 
 OCI_TITLE = "org.opencontainers.image.title"
@@ -90,6 +91,7 @@ CHECK_NAMES = (
     "hypertune",
     "cluster_parsing",
     "gpu",
+    "shm",
     "duplicate_libs",
 )
 

@@ -18,6 +18,7 @@ from typing import Any
 from .contract import (
     ABSENT_DIR,
     ABSENT_LABEL,
+    DRIVER_MIN_LABEL,
     FRAMEWORK_LABEL,
     LABELS_PATH,
     NCCL_MINIMUM_LABEL,
@@ -62,6 +63,7 @@ def expectations(labels: Mapping[str, str], nccl_minimum: str | None = None) -> 
         "reduction_server": "none" if rs == "none" else ("absent" if REDUCTION_SERVER_PACKAGE in absent
                                                          else "present"),
         "hypertune": asked("hypertune"),
+        "driver_min": labels.get(DRIVER_MIN_LABEL),
     }
 
 

@@ -48,6 +48,34 @@ def nvidia_smi_gpus(path: str | None = None, timeout: float = 60) -> tuple[list[
     return [ln.strip() for ln in proc.stdout.splitlines() if ln.strip().startswith("GPU ")], None
 
 
+# The kernel module's banner: "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Tue ..." (the driver's).
+DRIVER_VERSION_FILE = "/proc/driver/nvidia/version"
+_MODULE_VERSION = re.compile(r"Kernel Module(?: for [^ ]+)?\s+([0-9]+(?:\.[0-9]+)+)")
+
+
+def driver_version(path: str | None = None, version_file: str = DRIVER_VERSION_FILE) -> tuple[str | None, str | None]:
+    """(the NVIDIA driver's version, None) from the kernel module's banner, else nvidia-smi's; or (None, why not)."""
+    try:
+        with open(version_file, encoding="utf-8", errors="replace") as fh:
+            found = _MODULE_VERSION.search(fh.read())
+        if found:
+            return found.group(1), None
+    except OSError:
+        pass
+    smi = shutil.which("nvidia-smi", path=path)
+    if not smi:
+        return None, f"neither {version_file} nor nvidia-smi says the driver's version"
+    try:
+        proc = subprocess.run([smi, "--query-gpu=driver_version", "--format=csv,noheader"], capture_output=True,
+                              text=True, timeout=60, check=False)
+    except (OSError, subprocess.SubprocessError) as err:
+        return None, f"nvidia-smi: {err}"
+    first = proc.stdout.strip().splitlines()[:1]
+    if proc.returncode != 0 or not first:
+        return None, f"nvidia-smi --query-gpu=driver_version exited {proc.returncode}"
+    return first[0].strip(), None
+
+
 def gpu_count(path: str | None = None) -> int:
     """GPUs nvidia-smi lists on this machine (what a container engine's ``--gpus all`` hands out); 0 where it
     is missing or fails. Not what CUDA in this process sees: that is `gpu_view`'s ``visible``."""

@@ -31,7 +31,7 @@ from . import libs
 from .contract import CHECK_NAMES, EXIT_USAGE
 from .frameworks import RECIPE_NAMES
 from .probe_platform import (check_cluster_parsing, check_duplicate_libs, check_gpu, check_hypertune,
-                             check_reduction_server)
+                             check_reduction_server, check_shm)
 from .report import FAILED, PASSED, SKIPPED, WARNING
 from .versions import major_minor, parse_version, satisfies, spoken, version_at_least, versions_equal
 
@@ -49,6 +49,10 @@ DEFAULT_EXPECT: dict = {
     "cudnn_built": None,
     "reduction_server": "none",
     "hypertune": None,
+    "driver_min": None,  # the NVIDIA driver the image needs (its label), which the gpu check holds the node to
+    "local_ranks": 1,  # the NCCL ranks this node runs (`shm.local_ranks`), whose floor the shm check holds
+    "platform": None,  # whose job runs here: the shm check names the platform's way to set /dev/shm
+    "shm_replayed": False,  # True where /dev/shm is the gate's choice, not a node's (trainimg test)
 }
 
 # -------------------------------------------------------------------------------------------------------------- checks
@@ -198,7 +202,7 @@ def check_cudnn(expect: dict) -> tuple[str, str, dict]:
 # the function ``check_<name>``, so a name without its function fails at import (KeyError), not in an image.
 _BY_NAME = {check.__name__.removeprefix("check_"): check for check in (
     check_python, check_framework, check_nccl, check_cudnn, check_reduction_server, check_hypertune,
-    check_cluster_parsing, check_gpu, check_duplicate_libs)}
+    check_cluster_parsing, check_gpu, check_shm, check_duplicate_libs)}
 CHECKS: dict[str, Callable[..., tuple[str, str, dict]]] = {name: _BY_NAME[name] for name in CHECK_NAMES}
 
 

@@ -17,12 +17,13 @@ import subprocess
 import sys
 import tempfile
 
-from . import libs
+from . import libs, shm
 from .cause import reason as cause_of
-from .contract import REDUCTION_SERVER_PACKAGE
-from .gpus import VISIBLE_VARIABLE, gpu_view, nvidia_smi_gpus
+from .contract import DRIVER_MIN_LABEL, REDUCTION_SERVER_PACKAGE
+from .gpus import VISIBLE_VARIABLE, driver_version, gpu_view, nvidia_smi_gpus
 from .report import FAILED, PASSED, SKIPPED, WARNING
-from .versions import parse_version, versions_equal
+from .shm import NodeShm
+from .versions import version_at_least, versions_equal
 
 
 def _dpkg(*args: str) -> subprocess.CompletedProcess | None:
@@ -227,14 +228,67 @@ def check_gpu(expect: dict) -> tuple[str, str, dict]:
                                 if view.hidden else "")
     if names is not None and count is not None and cuda_error is None and count != total:
         return WARNING, f"{seen}, but libcuda's cuDeviceGetCount says {count}", details
-    want = expect.get("cuda")
-    if want and driver:
-        need = parse_version(str(want))[0]
-        have = (driver // 1000, (driver % 1000) // 10)
-        if have < need[:2] + (0,) * (2 - len(need[:2])):
-            return (WARNING, f"{seen}, but the driver supports CUDA {details['driver_cuda']} and the image "
-                    f"is built for CUDA {want} (needs cuda-compat or a newer driver)", details)
+    floor = expect.get("driver_min")
+    if floor:
+        version, why = driver_version()
+        details.update(driver=version, driver_min=floor)
+        short = driver_short(version, why, str(floor), expect.get("cuda"))
+        if short:
+            return FAILED, f"{seen}, but {short}", details
+        seen += f", driver {version} (>= {floor})"
     return PASSED, seen + (f": {names[0].split(' (UUID')[0]}" if names and not view.hidden else ""), details
+
+
+def driver_short(version: str | None, why: str | None, floor: str, cuda: object) -> str | None:
+    """Why the NVIDIA driver `version` falls short of the `floor` the image's label states (None where it does
+    not); a version that cannot be read falls short too: a check that could not look never passes."""
+    if version is None:
+        return f"the driver's version cannot be read ({why}); the image needs {floor}"
+    if not version_at_least(version, floor):
+        return f"NVIDIA driver {version} is older than the {floor} this image needs ({DRIVER_MIN_LABEL}, CUDA {cuda})"
+    return None
+
+
+def check_shm(expect: dict) -> tuple[str, str, dict]:
+    """``/dev/shm`` against what this node's local ranks need: NCCL's container floor (`shm.NCCL_ADVICE`) from two
+    ranks on; a failure names the platform's way to set it. A CUDA image's ranks with limited locked memory (NCCL
+    also asks for ``--ulimit memlock=-1``) warn: the limit is the node's daemon's to give."""
+    from .platforms import BY_NAME  # noqa: PLC0415 - as check_cluster_parsing: a broken one fails this check only
+
+    ranks = int(expect.get("local_ranks") or 1)
+    platform = expect.get("platform")
+    row: NodeShm | None = getattr(BY_NAME[platform], "SHM", None) if platform in BY_NAME else None
+    need, limit = shm.needed(ranks), shm.memlock_limit()
+    details: dict = {"path": shm.PATH, "local_ranks": ranks, "needed": need, "memlock": limit, "platform": platform,
+                     "source": shm.NCCL_SOURCE}
+    try:
+        size = details["bytes"] = shm.measure()
+    except OSError as err:
+        return (FAILED if ranks > 1 else SKIPPED), f"{shm.PATH}: {err}" + _shm_fix(row, platform, ranks), details
+    if ranks <= 1:
+        return SKIPPED, f"one local rank: NCCL's floor applies from two ({shm.PATH} here: {shm.show(size)})", details
+    if size < need:
+        return (FAILED, f"{shm.PATH} is {shm.show(size)}; {ranks} local ranks need at least {shm.show(need)} "
+                f"(NCCL: {shm.NCCL_ADVICE})" + _shm_fix(row, platform, ranks), details)
+    reason = f"{shm.PATH} {shm.show(size)} for {ranks} local ranks (NCCL's floor: {shm.show(need)})"
+    if expect.get("cuda") and limit is not None:  # pinned and RDMA-registered buffers: the node's, not the image's
+        return (WARNING, f"{reason}; locked memory is limited to {shm.show(limit)}, where NCCL's advice is none "
+                "(--ulimit memlock=-1; a container engine gives only what its daemon has)", details)
+    if expect.get("shm_replayed") and row is not None and row.setting is None:
+        return (WARNING, f"{reason}, as the gate gave it: {platform} gives a job no way to set it ({row.default_said}); "
+                f"`trainimg spec --platform {platform} --conformance` checks a node's own", details)
+    return PASSED, reason, details
+
+
+def _shm_fix(row: NodeShm | None, platform: str | None, ranks: int) -> str:
+    """How this platform's job gets what `ranks` local ranks need, as the tail of a failure."""
+    size = shm.show(shm.size_for(ranks))
+    if row is None:
+        return f"; give the container {size} (docker run --shm-size, and --ulimit memlock=-1)"
+    if row.setting is not None:
+        return f"; on {platform}: {row.setting} ({size})"
+    return (f"; {platform} gives a job no way to set it ({row.default_said}): start fewer ranks per node, or set "
+            f"NCCL_SHM_DISABLE=1 (NCCL then goes through the network; DataLoader workers still need it)")
 
 
 def check_duplicate_libs(expect: dict, roots: list[str] | None = None) -> tuple[str, str, dict]:

@@ -11,7 +11,9 @@ expects (on Slurm N tasks of one node, whose TensorFlow ports differ by local id
 be emulated (`NOT_EMULATED`), nor TensorFlow where the platform gives it no TF_CONFIG: both exit 2. NCCL when GPUs
 are visible (counted as CUDA counts them, `gpus.gpu_view`), gloo otherwise; more NCCL processes than GPUs exit 2
 before any check runs (`gpus.too_many_processes`); the NCCL all-reduce is reported skipped, with the reason, where
-it could not run.
+it could not run. The probe's ``shm`` check sees every emulated rank as this machine's own; where /dev/shm is
+smaller than NCCL's floor for them, no rank starts (the all-reduce is reported not started, with the cause), as NCCL
+would fail in its shared-memory setup on the node.
 Skipped is never passed. The report is `trainimg test`'s (`report`, JSON and JUnit) and so are the exit codes:
 0 every check passed or warned, 1 one failed, 2 bad usage.
 
@@ -45,6 +47,7 @@ from .contract import DEFAULT_PLATFORM, DEFAULT_TEST_TIMEOUT, EXIT_FAILED, EXIT_
 from .cause import reason as cause_of
 from .expect import expectations, image_labels
 from .gpus import gpu_view, too_many_processes
+from .shm import local_ranks
 from .launch import FRAMEWORKS as LAUNCH_FRAMEWORKS
 from .launch import GROUP_VARIABLES, nproc_argument
 from .report import Check, ReportPathError, Suite, write_json, write_junit
@@ -228,6 +231,16 @@ def allreduce_checks(expect: dict[str, object], plan: Plan | None, platform: str
     return [verdict, Check("allreduce_nccl", "skipped", reason)]
 
 
+def _unless_short(checks: list[Check], expect: dict[str, object], plan: Plan | None, platform: str,
+                  timeout: float) -> list[Check]:
+    """`allreduce_checks`, or, where the shm check failed, the all-reduce not started: refused up front, as NCCL
+    would fail in its shared-memory setup on the node."""
+    short = next((c for c in checks if c.name == "shm" and c.status == "failed"), None)
+    if short is not None and plan is not None:
+        return [Check(plan.check_name(platform), "skipped", f"not started: {short.reason}")]
+    return allreduce_checks(expect, plan, platform, timeout)
+
+
 def probe_checks(expect: dict[str, object]) -> list[Check]:
     """Every probe check, run here exactly as `trainimg test`'s probe container runs them."""
     with probe.stdout_to_stderr():
@@ -251,8 +264,10 @@ def gpus_seen(checks: list[Check]) -> int:
 
 
 def cluster_checks(expect: dict[str, object], framework: str, timeout: float) -> list[Check]:
-    """``--cluster``: this process's rank of the platform's all-reduce (after the checks, on local rank 0)."""
-    checks = probe_checks(expect) if os.environ.get("LOCAL_RANK", "0") == "0" else []
+    """``--cluster``: this process's rank of the platform's all-reduce (after the checks, on local rank 0, with
+    the node's local ranks: the processes the launcher or torchrun started, or the GPUs one process drives)."""
+    node = {"local_ranks": local_ranks(int(os.environ.get("LOCAL_WORLD_SIZE") or 1), gpu_view(os.environ).visible)}
+    checks = probe_checks({**expect, **node}) if os.environ.get("LOCAL_RANK", "0") == "0" else []
     if framework == "none":
         return [*checks, Check("allreduce_cluster", "skipped", "no framework in this image")]
     start = time.monotonic()
@@ -305,7 +320,7 @@ def _cluster_main(suite: Suite, expect: dict[str, object], framework: str, timeo
         info = parse_cluster(os.environ)
     except ClusterError as err:
         return _usage_error(str(err))
-    suite.checks = cluster_checks(expect, framework, timeout)
+    suite.checks = cluster_checks({**expect, "platform": info.platform}, framework, timeout)
     if os.environ.get("LOCAL_RANK", "0") == "0":
         suite.name += f" {info.role}-{info.index}"
         print(json.dumps({"passed": suite.passed, "suites": [suite.to_json()]}, sort_keys=True), flush=True)
@@ -351,19 +366,21 @@ def main(argv: list[str]) -> int:
     refused = NOT_EMULATED.get(args.platform) or refusal(args.platform, framework)
     if refused:
         return _usage_error(f"--platform {args.platform}: {refused}")
+    ranks = 1
     if framework != "none":  # more NCCL processes than GPUs: refused before anything runs
-        too_many = _too_many(plan_allreduce(framework, args.nproc_per_node, gpu_view(os.environ).visible,
-                                            args.platform))
+        early = plan_allreduce(framework, args.nproc_per_node, gpu_view(os.environ).visible, args.platform)
+        too_many = _too_many(early)
         if too_many:
             return _usage_error(too_many)
-    suite.checks = probe_checks(expect)
+        ranks = local_ranks(early.world, early.gpus)  # every emulated replica runs on this machine
+    suite.checks = probe_checks({**expect, "local_ranks": ranks, "platform": args.platform})
     plan = None if framework == "none" else plan_allreduce(framework, args.nproc_per_node, gpus_seen(suite.checks),
                                                           args.platform)
     too_many = _too_many(plan) if plan else None
     if too_many:  # the gpu check found GPUs nvidia-smi did not list (libcuda's count)
         return _usage_error(too_many)
     suite.replicas = plan.replicas if plan else 1
-    suite.checks += allreduce_checks(expect, plan, args.platform, args.timeout)
+    suite.checks += _unless_short(suite.checks, expect, plan, args.platform, args.timeout)
     if args.os_fixes:
         suite.checks.append(os_fixes_check(waivers))
     for line in probe.summary_lines([{"name": c.name, "status": c.status, "reason": c.reason}

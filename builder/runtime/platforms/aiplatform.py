@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 
 from ..contract import AIPLATFORM
+from ..shm import NodeShm
 from ..topology_spec import CLUSTER_SPEC, TF_CONFIG, Job, ReplicaSpec
 from . import tfconfig
 
@@ -19,6 +20,12 @@ STARTS = None  # the launcher starts them (TensorFlow: one per replica)
 PORT = tfconfig.PORT
 NO_TF_CONFIG: str | None = None  # it runs TensorFlow
 NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
+#: Its /dev/shm (`shm.NodeShm`): a ReplicaConfig has no field for it and AI Platform states no size.
+SHM = NodeShm(default=None, default_said="not documented: AI Platform Training stated no /dev/shm size",
+              setting=None,
+              source="ml.v1.json's ReplicaConfig has no such field; "
+                     "https://github.com/GoogleCloudPlatform/cloudml-samples/issues/451 (DataLoader workers died of "
+                     "a bus error: insufficient shm, and no docker run flag to give)")
 SIDE_ROLES = ("ps", "evaluator")  # the roles outside the all-reduce group it has
 #: The one platform whose TF_CONFIG may say ``master``: a replay takes ``use_chief_in_tf_config`` for it only.
 CHIEF_IN_TF_CONFIG_OPTIONAL = True

@@ -44,6 +44,7 @@ from dataclasses import replace
 from types import ModuleType
 
 from ..contract import AZUREML, MPI
+from ..shm import NodeShm
 from ..world import ClusterError, ClusterInfo, format_address, host, integer, local_world, node_role, port, present, \
     require, split_address
 from ..frameworks import TENSORFLOW
@@ -65,6 +66,12 @@ DEFAULT_MASTER_PORT = 6105  # the pytorch distribution's MASTER_PORT, and the mp
 PORT = DEFAULT_MASTER_PORT  # what a replay gives where the job names none
 NO_TF_CONFIG: str | None = None  # it runs TensorFlow
 NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
+#: Its /dev/shm (`shm.NodeShm`): the command job's resources.shm_size sets it.
+SHM = NodeShm(default=None, default_said="not confirmed here: Microsoft Learn's command job reference lists "
+              "resources.shm_size, its default not re-read",
+              setting="the command job's resources.shm_size (<number><b|k|m|g>; trainimg spec writes it)",
+              source="https://learn.microsoft.com/azure/machine-learning/reference-yaml-job-command (resources); "
+                     "azure-ai-ml's JobResourceConfiguration.shm_size, which its load_job reads")
 SINGLE_NODE_PORT = 54965  # the mpi cheatsheet's port on one node
 VARIABLES = (*MARKERS, *MPI_MASTERS)
 RECOGNISED = VARIABLES  # what `platforms.VARIABLES` gathers

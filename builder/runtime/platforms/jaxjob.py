@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..contract import JAXJOB
+from ..shm import POD, NodeShm
 from ..world import ClusterInfo, below, host, integer, node_role, port, present, require
 from ..topology_spec import OPERATOR_ENV, Job, ReplicaSpec, node_spec
 
@@ -17,6 +18,7 @@ STARTS = None  # the launcher starts them
 PORT = 6666  # the Training Operator's JAXJob default port
 NO_TF_CONFIG: str | None = "a JAXJob gives TensorFlow no TF_CONFIG"  # why TensorFlow is refused
 NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
+SHM: NodeShm = POD  # its /dev/shm: a pod's (`shm.POD`)
 REQUIRED = ("COORDINATOR_ADDRESS", "COORDINATOR_PORT", "NUM_PROCESSES", "PROCESS_ID")
 RECOGNISED = REQUIRED  # what `platforms.VARIABLES` gathers
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..contract import JOBSET
+from ..shm import POD, NodeShm
 from ..world import DEFAULT_MASTER_PORT, ClusterInfo, below, format_address, host, integer, node_role, port, present, \
     require
 from ..topology_spec import Job, ReplicaSpec, node_spec
@@ -25,6 +26,7 @@ NO_TF_CONFIG: str | None = None  # it runs TensorFlow
 NOT_EMULATED: str | None = (  # why selftest cannot emulate it on 127.0.0.1: its hosts are DNS names, not variables
     "a JobSet's pods reach each other by DNS names (<jobset>-<job>-<i>-<pod>.<subdomain>) that no emulation can "
     "point at 127.0.0.1; run `trainimg test --platform jobset`, or `selftest --cluster` in the JobSet")
+SHM: NodeShm = POD  # its /dev/shm: a pod's (`shm.POD`)
 REPLICATED_JOB = "node"  # the one replicatedJob of trainimg's JobSet manifest
 INDEX = "JOB_COMPLETION_INDEX"  # Kubernetes' own, in every Indexed Job pod (TrainJob's too)
 # name -> the pod label the manifest copies into it (None: a value the manifest writes)

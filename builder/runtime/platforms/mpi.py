@@ -47,6 +47,7 @@ import re
 from collections.abc import Mapping
 
 from ..contract import MPI
+from ..shm import NODE_OWN, NodeShm
 from ..hostfile import read_hostfile
 from ..world import DEFAULT_MASTER_ADDR, DEFAULT_MASTER_PORT, ClusterError, ClusterInfo, below, format_address, \
     host, integer, node_role, port, present, require, split_address
@@ -63,6 +64,9 @@ STARTS = Starts(PLATFORM)  # mpirun starts every rank
 PORT = DEFAULT_MASTER_PORT
 NO_TF_CONFIG: str | None = "mpirun gives TensorFlow no TF_CONFIG"  # why TensorFlow is refused
 NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
+#: Its /dev/shm (`shm.NodeShm`): mpirun's ranks run on the node (Kubeflow's MPI runtime: pods, the POD row).
+SHM = NodeShm(default=None, default_said=f"{NODE_OWN} (under Kubeflow Trainer's MPI runtime: a pod's, see the "
+              "Kubernetes platforms)", setting=None, source="tmpfs(5); Open MPI's mpirun starts ranks as host processes")
 RANK, SIZE, LOCAL_RANK, LOCAL_SIZE = RANKS = ("OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE",
                                               "OMPI_COMM_WORLD_LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_SIZE")
 HNP_URI = "OMPI_MCA_orte_hnp_uri"  # "<jobid>.0;tcp://<mpirun's addresses>:<port>": set only under mpirun

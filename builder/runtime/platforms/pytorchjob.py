@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..contract import PYTORCHJOB
+from ..shm import POD, NodeShm
 from ..world import ClusterError, ClusterInfo, below, host, integer, node_role, port, present, require
 from .starts import SAYS, Starts
 from ..topology_spec import OPERATOR_ENV, Job, ReplicaSpec, node_spec
@@ -22,6 +23,7 @@ STARTS = Starts(SAYS)  # PET_NPROC_PER_NODE
 PORT = 23456  # the Training Operator's PyTorchJob default port
 NO_TF_CONFIG: str | None = "a PyTorchJob gives TensorFlow no TF_CONFIG"  # why TensorFlow is refused
 NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
+SHM: NodeShm = POD  # its /dev/shm: a pod's (`shm.POD`)
 REQUIRED = ("MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "PET_NNODES")
 OPTIONAL = ("PET_NODE_RANK", "PET_NPROC_PER_NODE", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 RECOGNISED = (*REQUIRED, *OPTIONAL)  # what `platforms.VARIABLES` gathers

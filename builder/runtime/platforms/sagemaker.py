@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..contract import SAGEMAKER
+from ..shm import NodeShm
 from ..world import ClusterError, ClusterInfo, format_address, host, integer, node_role, present, require
 import posixpath
 from ..topology_spec import Job, ReplicaSpec
@@ -49,6 +50,12 @@ NO_TF_CONFIG: str | None = None  # it runs TensorFlow
 NOT_EMULATED: str | None = (  # why selftest cannot emulate it on 127.0.0.1: its hosts are names, not variables
     "SageMaker's hosts are the names algo-1..algo-N its resourceconfig.json lists, which no emulation can point at "
     "127.0.0.1; run `trainimg test --platform sagemaker`, or `selftest --cluster` in the job")
+#: Its /dev/shm (`shm.NodeShm`): a CreateTrainingJob request has no field for it and AWS states no size.
+SHM = NodeShm(default=None, default_said="not documented: SageMaker states no /dev/shm size for training containers",
+              setting=None,
+              source="botocore's CreateTrainingJob model has no such field; "
+                     "https://github.com/aws/sagemaker-python-sdk/issues/937 and "
+                     "https://github.com/aws/sagemaker-pytorch-training-toolkit/issues/117 (no --shm-size to give)")
 BASE_DIR_VARIABLE = "SAGEMAKER_BASE_DIR"  # sagemaker_training.environment.BASE_PATH_ENV
 DEFAULT_BASE_DIR = "/opt/ml"  # sagemaker_training.environment.SAGEMAKER_BASE_PATH
 RESOURCE_CONFIG = "input/config/resourceconfig.json"  # under the base dir

@@ -35,6 +35,7 @@ import random
 from collections.abc import Callable, Mapping
 
 from ..contract import SLURM
+from ..shm import NODE_OWN, NodeShm
 from ..hostlist import expand, expand_counts
 from ..world import ClusterError, ClusterInfo, below, format_address, host, integer, node_role, port, present, \
     require, split_address
@@ -49,6 +50,12 @@ PORT = None  # derived from the job id, as SlurmClusterResolver and the launcher
 PORT_REFUSED = "derives its ports from the job id: pass job_id, not port"  # a replay given a port
 NO_TF_CONFIG: str | None = None  # it runs TensorFlow
 NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
+#: Its /dev/shm (`shm.NodeShm`): srun's tasks run on the node (or in containers that share its /dev).
+SHM = NodeShm(default=None, default_said=f"{NODE_OWN}; srun's tasks share it (pyxis/enroot and apptainer keep the "
+              "host's /dev/shm; trainimg's docker runtime runs each task with --ipc host)",
+              setting=None,
+              source="tmpfs(5) (size: half of RAM by default); Apptainer's and enroot's default mounts (not re-read "
+                     "here); trainimg's jobs/slurm.py passes --ipc host")
 REQUIRED = ("SLURM_JOB_ID", "SLURM_PROCID", "SLURM_NTASKS", "SLURM_NODEID", "SLURM_LOCALID", "SLURM_STEP_NODELIST")
 TASK_COUNTS = ("SLURM_STEP_TASKS_PER_NODE", "SLURM_TASKS_PER_NODE", "SLURM_NTASKS_PER_NODE")
 RENDEZVOUS = ("MASTER_ADDR", "MASTER_PORT")  # optional: a job script's own choice wins

@@ -9,6 +9,7 @@ TensorFlow to where they give it no TF_CONFIG (``TENSORFLOW_HOME``).
 from __future__ import annotations
 
 from ..contract import TFJOB
+from ..shm import POD, NodeShm
 from ..topology_spec import TF_CONFIG, Job, ReplicaSpec, tf_config_json
 from ..world import format_address
 from . import tfconfig
@@ -19,6 +20,7 @@ STARTS = None  # the launcher starts them (TensorFlow: one per replica)
 PORT = tfconfig.PORT  # the TFJob's default port
 NO_TF_CONFIG: str | None = None  # it runs TensorFlow
 NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
+SHM: NodeShm = POD  # its /dev/shm: a pod's (`shm.POD`)
 SIDE_ROLES = ("ps", "evaluator")  # the roles outside the all-reduce group it has
 #: Where a platform that gives TensorFlow no TF_CONFIG sends a TensorFlow job (`topology.refusal`).
 TENSORFLOW_HOME = "Training Operator v1 TFJob"

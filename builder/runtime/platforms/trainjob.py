@@ -15,6 +15,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 from ..contract import TRAINJOB
+from ..shm import POD, NodeShm
 from ..world import DEFAULT_MASTER_PORT, ClusterError, ClusterInfo, below, format_address, host, integer, node_role, \
     port, present, require, split_address
 from ..frameworks import JAX as JAX_FRAMEWORK
@@ -27,6 +28,7 @@ STARTS = Starts(TORCHRUN, unless=(JAX_FRAMEWORK,))  # the torch runtime's comman
 PORT = DEFAULT_MASTER_PORT  # Trainer's ContainerTrainerPort
 NO_TF_CONFIG: str | None = "Kubeflow Trainer v2 has no TensorFlow runtime"  # why TensorFlow is refused
 NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
+SHM: NodeShm = POD  # its /dev/shm: a pod's (`shm.POD`)
 TRAINER_NODE = "node"  # kubeflow/trainer pkg/constants Node: the trainer's replicatedJob (and container)
 TORCH = ("PET_NNODES", "PET_NODE_RANK", "PET_MASTER_ADDR", "PET_MASTER_PORT")
 TORCH_OPTIONAL = ("PET_NPROC_PER_NODE",)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 
 from ..contract import UAI
+from ..shm import NodeShm
 from ..topology_spec import TF_CONFIG, Job, ReplicaSpec, tf_config_json
 from ..world import format_address
 from . import tfconfig
@@ -22,6 +23,9 @@ PORT = tfconfig.PORT
 PORTS_USED = 2  # a node's ps listens on port + 1: the highest port a job may name is 65535 - 1
 NO_TF_CONFIG: str | None = None  # it runs TensorFlow
 NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
+#: Its /dev/shm (`shm.NodeShm`): nothing found that UAI Train documents about it.
+SHM = NodeShm(default=None, default_said="not documented: no UAI Train page found that states a size",
+              setting=None, source="searched 2026-11-27; no UCloud UAI Train document on /dev/shm found")
 SIDE_ROLES = ("ps",)  # the roles outside the all-reduce group it has
 PS_PER_NODE = True  # a ps runs beside each node (default: one per node, at most one per node)
 SHARED_OUTPUT = "/data/output"  # the folder every replica shares (UAI's UFS), which a replay mounts from the host

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 
 from ..contract import VERTEX, VERTEX_POOLS
+from ..shm import NodeShm
 from ..topology_spec import CLUSTER_SPEC, Job, ReplicaSpec
 from . import tfconfig
 
@@ -21,6 +22,12 @@ STARTS = None  # the launcher starts them (TensorFlow: one per replica)
 PORT = tfconfig.PORT
 NO_TF_CONFIG: str | None = None  # it runs TensorFlow
 NOT_EMULATED: str | None = None  # selftest emulates it on 127.0.0.1
+#: Its /dev/shm (`shm.NodeShm`): a CustomJob has no field for it and Vertex AI states no size.
+SHM = NodeShm(default=None, default_said="not documented: Vertex AI states no /dev/shm size for a CustomJob's containers",
+              setting=None,
+              source="Vertex AI's v1 WorkerPoolSpec and ContainerSpec messages have no such field; "
+                     "https://github.com/googleapis/python-aiplatform/issues/3434 (NCCL on several GPUs of a "
+                     "CustomJob failed for want of shared memory; the API gives no --shm-size)")
 SIDE_ROLES = ("ps", "evaluator")  # the roles outside the all-reduce group it has
 POOLS = {role: pool for pool, role in VERTEX_POOLS.items()}  # role -> its workerpool
 
