@@ -361,3 +361,38 @@ def test_diff_of_a_variants_two_architectures_says_so(tmp_path):
     d = diff_images(load_side(engine, "lock:v", lock), load_side(engine, "lock:v@arm64", lock))
     assert d["architecture"] == {"a": "amd64", "b": "arm64"} and not d["same"]
     assert "architecture: amd64 -> arm64" in render_diff(d).splitlines()
+
+
+def test_a_signed_release_of_an_index_signs_each_manifest_and_the_index():
+    """`release --sign-key` of a variant of two architectures: each architecture's manifest (its own lock and
+    Dockerfile in the provenance) and the index the tag names; a kept architecture's manifest and its index too."""
+    from memory_engine import MemoryEngine
+
+    from trainimg.engine.base import ImageInfo
+    from trainimg.imagebuild.builder import VariantBuild
+    from trainimg.publish.push import PushResult
+    from trainimg.publish.signing import release_images
+    from trainimg.publish.skip import Decision
+    from trainimg.registry.references import RegistryTarget
+
+    recipes = load_recipes(ROOT / "recipes")
+    name, tag = "jax-0.10.2-cpu-py3.11", "trainimg/jax:0.10.2-cpu-py3.11"
+    engine = MemoryEngine(images={"local/debian:bookworm": ImageInfo("sha256:" + "1" * 64, {}),
+                                  "local/debian:bookworm-arm64": ImageInfo("sha256:" + "2" * 64, {})})
+    target = RegistryTarget.parse("localhost:5000/team")
+    digests = {"amd64": "sha256:" + "a" * 64, "arm64": "sha256:" + "b" * 64, "index": "sha256:" + "c" * 64}
+    builds = [VariantBuild(name, local_tag(tag, arch), "sha256:" + "d" * 64, 1, 1.0, 1, 0, [], base, [], {},
+                           dockerfile="sha256:" + "e" * 64, arch=arch, variant_tag=tag)
+              for arch, base in (("amd64", "local/debian:bookworm"), ("arm64", "local/debian:bookworm-arm64"))]
+    pushed = {tag: PushResult(f"localhost:5000/team/{tag}", digests["index"], 0, 1, index=True,
+                              manifests={"amd64": digests["amd64"], "arm64": digests["arm64"]})}
+    signed = release_images(engine, recipes, ROOT, target, builds, pushed, [], "2026-01-01T00:00:00Z")
+    assert [(s.repository, s.digest, s.arch) for s in signed] == [
+        ("team/trainimg/jax", digests["amd64"], "amd64"), ("team/trainimg/jax", digests["arm64"], "arm64"),
+        ("team/trainimg/jax", digests["index"], "amd64")]
+    assert [r.name for r in signed[1].made_from] == ["recipes/jax.yaml", f"images/{name}/arm64/Dockerfile"]
+    assert signed[1].base_digest == "sha256:" + "2" * 64
+    kept = Decision(name, tag, True, "unchanged", digest=digests["arm64"], arch="arm64", tag_digest=digests["index"])
+    again = release_images(engine, recipes, ROOT, target, builds[:1], {tag: pushed[tag]}, [kept], "t")
+    assert {(s.digest, s.arch) for s in again} == {(digests["amd64"], "amd64"), (digests["index"], "amd64"),
+                                                   (digests["arm64"], "arm64")}

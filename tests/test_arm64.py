@@ -252,7 +252,8 @@ def test_one_architecture_failing_its_gate_pushes_nothing(small: tuple[Small, su
 def test_stage_jobs_per_architecture_then_promote_put_the_index_together(
         small: tuple[Small, subprocess.CompletedProcess[str]], tmp_path: Path) -> None:
     """What `trainimg ci` writes for native arm64 runners: a stage job per architecture, each pushing its manifest by
-    digest and writing its part; promote refuses while a part is missing, then puts the index under the tag."""
+    digest and writing its part; promote refuses while a part is missing, then puts the index under the tag, each
+    manifest and the index signed by `--sign-key` (`verify REF --key` accepts the tag and each digest)."""
     s, first = small
     assert first.returncode == 0, first.stderr[-3000:]
     parts = tmp_path / "lock.d"
@@ -268,14 +269,25 @@ def test_stage_jobs_per_architecture_then_promote_put_the_index_together(
                          "--username", s.registry.username, "--lock", str(lock), env=s.env, timeout=300)
             assert r.returncode == 1 and f"{SMALL}@arm64: no part" in r.stderr and not lock.exists(), r.stderr
     lock = tmp_path / "promoted.lock"
+    key = tmp_path / "release"  # promote signs each architecture's manifest and the index it puts together
+    signing = {**s.env, "TRAINIMG_SIGN_PASSWORD": "arm64-test"}
+    r = trainimg("trust", "keygen", "--output-key-prefix", str(key), env=signing, timeout=120)
+    assert r.returncode == 0, r.stderr
     r = trainimg("--recipes", str(s.recipes), "promote", str(parts), SMALL, "--registry", s.registry.host,
-                 "--username", s.registry.username, "--lock", str(lock), env=s.env, timeout=300)
+                 "--username", s.registry.username, "--lock", str(lock), "--sign-key", f"{key}.key", env=signing,
+                 timeout=300)
     assert r.returncode == 0, r.stderr
     index = s.get(VERSION, INDEX_TYPE)
+    index_digest = index.headers["Docker-Content-Digest"]
     held = {m["platform"]["architecture"]: m["digest"] for m in index.json()["manifests"]}
     entries = read_lock(lock)
     assert {e.arch: e.manifest for e in entries.values()} == held
-    assert {d for e in entries.values() for d in e.pushed.values()} == {index.headers["Docker-Content-Digest"]}
+    assert {d for e in entries.values() for d in e.pushed.values()} == {index_digest}
+    assert sum(line.startswith("signed: ") for line in r.stdout.splitlines()) == 3, r.stdout
+    for ref in (f"{s.registry.host}/{s.repo}:{VERSION}", *(f"{s.registry.host}/{s.repo}@{d}" for d in held.values())):
+        checked = trainimg("verify", ref, "--key", f"{key}.pub", "--username", s.registry.username, env=s.env,
+                           timeout=300)
+        assert checked.returncode == 0, (ref, checked.stdout, checked.stderr)
 
 
 # -- containerd of its own -----------------------------------------------------------------------------------------

@@ -134,9 +134,14 @@ def release_images(engine: Engine, recipes: RecipeSet, root: Path, target: Regis
     # A variant of several architectures: its tag names the index of their manifests, signed as well.
     indexes = [Signed(target.repository(split_tag(tag)[0]), r.digest, started=started, finished=finished)
                for tag, r in pushed.items() if r.index]
-    kept_ = [*(Signed(target.repository(split_tag(d.tag)[0]), digest,
-                      d.entry.base_digest if d.entry is not None else None, arch=d.arch)
-               for d in kept for digest in (d.digest, d.tag_digest) if digest)]
+    kept_ = []
+    for d in kept:
+        repository = target.repository(split_tag(d.tag)[0])
+        if d.digest:
+            kept_.append(Signed(repository, d.digest, d.entry.base_digest if d.entry is not None else None,
+                                arch=d.arch))
+        if d.tag_digest and d.tag_digest != d.digest and d.tag not in pushed:  # its index, not pushed anew
+            kept_.append(Signed(repository, d.tag_digest))
     return [*built, *indexes, *kept_]
 
 
