@@ -165,6 +165,10 @@ class TestOptions:
     nproc_per_node: int = 1
     structure_tests: tuple[Path, ...] = ()  # teams' container-structure-test configs (conformance/structure.py)
     shm_size: int | None = None  # bytes of /dev/shm each container gets; None: what the platform gives (runtime/shm.py)
+    # Also check the OS packages against the release's security suite (conformance/osfixes.py), pending fixes judged
+    # with the committed `waivers` (the audit's file).
+    os_fixes: bool = False
+    waivers: Path | None = None
 
     def __post_init__(self) -> None:
         IntLimit(1, 1 << 50).check(1 if self.shm_size is None else self.shm_size, "--shm-size", " bytes")  # or None

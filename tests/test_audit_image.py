@@ -1,5 +1,6 @@
-"""The audit where images are: the OS check of the in-image gate (a real apt against the release's security suite,
-from a container of the session's CPU image), and a build whose audit waived a finding carrying it in its SBOM.
+"""The audit where images are: the OS check of the in-image gate and of the host's (`trainimg test --os-fixes`; a
+real apt against the release's security suite, from a container of the session's CPU image), and a build whose
+audit waived a finding carrying it in its SBOM.
 
 Two container runs of the CPU image and one build of a small variant (framework none, certifi 2022.12.7, on the
 session's base: its python stage is the CPU variants' own, cached); the image is removed after.
@@ -13,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import docker
+import yaml
 from conftest import LOCAL_BASE, trainimg
 from test_audit import ALLOWANCE, VARIANT, db, team, waivers  # noqa: F401 - fixtures shared with the audit's tests
 
@@ -34,7 +36,7 @@ def run_in(client: docker.DockerClient, image: str, out: Path, *args: str) -> tu
 
 
 def test_the_gate_lists_pending_os_fixes_and_waivers_gate_them(cpu_image: str, client: docker.DockerClient,
-                                                               tmp_path: Path) -> None:
+                                                               tmp_path: Path, state_env: dict[str, str]) -> None:
     code, logs = run_in(client, cpu_image, tmp_path, "os-fixes")
     result = json.loads(logs.strip().splitlines()[-1])
     assert result["name"] == CHECK_NAME and result["details"]["suite"] == "bookworm-security", logs
@@ -51,6 +53,18 @@ def test_the_gate_lists_pending_os_fixes_and_waivers_gate_them(cpu_image: str, c
     checks = {c["name"]: c for c in json.loads((tmp_path / "r.json").read_text())["suites"][0]["checks"]}
     assert code == 0 and checks[CHECK_NAME]["status"] == "passed", logs[-2000:]
     assert all(f["state"] == "waived" for f in checks[CHECK_NAME]["details"]["findings"])
+    # The host's gate (`trainimg test --os-fixes`), the committed YAML waivers file: the same judgement.
+    waived = tmp_path / "waivers.yaml"
+    waived.write_text(yaml.safe_dump({"waivers": json.loads((tmp_path / "w.json").read_text())}))
+    r = trainimg("test", cpu_image, "--replicas", "1", "--os-fixes", "--waivers", str(waived), "--json",
+                 str(tmp_path / "gate.json"), env=state_env, timeout=600)
+    gate = {c["name"]: c for c in json.loads((tmp_path / "gate.json").read_text())["suites"][0]["checks"]}
+    assert r.returncode == 0 and gate[CHECK_NAME]["status"] == "passed", r.stderr[-2000:]
+    assert sorted(f["package"] for f in gate[CHECK_NAME]["details"]["findings"]) == sorted(
+        f["package"] for f in pending)
+    if pending:  # without the waivers the host's gate fails, naming the check
+        r = trainimg("test", cpu_image, "--replicas", "1", "--os-fixes", env=state_env, timeout=600)
+        assert r.returncode == 1 and CHECK_NAME in r.stderr.strip().splitlines()[-1], r.stderr[-2000:]
 
 
 def test_a_waived_finding_is_in_the_built_images_sbom(team: Path, db: Path, tmp_path: Path,  # noqa: F811

@@ -41,6 +41,10 @@ def test_flags(fn: Callback) -> Callback:
                      type=click.Path(path_type=Path),
                      help="A container-structure-test config your team keeps; each of its tests becomes a check "
                           "of the gate. Repeatable."),
+        click.option("--os-fixes", "os_fixes", is_flag=True,
+                     help="Also check the image's OS packages against its release's security suite (one container "
+                          "that reaches the OS mirror): a published fix not applied fails, unless --waivers waives "
+                          "it (its id is the suite, e.g. bookworm-security)."),
     ]):
         fn = deco(fn)
     return fn
@@ -83,17 +87,21 @@ def _built_on(engine: Engine, images: list[tuple[str, str | None, str]], given: 
               help="The /dev/shm each container gets, as docker run --shm-size writes it (64m, 1g): a node's size "
                    "replayed. Default: what the platform gives the job trainimg spec writes (1 GiB per local rank "
                    "from two ranks on; the table in runtime/shm.py and the platform modules).")
+@click.option("--waivers", type=click.Path(path_type=Path), default=None, metavar="FILE",
+              help="With --os-fixes: the committed waivers (the audit's YAML file) its pending fixes are judged by.")
 @json_option("The conformance report")
 @progress_option("each check and each replica's output")
 @pass_ctx
 def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: int, timeout: float,
              junit_path: str | None, structure_tests: tuple[Path, ...], base_image: tuple[str, ...],
-             arches: tuple[str, ...], shm_size: str | None, json_path: str | None, progress: str) -> None:
+             arches: tuple[str, ...], os_fixes: bool, shm_size: str | None, waivers: Path | None,
+             json_path: str | None, progress: str) -> None:
     """Run conformance checks and the multi-container all-reduce on IMAGE, or on a VARIANT's image of each
     architecture it is built for (another architecture's under emulation where the host registered one).
 
     Starts containers of the image on the Docker engine (one network per run, removed after), with the
-    platform's environment; reaches no registry. With --base-image, each image must have been built on that base.
+    platform's environment; reaches no registry (with --os-fixes one container reaches the OS's mirror). With
+    --base-image, each image must have been built on that base.
 
     \b
     Examples:
@@ -102,6 +110,7 @@ def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: i
       trainimg test trainimg/pytorch:2.13.0-cpu-py3.11 --platform slurm --replicas 4 --json report.json
       trainimg test IMAGE --junit report.xml --structure-tests team-checks.yaml
       trainimg test IMAGE --platform pytorchjob --nproc-per-node 2 --shm-size 64m
+      trainimg test IMAGE --os-fixes --waivers waivers.yaml
     """
     from ..pipeline import test_images
     from ..runtime.shm import parse_size
@@ -110,8 +119,10 @@ def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: i
         shm = None if shm_size is None else parse_size(shm_size)
     except ValueError as err:
         raise UserInputError(str(err), where="--shm-size") from None
+    if waivers is not None and not os_fixes:
+        raise UserInputError("the waivers are read by --os-fixes: add it", where="--waivers")
     opts = TestOptions(platform=platform, replicas=replicas, timeout=timeout, nproc_per_node=nproc_per_node,
-                       structure_tests=structure_tests, shm_size=shm)
+                       structure_tests=structure_tests, shm_size=shm, os_fixes=os_fixes, waivers=waivers)
     images = [i for i in variant_images(c, image) if not arches or i[2] in arches]
     if not images:
         raise UserInputError(f"{image} is not built for {' or '.join(arches)}", where="--arch")
@@ -243,7 +254,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
             ca_bundle: Path | None,
             wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str, jobs: int,
             cache_from: tuple[str, ...], installer: str, platform: str, replicas: int, nproc_per_node: int,
-            timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], registry: str,
+            timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], os_fixes: bool, registry: str,
             username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None,
             rebuild: bool, stage: bool, lock_dir: str, upload: str, advisories: str | None, waivers: Path | None,
             max_age: int, skip_audit: bool, sign_key: Path | None) -> None:
@@ -258,6 +269,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
       trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --lock images.lock --advisories osv/
       trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d --advisories https://osv.internal
       trainimg release pytorch-2.13.0-cpu-py3.11 --registry ghcr.io/team --skip-audit --sign-key release.key
+      trainimg release --all --registry ghcr.io/team --advisories osv/ --waivers waivers.yaml --os-fixes
     """
     from ..pipeline import release as run_release
     from ..registry.references import RegistryTarget
@@ -268,7 +280,8 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
     opts = ReleaseOptions(build=_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from,
                                                installer, arches),
                           test=TestOptions(platform=platform, replicas=replicas, timeout=timeout,
-                                           nproc_per_node=nproc_per_node, structure_tests=structure_tests),
+                                           nproc_per_node=nproc_per_node, structure_tests=structure_tests,
+                                           os_fixes=os_fixes, waivers=waivers),
                           lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir, upload=upload,
                           audit=release_audit(audit_options(advisories, waivers, max_age, skip_audit)),
                           sign_key=sign_key)

@@ -10,7 +10,9 @@ Two parts, both run by the in-image runtime (`builder.runtime`, mounted when the
    on every rank. A framework the platform cannot run (TensorFlow without TF_CONFIG) is refused before anything
    starts.
 On machines whose engine has GPUs, the NCCL path runs one container per GPU; elsewhere it is skipped, with the
-reason. A passing run is recorded by image ID: the record is what `push` asks for.
+reason. With `--os-fixes`, a third container (the only one with a way out) looks for the OS packages whose
+security fix is published and not applied (conformance/osfixes.py). A passing run is recorded by image ID: the
+record is what `push` asks for.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ from ..runtime.topology import process_start, refusal, replica_specs
 from ..runtime.verdict import judge_allreduce
 from . import inimage
 from .imageenv import image_env_check
+from .osfixes import os_fixes_check
 from .replicas import ReplicaJob, ReplicaRunner
 from .structure import structure_checks
 
@@ -105,10 +108,13 @@ class Conformance:
         suite.checks.append(image_env_check(info))
         # The in-image checks run in a container of their own beside the replicas' all-reduce: neither reads the
         # other, and a gate waits for the longer of the two, not their sum (a TensorFlow image: 22 s -> 14 s here).
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trainimg-probe") as pool:
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="trainimg-probe") as pool:
             probed = pool.submit(self._probe, info.id, expect, shm)
+            os_fixes = pool.submit(os_fixes_check, self.engine, info.id, opts.waivers) if opts.os_fixes else None
             allreduce = self._allreduce(info.id, expect, opts, shm)
             suite.checks.extend(probed.result())
+            if os_fixes is not None:
+                suite.checks.append(os_fixes.result())
         suite.checks.append(allreduce)
         suite.checks.extend(self._gpu_allreduce(info.id, expect, opts))
         if opts.structure_tests:

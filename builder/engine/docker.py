@@ -46,6 +46,7 @@ def _refusals(what: str) -> Iterator[None]:
 
 
 _T = TypeVar("_T")
+DEFAULT_NETWORK = "bridge"  # Docker's own network, NATed to the outside: an outbound container joins it
 
 
 def _unless_gone(what: str, call: Callable[[], _T]) -> _T | None:
@@ -147,6 +148,8 @@ class DockerEngine(Engine):
             if spec.aliases:
                 kwargs["networking_config"] = {
                     spec.network: self.client.api.create_endpoint_config(aliases=list(spec.aliases))}
+        elif spec.outbound:
+            kwargs["network"] = DEFAULT_NETWORK
         else:
             kwargs["network_mode"] = "none"
         if spec.gpus is not None:
