@@ -33,7 +33,7 @@ from trainimg.jobs.spec import validate
 from trainimg.errors import UserInputError
 from trainimg.jobs.specflags import PLATFORM_FLAGS, SPEC_PLATFORMS, check_options, owners, platform_flags, \
     spec_options
-from trainimg.options import CI_SYSTEMS
+from trainimg.options.ci import CI_SYSTEMS
 from trainimg.recipe.loading import load_recipes
 from trainimg.runtime.contract import CLOUD_PLATFORMS
 from trainimg.runtime.platforms import FORCEABLE, VARIABLES

@@ -23,7 +23,7 @@ from conftest import ROOT
 from trainimg.cli.app import cli, main
 from trainimg.cli.verify import KEY_OPTIONS, verify_cmd
 from trainimg.errors import UserInputError
-from trainimg.options import POLICY_KINDS
+from trainimg.options.trust import POLICY_KINDS
 from trainimg.registry.references import PushedRef
 from trainimg.registry.referrers import fallback_tag
 from trainimg.trust import admission, attached, dsse, keys, provenance, simplesigning

@@ -10,7 +10,8 @@ from pathlib import Path
 import click
 
 from ..errors import UserInputError
-from ..options import CI_SYSTEMS, MATRIX_FORMATS, CiOptions, MatrixOptions, default
+from ..options import default
+from ..options.ci import CI_SYSTEMS, MATRIX_FORMATS, CiOptions, MatrixOptions
 from .context import Callback, Ctx, pass_ctx, write_text
 from .group import TrainimgGroup
 

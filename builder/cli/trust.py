@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 
 from ..errors import UserInputError
-from ..options import POLICY_KINDS, KeygenOptions, PolicyOptions, default
+from ..options import default
+from ..options.trust import POLICY_KINDS, KeygenOptions, PolicyOptions
 from .ci import write_text
 from .context import Ctx, pass_ctx
 from .group import TrainimgGroup

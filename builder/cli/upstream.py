@@ -9,7 +9,8 @@ from pathlib import Path
 import click
 
 from ..errors import CheckFailed, UserInputError
-from ..options import BUMP_MODES, BumpOptions, CompatAddOptions, OutdatedOptions, default
+from ..options import default
+from ..options.upstream import BUMP_MODES, BumpOptions, CompatAddOptions, OutdatedOptions
 from ..options import index_url as chosen_index
 from .context import Ctx, check_writable, credentials, docker_engine, emit_json, json_option, pass_ctx, write_text
 from ..recipe.compat import compat_file

@@ -43,7 +43,7 @@ import yaml
 
 from ..errors import UserInputError
 from ..options import DEFAULT_LOCK_DIR as STAGED_DIR  # `release --stage` writes it, `promote` reads it
-from ..options import CiOptions
+from ..options.ci import CiOptions
 from ..recipe.arches import ARCHES, DEFAULT_ARCH
 from ..recipe.grammar import is_reference
 from ..recipe.variant import RecipeSet, Variant

@@ -19,7 +19,7 @@ from __future__ import annotations
 import shlex
 from typing import Any
 
-from ..options import CiOptions
+from ..options.ci import CiOptions
 
 WORK = ".trainimg-schedule"
 BRANCH = "trainimg/bump-"  # + the CI run's id

@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from ..options import POLICY_KINDS
+from ..options.trust import POLICY_KINDS
 from .provenance import BUILD_TYPE, PREDICATE_TYPE
 from .simplesigning import REPOSITORY_ANNOTATION
 

@@ -24,7 +24,7 @@ from packaging.version import Version
 
 from ..errors import CheckFailed, RecipeError, TrainimgError
 from ..imagebuild.lockcompile import lock_variants
-from ..options import BumpOptions
+from ..options.upstream import BumpOptions
 from ..plan.requirements import LOCK_MARK, lock_path, lock_states, pins
 from ..recipe.compat import Compat, load_compat
 from ..recipe.loading import load_recipes
