@@ -85,7 +85,8 @@ def test_verify_succeeds_with_the_upstream_tag_gone_and_the_mirror_present(
         docker_cli(config, "push", upstream)
         start = time.monotonic()
         r = trainimg("--recipes", str(recipes), "release", NAME, "--registry", f"{registry.host}/trainimg-test",
-                     "--base-image", upstream, "--lock", str(lock), "--replicas", "1", "--progress", "plain", env=env)
+                     "--base-image", upstream, "--lock", str(lock), "--replicas", "1", "--progress", "plain",
+                     "--skip-audit", env=env)
         assert r.returncode == 0, r.stderr[-3000:]
         base = read_lock(lock)[NAME].base_digest
         assert base.startswith(upstream.rsplit(":", 1)[0] + "@sha256:"), base

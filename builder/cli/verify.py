@@ -90,11 +90,9 @@ def verify_rebuilt(c: Ctx, variant: str, registry: str, creds: Any, opts: BuildO
                    lock_path: str | None, *, username: str | None, password_stdin: bool) -> None:
     """`verify VARIANT --registry R` (see the module doc): the no-cache rebuild, on the locked bases when
     `lock_path` is given, compared layer by layer; CheckFailed naming the layers that differ."""
-    from ..audit.vex import document_of_sbom
     from ..imagebuild.builder import Builder
     from ..progress import Progress
     from ..publish.push import reachable_target
-    from ..publish.sbom import parse_sbom, registry_sbom
     from ..publish.verify import compare, registry_image, report_lines
     from ..registry.references import RegistryTarget, split_tag
     from ..registry.registryapi import RegistryAPI
@@ -109,11 +107,7 @@ def verify_rebuilt(c: Ctx, variant: str, registry: str, creds: Any, opts: BuildO
     api = RegistryAPI(reachable_target(engine, target), creds(target, username, password_stdin, c.env))
     name, tag = split_tag(v.tag)
     registry_image(api, target.repository(name), tag, v.arch[0])  # before a long build: anything to compare?
-    # The audit each pushed image's build followed (the variant's and its parents'), read back from its SBOM: the
-    # rebuild's SBOM layers are those.
-    audits = {p.name: document_of_sbom(parse_sbom(registry_sbom(api, p.tag), target.ref(p.tag)))
-              for p in recipes.with_parents([v])}
-    opts = dataclasses.replace(opts, audits=audits)
+    opts = dataclasses.replace(opts, audits={p.name: pushed_audit(api, p.tag) for p in recipes.with_parents([v])})
     if lock_path is not None:
         from ..imagebuild.lockcompile import left_out
         from ..plan.requirements import lock_states
@@ -134,6 +128,21 @@ def verify_rebuilt(c: Ctx, variant: str, registry: str, creds: Any, opts: BuildO
             differing.append(f"{len(verdict.differing)} of {verdict.layers} layers in {verdict.ref} differ")
     if differing:
         raise CheckFailed(f"{v.name}: {'; '.join(differing)} from this checkout's rebuild")
+
+
+def pushed_audit(api: Any, tag: str) -> str:
+    """The audit document the build of the pushed `tag` mounted, read back from the SBOM beside it (the rebuild's
+    SBOM layer is then that one); an image with no SBOM beside it is rebuilt as not audited, which the layer
+    comparison then judges, and stderr says so."""
+    from ..audit.vex import document_of_sbom, document_text
+    from ..publish.sbom import parse_sbom, registry_sbom
+    from ..runtime.contract import NOT_AUDITED
+
+    try:
+        return document_of_sbom(parse_sbom(registry_sbom(api, tag), api.target.ref(tag)))
+    except CheckFailed as exc:
+        click.echo(f"trainimg: {exc.message}: rebuilt as not audited", err=True)
+        return document_text({"state": NOT_AUDITED})
 
 
 #: What `verify REF --key` reads; every other option of the verb is the rebuild's, refused beside `--key`.
