@@ -239,7 +239,11 @@ def test_a_signed_release_signs_what_it_builds_and_what_it_keeps(fleet: Fleet, t
     fleet.env["TRAINIMG_SIGN_PASSWORD"] = PASSWORD
     try:
         code, out, err = fleet.release("--sign-key", str(consumers.ours[0]))
-        # `push --sign-key` of a kept variant's local image to another repository: signed for that repository
+        # `push --sign-key` of a kept variant's local image to another repository: signed for that repository. The
+        # engine's dsk-a may be the build the child's FROM needed (from cache, a new image ID, never tested), and push
+        # sends only a tested image: the team tests it first, as it would.
+        tested = fleet.cli("test", fleet.tag("dsk-a"), "--replicas", "1", "--progress", "quiet")
+        assert tested[0] == 0, tested[2][-3000:]
         pushed = fleet.cli("push", "dsk-a", "--registry", f"{fleet.host}/mirror", "--username", fleet.user,
                            "--sign-key", str(consumers.ours[0]))
     finally:
