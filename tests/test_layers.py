@@ -35,8 +35,12 @@ from trainimg.plan.installer import LOCKS_STAGE
 from trainimg.plan.stages import INSTALLER_STAGE, plans
 from trainimg.engine.docker import DockerEngine
 from trainimg.registry.layerfiles import differences, entries, saved_layer_entries, saved_layers
-from trainimg.registry.blobpush import gzip_layer, push_saved
+from trainimg.registry.blobpush import push_saved
+from trainimg.registry.layerformats import gzip_layer
+from trainimg.registry.layerformats import OCI_MANIFEST, OCI_ZSTD_LAYER
 from trainimg.registry.references import RegistryTarget
+from trainimg.registry.referrers import referrers
+from trainimg.runtime.sbom import MEDIA_TYPE as SBOM_TYPE
 from trainimg.publish.verify import compare
 from trainimg.registry.registryapi import RegistryAPI, sha256_digest
 from trainimg.recipe.loading import load_recipes
@@ -192,9 +196,15 @@ def released(registry: RegistryLogin, state_env: dict[str, str], client: docker.
     r = trainimg("push", TEST_VARIANT, "--registry", target, "--username", registry.username, env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     api = RegistryAPI(RegistryTarget.parse(target), {"username": registry.username, "password": registry.password})
-    yield {"env": env, "target": target, "layers": layers, "api": api}
+    yield {"env": env, "target": target, "layers": layers, "api": api, "digest": pushed_digest(r.stdout)}
     remove_image(client, f"{target}/{CPU_TAG}")
     remove_image(client, CPU_TAG)
+
+
+def pushed_digest(stdout: str) -> str:
+    """The manifest digest `trainimg push` of one variant says it pushed."""
+    (digest,) = re.findall(r"^pushed \S+@(sha256:[0-9a-f]{64}) \(", stdout, re.M)
+    return str(digest)
 
 
 def verify(released: dict[str, Any], registry: RegistryLogin) -> subprocess.CompletedProcess[str]:
@@ -212,15 +222,47 @@ def test_push_upload_client_sends_no_layer_the_registry_holds(released: dict[str
     assert re.search(r"^pushed \S+@sha256:[0-9a-f]{64} \(0 bytes uploaded\)$", r.stdout, re.M), r.stdout
 
 
+def test_a_zstd_push_goes_beside_with_its_sbom(released: dict[str, Any], registry: RegistryLogin,
+                                               client: docker.DockerClient) -> None:
+    """`push --compression zstd` into a repository of its own (gzip consumers keep theirs): an OCI manifest of
+    `tar+zstd` layers, its SBOM beside it as a referrer of that manifest. (Before `verify`'s rebuild, as above.)"""
+    zstd = f"{released['target']}/zstd"
+    r = trainimg("push", TEST_VARIANT, "--registry", zstd, "--username", registry.username, "--compression", "zstd",
+                 env=released["env"], timeout=900)
+    remove_image(client, f"{zstd}/{CPU_TAG}")  # the name the push gave the image
+    assert r.returncode == 0, r.stderr[-3000:]
+    digest = pushed_digest(r.stdout)
+    api = replace(released["api"], target=RegistryTarget.parse(zstd))
+    repository = api.target.repository(CPU_TAG.split(":")[0])
+    body, media_type, _ = api.manifest_json(repository, digest)
+    assert media_type == OCI_MANIFEST and {m["mediaType"] for m in json.loads(body)["layers"]} == {OCI_ZSTD_LAYER}
+    assert digest != released["digest"] and referrers(api, repository, digest, SBOM_TYPE)
+
+
 def test_a_cold_rebuild_verifies_identical_layer_for_layer(released: dict[str, Any], registry: RegistryLogin,
                                                            client: docker.DockerClient) -> None:
-    """The core of the issue: two builds without cache give the same digest for every layer (and `verify`,
-    rebuilding with no cache, says so, exit 0)."""
+    """The core of the issue: two builds without cache give the same digest for every layer and, the client having
+    pushed the config with fixed times, the same config digest (and `verify`, rebuilding with no cache, says so from
+    the digests, exit 0)."""
     r = verify(released, registry)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     count = len(released["layers"])
-    assert count >= 7 and f": identical, {count} of {count} layers" in r.stdout
+    assert count >= 7 and f": identical, {count} of {count} layers: the rebuild's config is the registry's" in r.stdout
     assert client.api.inspect_image(CPU_TAG)["RootFS"]["Layers"] == released["layers"]
+
+
+def test_two_cold_builds_push_one_digest(released: dict[str, Any], registry: RegistryLogin,
+                                         client: docker.DockerClient) -> None:
+    """The contract of issue 47: two `build --no-cache` of a CPU variant, each tested and pushed by `trainimg push` to
+    a fresh repository, give the same manifest digest (the first: the module's release; the second: `verify`'s
+    rebuild above, tested and pushed here)."""
+    r = trainimg("test", TEST_VARIANT, "--replicas", "2", "--progress", "quiet", env=released["env"], timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    r = trainimg("push", TEST_VARIANT, "--registry", f"{released['target']}/again", "--username", registry.username,
+                 env=released["env"], timeout=900)
+    remove_image(client, f"{released['target']}/again/{CPU_TAG}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert pushed_digest(r.stdout) == released["digest"]
 
 
 def test_no_layer_deletes_a_file_of_a_lower_one(released: dict[str, Any], client: docker.DockerClient,
