@@ -24,6 +24,7 @@ from trainimg.runtime.cluster import parse_cluster
 from trainimg.runtime.expect import expectations, image_labels
 from trainimg.runtime.probe import CHECK_NAMES
 from trainimg.runtime.selftest import NOT_EMULATED, local_replicas, plan_allreduce
+from trainimg.runtime.shm import size_for
 from trainimg.runtime.topology import PLATFORMS
 
 JUNIT_XSD = ROOT / "builder" / "conformance" / "data" / "junit.xsd"
@@ -144,12 +145,15 @@ def images(client: docker.DockerClient, cpu_images: dict[str, str]) -> Iterator[
 def selftest(client: docker.DockerClient, image: str, out: Path, *args: str,
              environment: dict[str, str] | None = None, command: list[str] | None = None,
              volumes: dict[str, dict[str, str]] | None = None) -> tuple[int, str]:
-    """``trainimg-runtime selftest ARGS`` (or `command`) in a fresh container of `image`; /out is `out`."""
+    """``trainimg-runtime selftest ARGS`` (or `command`) in a fresh container of `image`; /out is `out`. The
+    container gets the /dev/shm a node set up as ``trainimg spec`` writes it gives two local ranks (the ``shm``
+    check's floor; tests/test_node_gate.py is the one with Docker's 64 MiB)."""
     out.mkdir(parents=True, exist_ok=True)
     container = client.containers.run(image, command or ["trainimg-runtime", "selftest", *args], detach=True,
                                       entrypoint=[], volumes={str(out): {"bind": "/out", "mode": "rw"},
                                                               **(volumes or {})},
-                                      environment=environment or {}, labels={"trainimg.test": "1"})
+                                      environment=environment or {}, labels={"trainimg.test": "1"},
+                                      shm_size=size_for(2))
     try:
         code = container.wait(timeout=600)["StatusCode"]
         return code, container.logs().decode("utf-8", "replace")

@@ -133,7 +133,7 @@ def verify_rebuilt(c: Ctx, variant: str, registry: str, creds: Any, opts: BuildO
 def pushed_audit(api: Any, tag: str) -> str:
     """The audit document the build of the pushed `tag` mounted, read back from the SBOM beside it (the rebuild's
     SBOM layer is then that one); an image with no SBOM beside it is rebuilt as not audited, which the layer
-    comparison then judges, and stderr says so."""
+    comparison then judges; stdout says so beside the comparison (stderr keeps its one line: the failed check)."""
     from ..audit.vex import document_of_sbom, document_text
     from ..publish.sbom import parse_sbom, registry_sbom
     from ..runtime.contract import NOT_AUDITED
@@ -141,7 +141,7 @@ def pushed_audit(api: Any, tag: str) -> str:
     try:
         return document_of_sbom(parse_sbom(registry_sbom(api, tag), api.target.ref(tag)))
     except CheckFailed as exc:
-        click.echo(f"trainimg: {exc.message}: rebuilt as not audited", err=True)
+        click.echo(f"{exc.message}: rebuilt as not audited")
         return document_text({"state": NOT_AUDITED})
 
 
