@@ -28,6 +28,7 @@ from conftest_registry import RegistryLogin
 from trainimg.engine.docker import DockerEngine
 from trainimg.publish.lockedbases import cache_sources
 from trainimg.publish.lockfile import LockEntry
+from trainimg.publish.indexpush import push_index
 from trainimg.publish.push import push
 from trainimg.registry.imageconfig import INLINE_CACHE_KEY, with_build_caches
 from trainimg.registry.references import RegistryTarget
@@ -148,6 +149,16 @@ def test_the_client_pushes_the_cache_beside_the_image_and_buildkit_reads_it(
         for ref in refs:  # each read (a step of its own, DONE), none failed (an error block naming it)
             assert f"importing cache manifest from {ref}\n" in again.stderr, again.stderr[-3000:]
             assert f"> importing cache manifest from {ref}:" not in again.stderr, again.stderr[-3000:]
+        # An index (a variant of several architectures): each architecture's cache, as an index of its own beside.
+        indexed = push_index(DockerEngine(client), f"{name}:{version}-index", [(tag, "amd64")], target, creds)
+        caches = json.loads(api.manifest_json(name, f"{version}-index.buildcache")[0])  # type: ignore[index]
+        assert [m["platform"]["architecture"] for m in caches["manifests"]] == ["amd64"]
+        assert caches["manifests"][0]["digest"] != indexed.manifests["amd64"]
+        refs = with_build_caches((target.ref(f"{name}:{version}-index"),))
+        again = subprocess.run([*build, *(f"--cache-from={r}" for r in refs), str(tmp_path)], env=env, text=True,
+                               capture_output=True)
+        assert again.returncode == 0 and f"> importing cache manifest from {refs[1]}:" not in again.stderr, \
+            again.stderr[-3000:]
     finally:
         for ref in (tag, f"{registry.host}/{tag}"):
             try:

@@ -68,6 +68,7 @@ class PushResult:
     upload: str = field(default="", compare=False)
     manifests: Mapping[str, str] = field(default_factory=dict, compare=False)
     index: bool = field(default=False, compare=False)
+    cache: str = field(default="", compare=False)  # the client's build cache manifest beside the image ("": none)
 
 
 def _classify_stream_error(message: str, host: str, credentials: dict[str, str] | None) -> RegistryError:
@@ -169,9 +170,10 @@ def auto_upload(api: RegistryAPI, tag: str, layers: Iterable[str], siblings: Ite
 
 def _attempt_client(engine: Engine, api: RegistryAPI, tag: str, image_id: str, pushed: dict[str, int],
                     siblings: Iterable[str], known: dict[str, tuple[str, int, str]] | None,
-                    untagged: bool = False, compression: Compression = DEFAULT_COMPRESSION) -> str:
+                    untagged: bool = False, compression: Compression = DEFAULT_COMPRESSION) -> tuple[str, str]:
     """One push through the registry client: the layers the registry lacks, the config, the manifest (under the
-    tag, or by its digest alone when `untagged`: one architecture's image of an index)."""
+    tag, or by its digest alone when `untagged`: one architecture's image of an index); (its digest, the digest of
+    the build cache's manifest beside it or "")."""
     name, tag_part = split_tag(tag)
     repository = api.target.repository(name)
     api.check_access()
@@ -182,7 +184,7 @@ def _attempt_client(engine: Engine, api: RegistryAPI, tag: str, image_id: str, p
     if missing:
         raise Transient(f"registry {api.target.host} lacks {len(missing)} blob(s) of {tag} after the push, "
                         f"e.g. {missing[0]}")
-    return result.digest
+    return result.digest, result.cache
 
 
 def reachable_target(engine: Engine, target: RegistryTarget) -> RegistryTarget:
@@ -264,11 +266,11 @@ def push(
         try:
             if upload == AUTO_UPLOAD:  # decided once, inside the retries: asking the registry can fail as a push can
                 upload, known = auto_upload(api, tag, image.layers, siblings, compression)
-            digest = (_attempt_client(engine, api, tag, image.id, pushed, siblings, known, untagged, compression)
-                      if upload == CLIENT_UPLOAD else _attempt(engine, api, tag, pushed, on_progress))
+            digest, cache = (_attempt_client(engine, api, tag, image.id, pushed, siblings, known, untagged, compression)
+                             if upload == CLIENT_UPLOAD else (_attempt(engine, api, tag, pushed, on_progress), ""))
         except Transient as exc:
             _wait(exc, attempts, retries, backoff, on_progress)
             continue
         log.info("pushed %s (%s) in %d attempt(s)", ref, digest, attempts)
         return PushResult(ref=ref, digest=digest, bytes_uploaded=sum(pushed.values()), attempts=attempts,
-                          upload=upload)
+                          upload=upload, cache=cache)

@@ -10,7 +10,8 @@ disk, not a second copy of a 10 GB image); the layers the registry lacks are com
 zstd (layerformats.py), so an unchanged layer compresses to the same blob on every machine; then the image config
 with the build's clock times fixed and without the inline cache (imageconfig.py: one input, one digest), and the
 manifest (Docker schema 2 for gzip, OCI for zstd). The build cache goes beside it as a manifest of its own, the same
-layers and the config with the cache, under `<tag>.buildcache` (by digest only for an untagged image). A base
+layers and the config with the cache, under `<tag>.buildcache` (by digest only for one architecture of an index,
+whose caches publish/indexpush.py puts in an index of their own under that tag). A base
 image copied by digest (upstream/mirror.py) keeps its config's exact bytes: `exact_config`.
 """
 
@@ -131,7 +132,7 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
     body = _put_image(api, repository, fmt, config if exact_config else image_config(config), layers)
     result.digest = api.put_manifest(repository, tag if tagged else sha256_digest(body), body, fmt.manifest)
     result.compressed_bytes = sum(int(layer["size"]) for layer in layers)
-    with_cache = None if exact_config or not tagged else cache_config(config)  # an index names no cache
+    with_cache = None if exact_config else cache_config(config)
     if with_cache is not None:
         cache = _put_image(api, repository, fmt, with_cache, layers)
         result.cache = api.put_manifest(repository, cache_tag(tag) if tagged else sha256_digest(cache), cache,
