@@ -67,6 +67,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--coldstart", metavar="IMAGE", nargs="+",
                         help="measure only cold_import_ratio on these built images (benchmarks/coldstart.py); "
                              "writes reports/bench-coldstart.json")
+    parser.add_argument("--nodestart", metavar="IMAGE", nargs="+",
+                        help="measure only node_start_zstd_vs_gzip on these built images (benchmarks/nodestart.py: "
+                             "containerd of its own, gzip and zstd pushes); writes reports/bench-nodestart.json")
     parser.add_argument("--arm64", action="store_true",
                         help="measure only the arm64 figures (benchmarks/arm64.py: the JAX CPU variant's arm64 build "
                              "and gate under emulation against amd64's); writes reports/bench-arm64.json")
@@ -93,6 +96,10 @@ def main(argv: list[str] | None = None) -> int:
         from coldstart import measure_images
         return figures_only(FAMILY["coldstart"].figures, "--coldstart", lambda b: measure_images(b, args.coldstart),
                             ROOT / "reports" / "bench-coldstart.json", {"images": args.coldstart}, keep_images=True)
+    if args.nodestart:
+        from nodestart import measure_images as measure_starts
+        return figures_only(FAMILY["nodestart"].figures, "--nodestart", lambda b: measure_starts(b, args.nodestart),
+                            ROOT / "reports" / "bench-nodestart.json", {"images": args.nodestart}, keep_images=True)
     if args.arm64:
         return figures_only(FAMILY["arm64"].figures, "--arm64", FAMILY["arm64"].run, ROOT / "reports" / "bench-arm64.json",
                             {}, keep_images=False)

@@ -46,6 +46,8 @@ FIGURES: tuple[Figure, ...] = (
            "one extra pin changed: variants built or skipped other than exactly that one and its children"),
     Figure("cold_import_ratio", 0.5, "ratio",
            "first framework import in a fresh container / the same with the image's .pyc deleted (worst CPU image)"),
+    Figure("node_start_zstd_vs_gzip", 0.9, "ratio",
+           "`ctr images pull` to the end of the framework's import on a fresh containerd, zstd-3 / gzip-6 (worst CPU image)"),
     Figure("audit_s_per_variant", 5.0, "s",
            "seconds `trainimg audit` adds per variant (every pin of the shipped locks, PyPA database folder)"),
     Figure("sign_s_per_variant", 1.0, "s",

@@ -155,6 +155,7 @@ def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], sui
 
     pushed = push_immutable(engine, builds, target, credentials, gate=policy.gate, on_pushed=pushed_with_sbom,
                             kept=sorted({d.tag for d in kept.values()}), upload=opts.upload,
+                            compression=opts.compression,
                             kept_manifests=_kept_manifests(kept.values()), index=not opts.stage,
                             on_manifest=pushed_with_sbom, indexed=indexed)
     digests = {**{d.tag: d.tag_digest or d.digest for d in kept.values() if d.digest},

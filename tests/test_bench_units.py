@@ -37,7 +37,8 @@ def test_figure_names_are_the_contract() -> None:
         "matrix_build_ratio", "noop_rebuild_ratio", "pin_change_rebuild_ratio", "size_vs_naive", "size_overhead",
         "allreduce_4_vs_1", "repush_bytes", "render_ms_per_variant", "ci_rebuild_ratio", "uv_vs_pip",
         "uv_vs_pip_warm", "reproducible_package_diffs", "ci_noop_release", "ci_noop_layer_bytes", "ci_one_change",
-        "cold_import_ratio", "audit_s_per_variant", "sign_s_per_variant", "arm64_build_ratio", "arm64_gate_ratio",
+        "cold_import_ratio", "node_start_zstd_vs_gzip", "audit_s_per_variant", "sign_s_per_variant",
+        "arm64_build_ratio", "arm64_gate_ratio",
         "arm64_layer_diffs")
 
 

@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import base64
 import json
+import os
+import subprocess
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -23,10 +25,15 @@ import requests
 from conftest import LOCAL_BASE, cpu_recipe, trainimg
 from conftest_registry import RegistryLogin
 
+from trainimg.engine.docker import DockerEngine
 from trainimg.publish.lockedbases import cache_sources
 from trainimg.publish.lockfile import LockEntry
+from trainimg.publish.indexpush import push_index
+from trainimg.publish.push import push
+from trainimg.registry.imageconfig import INLINE_CACHE_KEY, with_build_caches
+from trainimg.registry.references import RegistryTarget
+from trainimg.registry.registryapi import RegistryAPI
 
-INLINE_CACHE_KEY = "moby.buildkit.cache.v0"  # where BuildKit's inline cache exporter writes into the image config
 
 
 def test_release_cache_sources_are_the_previous_pushes() -> None:
@@ -109,3 +116,52 @@ def test_pushed_image_carries_inline_cache_and_serves_a_rebuild(private_build: t
     assert rebuilt["manifest"] == built["manifest"]
     print(f"cache rebuild ratio (not asserted; local BuildKit cache also present): "
           f"{rebuilt['seconds']:.1f} s / {built['seconds']:.1f} s = {rebuilt['seconds'] / built['seconds']:.3f}")
+
+
+def test_the_client_pushes_the_cache_beside_the_image_and_buildkit_reads_it(
+        client: docker.DockerClient, registry: RegistryLogin, docker_cli: str, tmp_path: Path) -> None:
+    """trainimg's client pushes the image config without the inline cache (it lists the engine's other builds: not a
+    function of the inputs) and the cache beside it under `<tag>.buildcache`, the same layers; a build given
+    `--cache-from` the image (as `trainimg build` expands it: registry/imageconfig.with_build_caches) imports both."""
+    run = uuid.uuid4().hex[:12]
+    (tmp_path / "Dockerfile").write_text(f"FROM {LOCAL_BASE}\nRUN echo {run} > /cached\n", encoding="utf-8")
+    tag = f"trainimg-test/clientcache:{run}"
+    env = {**os.environ, "DOCKER_BUILDKIT": "1", "DOCKER_CONFIG": str(tmp_path / "docker")}
+    build = [docker_cli, "build", "--progress", "plain", "--build-arg", "BUILDKIT_INLINE_CACHE=1", "-t", tag]
+    try:
+        subprocess.run([*build, str(tmp_path)], env=env, check=True, capture_output=True)
+        target = RegistryTarget.parse(registry.host)
+        creds = {"username": registry.username, "password": registry.password}
+        pushed = push(DockerEngine(client), tag, target, tag, credentials=creds)
+        api = RegistryAPI(target, creds)
+        name, version = tag.split(":")
+        image, cache = (json.loads(api.manifest_json(name, t)[0])  # type: ignore[index]
+                        for t in (version, f"{version}.buildcache"))
+        assert INLINE_CACHE_KEY not in json.loads(api.blob(name, image["config"]["digest"]))
+        assert INLINE_CACHE_KEY in json.loads(api.blob(name, cache["config"]["digest"]))
+        assert cache["layers"] == image["layers"] and pushed.digest == api.remote_digest(name, version)
+        subprocess.run([docker_cli, "login", registry.host, "-u", registry.username, "--password-stdin"],
+                       input=registry.password, text=True, env=env, check=True, capture_output=True)
+        refs = with_build_caches((target.ref(tag),))
+        again = subprocess.run([*build, *(f"--cache-from={r}" for r in refs), str(tmp_path)], env=env, text=True,
+                               capture_output=True)
+        assert again.returncode == 0, again.stderr[-3000:]
+        for ref in refs:  # each read (a step of its own, DONE), none failed (an error block naming it)
+            assert f"importing cache manifest from {ref}\n" in again.stderr, again.stderr[-3000:]
+            assert f"> importing cache manifest from {ref}:" not in again.stderr, again.stderr[-3000:]
+        # An index (a variant of several architectures): each architecture's cache, as an index of its own beside.
+        indexed = push_index(DockerEngine(client), f"{name}:{version}-index", [(tag, "amd64")], target, creds)
+        caches = json.loads(api.manifest_json(name, f"{version}-index.buildcache")[0])  # type: ignore[index]
+        assert [m["platform"]["architecture"] for m in caches["manifests"]] == ["amd64"]
+        assert caches["manifests"][0]["digest"] != indexed.manifests["amd64"]
+        refs = with_build_caches((target.ref(f"{name}:{version}-index"),))
+        again = subprocess.run([*build, *(f"--cache-from={r}" for r in refs), str(tmp_path)], env=env, text=True,
+                               capture_output=True)
+        assert again.returncode == 0 and f"> importing cache manifest from {refs[1]}:" not in again.stderr, \
+            again.stderr[-3000:]
+    finally:
+        for ref in (tag, f"{registry.host}/{tag}"):
+            try:
+                client.api.remove_image(ref, force=True)
+            except docker.errors.NotFound:
+                pass

@@ -35,8 +35,12 @@ from trainimg.plan.installer import LOCKS_STAGE
 from trainimg.plan.stages import INSTALLER_STAGE, plans
 from trainimg.engine.docker import DockerEngine
 from trainimg.registry.layerfiles import differences, entries, saved_layer_entries, saved_layers
-from trainimg.registry.blobpush import gzip_layer, push_saved
+from trainimg.registry.blobpush import push_saved
+from trainimg.registry.layerformats import gzip_layer
+from trainimg.registry.layerformats import OCI_MANIFEST, OCI_ZSTD_LAYER
 from trainimg.registry.references import RegistryTarget
+from trainimg.registry.referrers import referrers
+from trainimg.runtime.sbom import MEDIA_TYPE as SBOM_TYPE
 from trainimg.publish.verify import compare
 from trainimg.registry.registryapi import RegistryAPI, sha256_digest
 from trainimg.recipe.loading import load_recipes
@@ -192,9 +196,15 @@ def released(registry: RegistryLogin, state_env: dict[str, str], client: docker.
     r = trainimg("push", TEST_VARIANT, "--registry", target, "--username", registry.username, env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     api = RegistryAPI(RegistryTarget.parse(target), {"username": registry.username, "password": registry.password})
-    yield {"env": env, "target": target, "layers": layers, "api": api}
+    yield {"env": env, "target": target, "layers": layers, "api": api, "digest": pushed_digest(r.stdout)}
     remove_image(client, f"{target}/{CPU_TAG}")
     remove_image(client, CPU_TAG)
+
+
+def pushed_digest(stdout: str) -> str:
+    """The manifest digest `trainimg push` of one variant says it pushed."""
+    (digest,) = re.findall(r"^pushed \S+@(sha256:[0-9a-f]{64}) \(", stdout, re.M)
+    return str(digest)
 
 
 def verify(released: dict[str, Any], registry: RegistryLogin) -> subprocess.CompletedProcess[str]:
@@ -212,15 +222,50 @@ def test_push_upload_client_sends_no_layer_the_registry_holds(released: dict[str
     assert re.search(r"^pushed \S+@sha256:[0-9a-f]{64} \(0 bytes uploaded\)$", r.stdout, re.M), r.stdout
 
 
+def test_a_zstd_push_goes_beside_with_its_sbom(released: dict[str, Any], registry: RegistryLogin,
+                                               client: docker.DockerClient) -> None:
+    """`push --compression zstd` into a repository of its own (gzip consumers keep theirs): an OCI manifest of
+    `tar+zstd` layers, its SBOM beside it as a referrer of that manifest. (Before `verify`'s rebuild, as above.)"""
+    zstd = f"{released['target']}/zstd"
+    r = trainimg("push", TEST_VARIANT, "--registry", zstd, "--username", registry.username, "--compression", "zstd",
+                 env=released["env"], timeout=900)
+    remove_image(client, f"{zstd}/{CPU_TAG}")  # the name the push gave the image
+    assert r.returncode == 0, r.stderr[-3000:]
+    digest = pushed_digest(r.stdout)
+    api = replace(released["api"], target=RegistryTarget.parse(zstd))
+    repository = api.target.repository(CPU_TAG.split(":")[0])
+    body, media_type, _ = api.manifest_json(repository, digest)
+    assert media_type == OCI_MANIFEST and {m["mediaType"] for m in json.loads(body)["layers"]} == {OCI_ZSTD_LAYER}
+    assert digest != released["digest"] and referrers(api, repository, digest, SBOM_TYPE)
+
+
 def test_a_cold_rebuild_verifies_identical_layer_for_layer(released: dict[str, Any], registry: RegistryLogin,
                                                            client: docker.DockerClient) -> None:
-    """The core of the issue: two builds without cache give the same digest for every layer (and `verify`,
-    rebuilding with no cache, says so, exit 0)."""
+    """The core of the issue: two builds without cache give the same digest for every layer and, the client having
+    pushed the config with fixed times, the same config digest (and `verify`, rebuilding with no cache, says so from
+    the digests, exit 0)."""
     r = verify(released, registry)
     assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
     count = len(released["layers"])
-    assert count >= 7 and f": identical, {count} of {count} layers" in r.stdout
+    assert count >= 7 and f": identical, {count} of {count} layers: the rebuild's config is the registry's" in r.stdout
     assert client.api.inspect_image(CPU_TAG)["RootFS"]["Layers"] == released["layers"]
+
+
+def test_two_cold_builds_push_one_digest(released: dict[str, Any], registry: RegistryLogin,
+                                         client: docker.DockerClient) -> None:
+    """The contract of issue 47: two `build --no-cache` of a CPU variant, each tested and pushed by `trainimg push` to
+    a fresh repository, give the same manifest digest (the first: the module's release; the second: `verify`'s
+    rebuild above, tested and pushed here)."""
+    r = trainimg("test", TEST_VARIANT, "--replicas", "2", "--progress", "quiet", env=released["env"], timeout=900)
+    assert r.returncode == 0, r.stderr[-3000:]
+    again = f"{released['target']}/again"
+    r = trainimg("push", TEST_VARIANT, "--registry", again, "--username", registry.username, env=released["env"],
+                 timeout=900)
+    remove_image(client, f"{again}/{CPU_TAG}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert pushed_digest(r.stdout) == released["digest"]
+    sent = re.search(r"\((\d+) bytes uploaded\)", r.stdout)
+    released["again"] = (again, int(sent.group(1)) if sent else 0)  # the next test's fresh repository
 
 
 def test_no_layer_deletes_a_file_of_a_lower_one(released: dict[str, Any], client: docker.DockerClient,
@@ -240,23 +285,23 @@ def test_no_layer_deletes_a_file_of_a_lower_one(released: dict[str, Any], client
 
 def test_the_client_push_sends_only_the_layers_the_registry_lacks(released: dict[str, Any]) -> None:
     """A runner with an empty engine: the rebuilt image's layers are all in the registry (the release pushed
-    them), so pushing it under another tag sends none; into a repository that has none it sends every layer,
-    and a second push nothing. The registry then holds the same diff IDs as the engine (`compare`)."""
+    them), so pushing it under another tag sends none; into a repository that had none (the push of the test
+    above) it sent every layer, and a second push sends nothing. The registry then holds the same image as the
+    engine (`compare`: the same config digest)."""
     api = released["api"]
     name, tag = CPU_TAG.split(":")
     repository = api.target.repository(name)
     again = push_saved(DockerEngine(), CPU_TAG, api, repository, f"{tag}-client", also_known=[tag])
     assert (again.uploaded, again.bytes_uploaded) == ([], 0)
-    fresh = api.target.repository(f"{name}-fresh{uuid.uuid4().hex[:6]}")
-    first = push_saved(DockerEngine(), CPU_TAG, api, fresh, tag)
-    # every distinct layer once: the empty layers of the groups a CPU lock does not fill are one blob
-    assert len(first.uploaded) == len(set(released["layers"])) and first.layers == len(released["layers"])
-    assert 100_000_000 < first.bytes_uploaded <= first.compressed_bytes
-    second = push_saved(DockerEngine(), CPU_TAG, api, fresh, tag)
-    assert (second.uploaded, second.digest) == ([], first.digest)  # deterministic gzip: the same blobs, manifest
+    prefix, first_bytes = released["again"]
+    fresh_api = replace(api, target=RegistryTarget.parse(prefix))
+    fresh = fresh_api.target.repository(name)
+    second = push_saved(DockerEngine(), CPU_TAG, fresh_api, fresh, tag)
+    assert 100_000_000 < first_bytes <= second.compressed_bytes and second.layers == len(released["layers"])
+    assert (second.uploaded, second.digest) == ([], released["digest"])  # deterministic: the same blobs, manifest
     verdict = compare(DockerEngine(), replace(api, target=replace(api.target, prefix="")), CPU_TAG,
                       f"{fresh}:{tag}")
-    assert verdict.identical, verdict
+    assert verdict.identical and verdict.config, verdict
 
 
 def test_a_layer_another_repository_holds_is_mounted_not_sent(released: dict[str, Any]) -> None:

@@ -20,7 +20,7 @@ from conftest_registry import RegistryLogin
 from faultproxy import FaultProxy
 from trainimg.engine.docker import DockerEngine
 from trainimg.errors import RegistryError, UserInputError
-from trainimg.options import CLIENT_UPLOAD, ENGINE_UPLOAD
+from trainimg.options import AUTO_UPLOAD, CLIENT_UPLOAD, DEFAULT_UPLOAD, ENGINE_UPLOAD
 from trainimg.registry.credentials import resolve_credentials
 from trainimg.registry.localregistry import LocalRegistry
 from trainimg.publish.push import (
@@ -164,17 +164,20 @@ def test_push_then_push_again(registry_client: docker.DockerClient, registry: Re
 
 def test_auto_pushes_a_first_image_by_the_engine_and_a_repush_by_the_client(
         registry_client: docker.DockerClient, registry: RegistryLogin, registry_image: Callable[[], str]) -> None:
-    """`--upload auto` (the default): a repository that holds nothing of the image gets the engine's streamed push;
-    the same image again (an empty CI runner re-releasing), or a team's image whose layers a sibling repository
-    holds, goes through the client, which sends nothing the registry has."""
+    """`--upload auto`: a repository that holds nothing of the image gets the engine's streamed push; the same image
+    again (an empty CI runner re-releasing), or a team's image whose layers a sibling repository holds, goes through
+    the client, which sends nothing the registry has. (The default is the client: one digest for one input.)"""
+    assert DEFAULT_UPLOAD == CLIENT_UPLOAD
     image_id, target = registry_image(), RegistryTarget.parse(registry.host)
     run = f"auto{time.monotonic_ns() % 10**8}"
-    first = push(DockerEngine(registry_client), image_id, target, f"trainimg/{run}:v1", credentials=_creds(registry))
+    first = push(DockerEngine(registry_client), image_id, target, f"trainimg/{run}:v1", credentials=_creds(registry),
+                 upload=AUTO_UPLOAD)
     assert first.upload == ENGINE_UPLOAD and first.bytes_uploaded > 1_000_000
-    again = push(DockerEngine(registry_client), image_id, target, f"trainimg/{run}:v1", credentials=_creds(registry))
+    again = push(DockerEngine(registry_client), image_id, target, f"trainimg/{run}:v1", credentials=_creds(registry),
+                 upload=AUTO_UPLOAD)
     assert (again.upload, again.bytes_uploaded) == (CLIENT_UPLOAD, 0)
     team = push(DockerEngine(registry_client), image_id, target, f"team/{run}:v1", credentials=_creds(registry),
-                siblings=[f"trainimg/{run}:v1"])
+                siblings=[f"trainimg/{run}:v1"], upload=AUTO_UPLOAD)
     assert (team.upload, team.bytes_uploaded) == (CLIENT_UPLOAD, 0)
     assert missing_blobs(target, f"team/{run}:v1", _creds(registry)) == []
 

@@ -9,7 +9,9 @@ from typing import TYPE_CHECKING
 import click
 
 from ..errors import CheckFailed, UserInputError
-from ..options import DEFAULT_UPLOAD, NPROC_PER_NODE, REPLICAS, UPLOADS, ReleaseOptions, TestOptions, default
+from ..options import (DEFAULT_UPLOAD, NPROC_PER_NODE, REPLICAS, UPLOADS, ReleaseOptions, TestOptions,
+                       check_transport, default)
+from ..options.compression import DEFAULT_COMPRESSION, Compression
 from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
 from .context import (STDOUT, Callback, Ctx, credentials, docker_engine, emit_json, image_ref, json_option, note,
@@ -153,12 +155,20 @@ upload_flag = click.option(
          "else the engine.")
 
 
+compression_flag = click.option(
+    "--compression", "compression", metavar="gzip|zstd[:LEVEL]", default=str(DEFAULT_COMPRESSION), show_default=True,
+    help="How trainimg's registry client writes the layers it sends: gzip (every runtime pulls it), or zstd at LEVEL "
+         "1-19 (default 3), which unpacks faster but only containerd >= 1.5, Docker >= 23 and CRI-O pull (Docker "
+         "20.10 fails after the download): push it under a repository of its own (--registry HOST/PREFIX).")
+
+
 def _gate(policy: PushPolicy, image_id: str, ref: str) -> None:
     policy.gate(image_id, ref)
 
 
 def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str, username: str | None,
-          password_stdin: bool, upload: str = DEFAULT_UPLOAD, sign_key: Path | None = None) -> list[PushResult]:
+          password_stdin: bool, upload: str = DEFAULT_UPLOAD, sign_key: Path | None = None,
+          compression: Compression = DEFAULT_COMPRESSION) -> list[PushResult]:
     """Push each (tag, [(local tag, architecture)]): one image under its tag, or, for a variant built for more
     than amd64, each architecture's image and the index of them (publish/indexpush.py). With a key, each image
     pushed is signed (for an index: the index and each architecture's manifest)."""
@@ -190,12 +200,12 @@ def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str
         others = [t for t in siblings if t != tag]
         if needs_index(arch for _, arch in images if arch):
             result = push_index(engine, tag, images, target, creds, gate=policy.gate, siblings=others,
-                                on_manifest=pushed)
+                                on_manifest=pushed, compression=compression)
             signed = [(local, result.manifests[arch]) for local, arch in images if arch in result.manifests]
         else:
             local = images[0][0]
             result = push(engine, local, target, tag, credentials=creds, upload=upload, siblings=others,
-                          gate=functools.partial(_gate, policy, ref=local))
+                          gate=functools.partial(_gate, policy, ref=local), compression=compression)
             signed = []
         pushed(tag, result)
         if sign is not None:
@@ -209,10 +219,11 @@ def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str
 @click.argument("variants", nargs=-1, required=True)
 @registry_flags
 @upload_flag
+@compression_flag
 @sign_key_option
 @pass_ctx
 def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | None, password_stdin: bool,
-             upload: str, sign_key: Path | None) -> None:
+             upload: str, compression: str, sign_key: Path | None) -> None:
     """Push variants' images to <registry>/<tag>; refuses images without a passing conformance record.
 
     Reaches the registry (and pushes each image's SBOM beside it); reads each SBOM from the image in a
@@ -225,9 +236,12 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
       echo "$TOKEN" | trainimg push 'pytorch-*' --registry ghcr.io/team --username bot --password-stdin
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --upload engine
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --sign-key cosign.key
+      trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000/zstd --compression zstd:3
     """
+    how = Compression.parse(compression)  # a bad level fails before anything is read or sent
+    check_transport(upload, how)
     groups = [(image_ref(c, v)[0], [(local, arch) for local, _, arch in variant_images(c, v)]) for v in variants]
-    _push(c, groups, registry, username, password_stdin, upload, sign_key)
+    _push(c, groups, registry, username, password_stdin, upload, sign_key, how)
 
 
 @click.command()
@@ -247,6 +261,7 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
 @click.option("--lock-dir", "lock_dir", metavar="DIR", default=default(ReleaseOptions, "lock_dir"), show_default=True,
               help="Where --stage writes <variant>.json.")
 @upload_flag
+@compression_flag
 @audit_flags
 @sign_key_option
 @pass_ctx
@@ -256,8 +271,8 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
             cache_from: tuple[str, ...], installer: str, platform: str, replicas: int, nproc_per_node: int,
             timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], os_fixes: bool, registry: str,
             username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None,
-            rebuild: bool, stage: bool, lock_dir: str, upload: str, advisories: str | None, waivers: Path | None,
-            max_age: int, skip_audit: bool, sign_key: Path | None) -> None:
+            rebuild: bool, stage: bool, lock_dir: str, upload: str, compression: str, advisories: str | None,
+            waivers: Path | None, max_age: int, skip_audit: bool, sign_key: Path | None) -> None:
     """Build, test, then push every named variant, only if all of them passed; skip unchanged ones.
 
     Audits every pin first (--advisories, as `trainimg audit`; or --skip-audit, recorded), then reaches the
@@ -283,6 +298,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
                                            nproc_per_node=nproc_per_node, structure_tests=structure_tests,
                                            os_fixes=os_fixes, waivers=waivers),
                           lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir, upload=upload,
+                          compression=Compression.parse(compression),
                           audit=release_audit(audit_options(advisories, waivers, max_age, skip_audit)),
                           sign_key=sign_key)
     creds = credentials(target, username, password_stdin, c.env)

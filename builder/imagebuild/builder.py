@@ -31,6 +31,7 @@ from ..recipe.compat import Compat, load_compat
 from ..engine.base import BuildRequest, Engine
 from ..errors import UserInputError
 from ..options import BuildOptions, LockOptions
+from ..registry.imageconfig import with_build_caches
 from ..plan.stages import (
     BASE_ARG,
     CA_SECRET,
@@ -267,7 +268,7 @@ class Builder:
                    UV_CONF_SECRET: write_secret(secrets_dir, UV_CONF_SECRET, uv_conf(lines, self.env))}
         if opts.ca_bundle:
             secrets[CA_SECRET] = opts.ca_bundle
-        return dict(context=ctx, secrets=secrets, network_host=served, cache_from=opts.cache_from,
+        return dict(context=ctx, secrets=secrets, network_host=served, cache_from=with_build_caches(opts.cache_from),
                     no_cache=opts.no_cache)
 
     def _build_parents(self, plans: list[Plan], files: Mapping[str, Path], opts: BuildOptions,

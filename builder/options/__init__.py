@@ -15,6 +15,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from ..errors import UserInputError
+from .compression import DEFAULT_COMPRESSION, Compression
 from ..runtime.contract import DEFAULT_PLATFORM, DEFAULT_TEST_TIMEOUT, PLATFORMS, TEST_TIMEOUT_RANGE
 from ..runtime.platforms import FORCEABLE
 
@@ -143,14 +144,15 @@ class AuditOptions:
         return bool(self.advisories)
 
 
-# Who sends an image's layers on `push`: the engine (`docker push`), or trainimg's registry client, which sends only
-# the layers the registry lacks whatever the engine remembers (registry/blobpush.py); `auto`, the default, asks the
-# registry first: the client when the registry (the tag, the release's other images) holds a layer of the image,
-# as on a CI runner that starts empty and re-releases (Docker 20.10 would send the whole image, 3.1 GB for a GPU
-# variant), else the engine, which streams a first push without staging a copy of the image.
+# Who sends an image's layers on `push`: trainimg's registry client (the default), which sends only the layers the
+# registry lacks whatever the engine remembers (registry/blobpush.py) and pushes the image config with fixed times, so
+# two builds of the same inputs push one digest (registry/imageconfig.py); the engine (`docker push`), which streams
+# a first push without dockerd staging a copy of the image for `docker save` (the client's source: ~6 GB beside a
+# GPU image) but pushes BuildKit 0.8's clock times, a new digest per build, and gzip only; `auto`: the engine when
+# the registry holds no layer of the image (the tag, the release's other images), else the client.
 AUTO_UPLOAD, ENGINE_UPLOAD, CLIENT_UPLOAD = "auto", "engine", "client"
 UPLOADS = (AUTO_UPLOAD, ENGINE_UPLOAD, CLIENT_UPLOAD)
-DEFAULT_UPLOAD = AUTO_UPLOAD
+DEFAULT_UPLOAD = CLIENT_UPLOAD
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -281,6 +283,7 @@ class ReleaseOptions:
     stage: bool = False
     lock_dir: str = DEFAULT_LOCK_DIR
     upload: str = DEFAULT_UPLOAD  # who sends the layers (`--upload`): the engine, or trainimg's registry client
+    compression: Compression = DEFAULT_COMPRESSION  # `--compression`: how the client writes the layers it sends
     sign_key: Path | None = None  # `--sign-key`: sign and attest what is pushed, before any tag moves
 
     def __post_init__(self) -> None:
@@ -290,6 +293,14 @@ class ReleaseOptions:
             raise UserInputError("--lock-dir is where --stage writes its parts: add --stage", where="--lock-dir")
         if self.upload not in UPLOADS:
             raise UserInputError(f"{self.upload!r}: use {' or '.join(UPLOADS)}", where="--upload")
+        check_transport(self.upload, self.compression)
+
+
+def check_transport(upload: str, compression: Compression) -> None:
+    """The engine writes gzip only: zstd goes through the client (`auto` picks it)."""
+    if upload == ENGINE_UPLOAD and compression != DEFAULT_COMPRESSION:
+        raise UserInputError(f"the engine's push writes gzip only; {compression} goes through trainimg's registry "
+                             "client: drop --upload engine", where="--compression")
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -17,6 +17,7 @@ from ..engine.base import Engine
 from ..errors import RegistryError
 from ..options import CLIENT_UPLOAD
 from ..recipe.arches import ARCHES
+from ..registry.imageconfig import cache_tag
 from ..registry.imageindex import INDEX_TYPE, Platformed, index_body
 from ..registry.references import RegistryTarget, split_tag
 from ..registry.registryapi import RegistryAPI
@@ -39,14 +40,19 @@ def push_index(engine: Engine, tag: str, images: list[tuple[str, str]], target: 
     api = RegistryAPI(reachable_target(engine, target), credentials)
     repository = target.repository(split_tag(tag)[0])
     manifests = dict(kept or {})
+    caches: dict[str, str] = {}
     sent = 0
     for local, arch in images:
         one = push_manifest(engine, local, arch, tag, target, credentials, gate, siblings, **push_kwargs)
         manifests[arch] = one.digest
+        caches.update({arch: one.cache} if one.cache else {})
         sent += one.bytes_uploaded
         if on_manifest is not None:
             on_manifest(local, one)
-    return put_index(api, repository, tag, manifests, sent)
+    result = put_index(api, repository, tag, manifests, sent)
+    if caches:  # the build caches of the architectures pushed now, as one index beside (imageconfig.cache_tag)
+        put_index(api, repository, cache_tag(tag), caches)
+    return result
 
 
 def push_architectures(engine: Engine, tag: str, images: list[tuple[str, str]], target: RegistryTarget,
@@ -86,7 +92,7 @@ def push_manifest(engine: Engine, local: str, arch: str, tag: str, target: Regis
     repository = target.repository(split_tag(tag)[0])
     return PushResult(ref=f"{target.host}/{repository}", digest=res.digest,
                       bytes_uploaded=res.bytes_uploaded, attempts=res.attempts, upload=CLIENT_UPLOAD,
-                      manifests={arch: res.digest})
+                      manifests={arch: res.digest}, cache=res.cache)
 
 
 def put_index(api: RegistryAPI, repository: str, tag: str, manifests: Mapping[str, str], sent: int = 0

@@ -1,9 +1,10 @@
 """Pushing images to a registry and reading back what the registry holds.
 
-The engine does the upload (it owns the layers); this module drives it through the `Engine` interface, reads the errors
-that arrive *inside* the push stream, retries what is transient, and then asks the registry's own HTTP API (v2)
-which manifest digest it stores, so a push only counts when the registry and the engine agree on the digest and
-every blob of the manifest is really there.
+trainimg's registry client sends the layers by default (registry/blobpush.py: only those the registry lacks, gzip or
+zstd, the config with fixed times, so the same inputs push the same digest); the engine can (`--upload engine`):
+this module drives it through the `Engine` interface, reads the errors that arrive *inside* the push stream,
+retries what is transient, and then asks the registry's own HTTP API (v2) which manifest digest it stores, so a push
+only counts when the registry and the engine agree on the digest and every blob of the manifest is really there.
 
 Credentials never reach a log line, an exception message or a progress line: every text that leaves this module
 goes through `redact` (registryapi).
@@ -21,8 +22,10 @@ from typing import Any
 from ..imagebuild.litter import remove_superseded
 from ..engine.base import Engine, EngineLost
 from ..errors import RegistryError, UserInputError
-from ..options import AUTO_UPLOAD, CLIENT_UPLOAD, DEFAULT_UPLOAD, ENGINE_UPLOAD
+from ..options import AUTO_UPLOAD, CLIENT_UPLOAD, DEFAULT_UPLOAD, ENGINE_UPLOAD, check_transport
+from ..options.compression import DEFAULT_COMPRESSION, Compression
 from ..registry.blobpush import known_layers, push_saved
+from ..registry.layerformats import FORMATS
 from ..registry.references import RegistryTarget, split_tag
 from ..registry.registryapi import (RegistryAPI, Transient, auth_error, dns_error, redact,
                           unreachable_error)
@@ -65,6 +68,7 @@ class PushResult:
     upload: str = field(default="", compare=False)
     manifests: Mapping[str, str] = field(default_factory=dict, compare=False)
     index: bool = field(default=False, compare=False)
+    cache: str = field(default="", compare=False)  # the client's build cache manifest beside the image ("": none)
 
 
 def _classify_stream_error(message: str, host: str, credentials: dict[str, str] | None) -> RegistryError:
@@ -151,32 +155,36 @@ def _sibling_refs(api: RegistryAPI, siblings: Iterable[str]) -> list[tuple[str, 
     return [(api.target.repository(n), t) for n, t in map(split_tag, siblings)]
 
 
-def auto_upload(api: RegistryAPI, tag: str, layers: Iterable[str], siblings: Iterable[str]
-                ) -> tuple[str, dict[str, tuple[str, int, str]]]:
+def auto_upload(api: RegistryAPI, tag: str, layers: Iterable[str], siblings: Iterable[str],
+                compression: Compression = DEFAULT_COMPRESSION) -> tuple[str, dict[str, tuple[str, int, str]]]:
     """`--upload auto`'s choice: the client when the registry holds a layer (diff ID) of the image under `tag` or a
-    sibling, else the engine; with what the registry holds (`blobpush.known_layers`), for the client to reuse."""
+    sibling, or the layers are to be zstd (the engine writes gzip only), else the engine; with what the registry
+    holds (`blobpush.known_layers`), for the client to reuse."""
     name, tag_part = split_tag(tag)
     api.check_access()
-    known = known_layers(api, [(api.target.repository(name), tag_part), *_sibling_refs(api, siblings)])
-    return (ENGINE_UPLOAD if known.keys().isdisjoint(layers) else CLIENT_UPLOAD), known
+    known = known_layers(api, [(api.target.repository(name), tag_part), *_sibling_refs(api, siblings)],
+                         FORMATS[compression.algorithm])
+    engine_fits = known.keys().isdisjoint(layers) and compression == DEFAULT_COMPRESSION
+    return (ENGINE_UPLOAD if engine_fits else CLIENT_UPLOAD), known
 
 
 def _attempt_client(engine: Engine, api: RegistryAPI, tag: str, image_id: str, pushed: dict[str, int],
                     siblings: Iterable[str], known: dict[str, tuple[str, int, str]] | None,
-                    untagged: bool = False) -> str:
+                    untagged: bool = False, compression: Compression = DEFAULT_COMPRESSION) -> tuple[str, str]:
     """One push through the registry client: the layers the registry lacks, the config, the manifest (under the
-    tag, or by its digest alone when `untagged`: one architecture's image of an index)."""
+    tag, or by its digest alone when `untagged`: one architecture's image of an index); (its digest, the digest of
+    the build cache's manifest beside it or "")."""
     name, tag_part = split_tag(tag)
     repository = api.target.repository(name)
     api.check_access()
     result = push_saved(engine, image_id, api, repository, tag_part, siblings=_sibling_refs(api, siblings),
-                        known=known, tagged=not untagged)
+                        known=known, tagged=not untagged, compression=compression)
     pushed["client"] = pushed.get("client", 0) + result.bytes_uploaded
     missing = api.missing_blobs(repository, result.digest if untagged else tag_part)
     if missing:
         raise Transient(f"registry {api.target.host} lacks {len(missing)} blob(s) of {tag} after the push, "
                         f"e.g. {missing[0]}")
-    return result.digest
+    return result.digest, result.cache
 
 
 def reachable_target(engine: Engine, target: RegistryTarget) -> RegistryTarget:
@@ -221,6 +229,7 @@ def push(
     upload: str = DEFAULT_UPLOAD,
     siblings: Iterable[str] = (),
     untagged: bool = False,
+    compression: Compression = DEFAULT_COMPRESSION,
 ) -> PushResult:
     """Push local image `local_ref` to `target` as `tag` (`name:tag`), retrying transient failures.
 
@@ -228,13 +237,15 @@ def push(
     leaves the machine. Retries (at most `retries` more attempts, sleeping `backoff`, 2*`backoff`, ... seconds) cover
     dropped connections, EOF, 5xx and timeouts; auth, DNS and refusals that retrying cannot fix raise at once.
     `timeout` bounds each HTTP call to the registry. The result's digest is what the registry serves and what the
-    engine recorded, and every blob of that manifest answered 200. `upload`: `CLIENT_UPLOAD` sends the layers through
-    trainimg's registry client (blobpush.py), only those the registry lacks, whatever the engine remembers;
-    `ENGINE_UPLOAD` has the engine push them; `AUTO_UPLOAD` (the default) the client when the registry holds a layer
-    of the image (`auto_upload`), else the engine. `siblings` are other local tags pushed to `target` (a release's
+    engine recorded, and every blob of that manifest answered 200. `upload`: `CLIENT_UPLOAD` (the default) sends the
+    layers through trainimg's registry client (blobpush.py), only those the registry lacks, whatever the engine
+    remembers, and the config with fixed times (one digest for one input); `ENGINE_UPLOAD` has the engine push them;
+    `AUTO_UPLOAD` the client when the registry holds a layer of the image (`auto_upload`), else the engine.
+    `compression` (the client's): gzip, or zstd under a repository or tag of its own. `siblings` are other local tags pushed to `target` (a release's
     other variants, the parent an image extends): the client mounts a layer one of them holds instead of sending it.
     `untagged`: the image is one architecture of an index (publish/indexpush.py): the client stores its manifest by
     digest, the tag is left to the index, and no engine name is made for it."""
+    check_transport(upload, compression)
     image = engine.image(local_ref)
     if image is None:
         raise UserInputError(f"no local image {local_ref}: build it first")
@@ -254,12 +265,12 @@ def push(
         attempts += 1
         try:
             if upload == AUTO_UPLOAD:  # decided once, inside the retries: asking the registry can fail as a push can
-                upload, known = auto_upload(api, tag, image.layers, siblings)
-            digest = (_attempt_client(engine, api, tag, image.id, pushed, siblings, known, untagged)
-                      if upload == CLIENT_UPLOAD else _attempt(engine, api, tag, pushed, on_progress))
+                upload, known = auto_upload(api, tag, image.layers, siblings, compression)
+            digest, cache = (_attempt_client(engine, api, tag, image.id, pushed, siblings, known, untagged, compression)
+                             if upload == CLIENT_UPLOAD else (_attempt(engine, api, tag, pushed, on_progress), ""))
         except Transient as exc:
             _wait(exc, attempts, retries, backoff, on_progress)
             continue
         log.info("pushed %s (%s) in %d attempt(s)", ref, digest, attempts)
         return PushResult(ref=ref, digest=digest, bytes_uploaded=sum(pushed.values()), attempts=attempts,
-                          upload=upload)
+                          upload=upload, cache=cache)

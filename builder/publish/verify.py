@@ -1,6 +1,9 @@
 """`trainimg verify VARIANT --registry R`: is the pushed image what this checkout's recipe and lock build?
 
-The variant is rebuilt from this checkout with no layer cache (layers are reproducible: plan/reproducible.py), and
+Digests first: trainimg's client pushes the image config with fixed times (registry/imageconfig.py), so a rebuild of
+the same inputs has the config digest the registry's manifest names; when it does, the image is the same (every
+layer's diff ID is in that config) and no layer is compared. Otherwise (an image pushed by the engine, with the
+build's clock in its config, or a different image) the variant is compared layer by layer. The variant is rebuilt from this checkout with no layer cache (layers are reproducible: plan/reproducible.py), and
 its layers (`RootFS.Layers`, uncompressed digests) are compared one by one with the `rootfs.diff_ids` of the image
 config the registry holds under the variant's tag. A layer that differs is explained file by file (layerfiles.py):
 the registry's layer blob is streamed and read beside the rebuild's from `docker save`. Compression is left out of
@@ -18,13 +21,13 @@ from typing import IO, cast
 from ..engine.base import Engine
 from ..errors import RegistryError
 from ..recipe.arches import DEFAULT_ARCH
+from ..registry.blobpush import saved_config
+from ..registry.imageconfig import image_config
 from ..registry.imageindex import platform_manifest
 from ..registry.layerfiles import Entry, differences, entries, saved_layer_entries
+from ..registry.layerformats import IMAGE_MANIFESTS, plain_layer
 from ..registry.references import split_tag
-from ..registry.registryapi import RegistryAPI
-
-MANIFEST_TYPES = ("application/vnd.docker.distribution.manifest.v2+json",
-                  "application/vnd.oci.image.manifest.v1+json")
+from ..registry.registryapi import RegistryAPI, sha256_digest
 
 
 @dataclass
@@ -40,16 +43,26 @@ class Verdict:
     ref: str
     layers: int
     differing: list[LayerReport]
+    config: str = ""  # the config digest the rebuild and the registry share ("" when they differ)
 
     @property
     def identical(self) -> bool:
         return not self.differing
 
 
-def registry_image(api: RegistryAPI, repository: str, tag: str, arch: str = DEFAULT_ARCH
-                   ) -> tuple[list[str], list[str]]:
-    """The (diff IDs, layer blob digests) of the image manifest `repository:tag` holds for `arch` in the registry
-    (the tag's own manifest, or its index's entry for `arch`)."""
+@dataclass(frozen=True)
+class RemoteImage:
+    """What the registry's image manifest and config say of an image."""
+
+    diff_ids: list[str]
+    blobs: list[str]  # each layer's blob digest
+    media_types: list[str]  # each layer's media type
+    config: str  # the config's digest
+
+
+def registry_image(api: RegistryAPI, repository: str, tag: str, arch: str = DEFAULT_ARCH) -> RemoteImage:
+    """The image manifest `repository:tag` holds for `arch` in the registry (the tag's own manifest, or its index's
+    entry for `arch`), read with its config."""
     got = api.manifest_json(repository, tag)
     if got is None:
         raise RegistryError(f"registry {api.target.host} has no {repository}:{tag}: push or release it first")
@@ -58,23 +71,29 @@ def registry_image(api: RegistryAPI, repository: str, tag: str, arch: str = DEFA
         raise RegistryError(f"registry {api.target.host} holds no {arch} image under {repository}:{tag}")
     body, media_type, _ = found
     manifest = json.loads(body)
-    if media_type not in MANIFEST_TYPES or "config" not in manifest:
+    if media_type not in IMAGE_MANIFESTS or "config" not in manifest:
         raise RegistryError(f"registry {api.target.host} serves {repository}:{tag} as {media_type or 'no type'}, "
                             "not one image manifest")
     config = json.loads(api.blob(repository, manifest["config"]["digest"]))
-    return list(config["rootfs"]["diff_ids"]), [layer["digest"] for layer in manifest["layers"]]
+    return RemoteImage(list(config["rootfs"]["diff_ids"]), [layer["digest"] for layer in manifest["layers"]],
+                       [str(layer.get("mediaType", "")) for layer in manifest["layers"]],
+                       str(manifest["config"]["digest"]))
 
 
 def compare(engine: Engine, api: RegistryAPI, local_ref: str, variant_tag: str, arch: str = DEFAULT_ARCH
             ) -> Verdict:
-    """Compare the local image `local_ref` with the registry's `arch` image of `variant_tag`, layer by layer."""
+    """Compare the local image `local_ref` with the registry's `arch` image of `variant_tag`: the config digest
+    first, then, when it differs, layer by layer."""
     name, tag = split_tag(variant_tag)
     repository = api.target.repository(name)
-    remote_ids, blobs = registry_image(api, repository, tag, arch)
+    remote = registry_image(api, repository, tag, arch)
     info = engine.image(local_ref)
     if info is None:
         raise RegistryError(f"no local image {local_ref} to compare")
-    local_ids = list(info.layers)
+    shown = f"{api.target.host}/{repository}:{tag}" + ("" if arch == DEFAULT_ARCH else f" ({arch})")
+    if sha256_digest(image_config(saved_config(engine, local_ref))) == remote.config:
+        return Verdict(shown, len(remote.diff_ids), [], remote.config)
+    local_ids, remote_ids = list(info.layers), remote.diff_ids
     count = max(len(local_ids), len(remote_ids))
     differing = [LayerReport(i, _at(local_ids, i), _at(remote_ids, i)) for i in range(count)
                  if _at(local_ids, i) != _at(remote_ids, i)]
@@ -84,9 +103,8 @@ def compare(engine: Engine, api: RegistryAPI, local_ref: str, variant_tag: str, 
             engine.save(local_ref, saved)
             for report in differing:
                 ours = saved_layer_entries(saved, report.index) if report.rebuilt else {}
-                theirs = _registry_entries(api, repository, blobs, report.index) if report.registry else {}
+                theirs = _registry_entries(api, repository, remote, report.index) if report.registry else {}
                 report.files = differences(ours, theirs)
-    shown = f"{api.target.host}/{repository}:{tag}" + ("" if arch == DEFAULT_ARCH else f" ({arch})")
     return Verdict(shown, count, differing)
 
 
@@ -94,15 +112,19 @@ def _at(items: list[str], index: int) -> str | None:
     return items[index] if index < len(items) else None
 
 
-def _registry_entries(api: RegistryAPI, repository: str, blobs: list[str], index: int) -> dict[str, Entry]:
-    with api.open_blob(repository, blobs[index]) as resp:
-        return entries(cast(IO[bytes], resp.raw))  # the gzip blob as sent; `entries` decompresses it
+def _registry_entries(api: RegistryAPI, repository: str, remote: RemoteImage, index: int) -> dict[str, Entry]:
+    with api.open_blob(repository, remote.blobs[index]) as resp:  # gzip `entries` reads itself; zstd is unwrapped
+        return entries(plain_layer(cast(IO[bytes], resp.raw), remote.media_types[index]))
 
 
 def report_lines(verdict: Verdict) -> list[str]:
     """What `verify` prints: one line per differing layer, then its differing files indented."""
+    if verdict.config:
+        return [f"{verdict.ref}: identical, {verdict.layers} of {verdict.layers} layers: the rebuild's config is the "
+                f"registry's, {verdict.config} (one digest for one input)"]
     if verdict.identical:
-        return [f"{verdict.ref}: identical, {verdict.layers} of {verdict.layers} layers"]
+        return [f"{verdict.ref}: identical, {verdict.layers} of {verdict.layers} layers (the configs differ: the "
+                "registry's was not pushed with fixed times, or labels differ)"]
     lines = [f"{verdict.ref}: {len(verdict.differing)} of {verdict.layers} layers differ from the rebuild"]
     for r in verdict.differing:
         lines.append(f"layer {r.index + 1}: rebuild {r.rebuilt or 'none'}, registry {r.registry or 'none'}")

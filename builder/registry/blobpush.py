@@ -6,21 +6,22 @@ registry holds (moby `distribution/push_v2.go`; shared/reference/layers.md). Her
 the image it holds under the tag (and any other references given) maps each layer's diff ID to its blob, so a
 layer it has is neither compressed nor sent (`HEAD /v2/<name>/blobs/<digest>` confirms it). The image is streamed
 from the engine's `docker save` (dockerd stages its export in its own tmp; here at most WORKERS + 1 layers are on
-disk, not a second copy of a 10 GB image); the layers the registry lacks are gzipped deterministically
-(`DETERMINISTIC_GZIP`: level 6, header time 0, no file name), so an unchanged layer compresses to the same blob on
-every machine running the same zlib; then the image config (its exact bytes: the pulled image keeps the local
-image ID) and a Docker schema 2 manifest.
+disk, not a second copy of a 10 GB image); the layers the registry lacks are compressed deterministically, gzip or
+zstd (layerformats.py), so an unchanged layer compresses to the same blob on every machine; then the image config
+with the build's clock times fixed and without the inline cache (imageconfig.py: one input, one digest), and the
+manifest (Docker schema 2 for gzip, OCI for zstd). The build cache goes beside it as a manifest of its own, the same
+layers and the config with the cache, under `<tag>.buildcache` (by digest only for one architecture of an index,
+whose caches publish/indexpush.py puts in an index of their own under that tag). A base
+image copied by digest (upstream/mirror.py) keeps its config's exact bytes: `exact_config`.
 """
 
 from __future__ import annotations
 
-import gzip
 import hashlib
 import io
 import json
 import os
 import posixpath
-import shutil
 import tarfile
 import tempfile
 import threading
@@ -32,13 +33,12 @@ from typing import IO, Any
 
 from ..engine.base import Engine
 from ..errors import RegistryError, UserInputError
+from ..options.compression import DEFAULT_COMPRESSION, GZIP, Compression
+from .imageconfig import cache_config, cache_tag, image_config
 from .imageindex import INDEX_TYPES, entries
+from .layerformats import FORMATS, IMAGE_MANIFESTS, Format, compress_layer
 from .registryapi import RegistryAPI, sha256_digest
 
-MANIFEST_TYPE = "application/vnd.docker.distribution.manifest.v2+json"
-CONFIG_TYPE = "application/vnd.docker.container.image.v1+json"
-LAYER_TYPE = "application/vnd.docker.image.rootfs.diff.tar.gzip"
-DETERMINISTIC_GZIP: dict[str, Any] = {"compresslevel": 6, "mtime": 0, "filename": ""}
 # Layers compressed at once: gzip at level 6 makes ~26 MB/s of one core here, so a 9 GB GPU image's first push is
 # bound by it; the engine's own push compresses up to 5 layers at once (dockerd's max-concurrent-uploads).
 WORKERS = max(2, min(4, os.cpu_count() or 1))
@@ -54,35 +54,14 @@ class BlobPush:
     mounted: list[str] = field(default_factory=list)  # blob digests linked from another repository, not sent
     bytes_uploaded: int = 0
     compressed_bytes: int = 0  # the image's layers, compressed, as the manifest lists them
+    cache: str = ""  # the digest of the build cache's manifest pushed beside the image ("" when it had none)
 
 
-class _Hashing:
-    """A file writer that hashes and counts what passes through (the gzip stream's sink)."""
-
-    def __init__(self, fh: IO[bytes]) -> None:
-        self.fh, self.sha, self.size = fh, hashlib.sha256(), 0
-
-    def write(self, data: bytes) -> int:
-        self.sha.update(data)
-        self.size += len(data)
-        return self.fh.write(data)
-
-    def flush(self) -> None:
-        self.fh.flush()
-
-
-def gzip_layer(src: IO[bytes], dest: Path) -> tuple[str, int]:
-    """Compress a layer tar into `dest` deterministically; returns its blob digest and size."""
-    with dest.open("wb") as raw:
-        sink = _Hashing(raw)
-        with gzip.GzipFile(fileobj=sink, mode="wb", **DETERMINISTIC_GZIP) as gz:
-            shutil.copyfileobj(src, gz, 1 << 20)
-    return f"sha256:{sink.sha.hexdigest()}", sink.size
-
-
-def known_layers(api: RegistryAPI, refs: Iterable[tuple[str, str]]) -> dict[str, tuple[str, int, str]]:
+def known_layers(api: RegistryAPI, refs: Iterable[tuple[str, str]], fmt: Format = FORMATS[GZIP]
+                 ) -> dict[str, tuple[str, int, str]]:
     """diff ID -> (blob digest, size, repository) of every layer of the image manifests `refs` ((repository,
-    reference) pairs) name, every architecture's of an index; the first ref naming a layer wins."""
+    reference) pairs) name, every architecture's of an index, whose blob serves `fmt` (a gzip blob never goes into a
+    zstd image, nor the reverse); the first ref naming a layer wins."""
     known: dict[str, tuple[str, int, str]] = {}
     for repository, ref in refs:
         got = api.manifest_json(repository, ref)
@@ -91,30 +70,35 @@ def known_layers(api: RegistryAPI, refs: Iterable[tuple[str, str]]) -> dict[str,
         else:
             found = [got]
         for one in found:
-            if one is None or one[1] != MANIFEST_TYPE:
+            if one is None or one[1] not in IMAGE_MANIFESTS:
                 continue
             manifest = json.loads(one[0])
             config = json.loads(api.blob(repository, manifest["config"]["digest"]))
             for diff_id, layer in zip(config["rootfs"]["diff_ids"], manifest["layers"]):
-                known.setdefault(diff_id, (layer["digest"], int(layer["size"]), repository))
+                if layer.get("mediaType") in fmt.reusable:
+                    known.setdefault(diff_id, (layer["digest"], int(layer["size"]), repository))
     return known
 
 
 def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str, tag: str,
                also_known: Iterable[str] = (), siblings: Iterable[tuple[str, str]] = (),
-               known: dict[str, tuple[str, int, str]] | None = None, tagged: bool = True) -> BlobPush:
+               known: dict[str, tuple[str, int, str]] | None = None, tagged: bool = True,
+               compression: Compression = DEFAULT_COMPRESSION, exact_config: bool = False) -> BlobPush:
     """Push local image `local_ref` as `repository:tag`, sending only the layers the registry lacks.
 
     `also_known` are other tags of `repository`; `siblings` ((repository, tag) pairs: the release's other images, an
     extended parent) are read too, and a layer one of them holds is mounted from its repository, not sent. `known`
     is that reading when the caller has it already (`known_layers`). With `tagged` False the manifest is stored
-    by its digest only: one architecture's image, which an index then names under `tag`."""
+    by its digest only: one architecture's image, which an index then names under `tag`. `compression`: how the
+    layers the registry lacks are written (and which of its blobs serve). `exact_config`: the config as the engine
+    holds it (a mirrored base, whose digest is its image ID), not the image's fixed one."""
     info = engine.image(local_ref)
     if info is None:
         raise UserInputError(f"no local image {local_ref}: build it first")
+    fmt = FORMATS[compression.algorithm]
     if known is None:
         known = known_layers(api, [(repository, t) for t in (tag, *also_known)]
-                             + [s for s in siblings if s[0] != repository])
+                             + [s for s in siblings if s[0] != repository], fmt)
     result = BlobPush("", len(info.layers))
     futures: dict[str, Future[tuple[str, int]]] = {}  # the saved tar's layer member -> (blob digest, size)
     links: dict[str, str] = {}  # a layer tar saved as a link -> the member it links to (before or after it)
@@ -124,7 +108,7 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
     # most WORKERS + 1 layers are on disk at once.
     slots = threading.BoundedSemaphore(WORKERS + 1)
     with tempfile.TemporaryDirectory(prefix="trainimg-push-") as tmp, ThreadPoolExecutor(WORKERS) as pool:
-        sender = _Sender(api, repository, known, result)
+        sender = _Sender(api, repository, known, result, compression)
         with tarfile.open(fileobj=_ChunkReader(engine.save_stream(local_ref)), mode="r|") as outer:
             for member in outer:
                 if member.name.endswith("/layer.tar") and member.issym():  # a repeated layer: a link to its tar
@@ -143,16 +127,35 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
     blobs.update({name: blobs[target] for name, target in links.items() if target in blobs})
     if not entry or not config or set(entry["Layers"]) - set(blobs):
         raise RegistryError(f"the engine's save of {local_ref} lacks its manifest.json, image config or a layer")
-    layers: list[dict[str, Any]] = [{"mediaType": LAYER_TYPE, "size": blobs[name][1], "digest": blobs[name][0]}
+    layers: list[dict[str, Any]] = [{"mediaType": fmt.layer, "size": blobs[name][1], "digest": blobs[name][0]}
                                     for name in entry["Layers"]]
-    config_digest = api.put_blob(repository, config)
-    manifest = {"schemaVersion": 2, "mediaType": MANIFEST_TYPE,
-                "config": {"mediaType": CONFIG_TYPE, "size": len(config), "digest": config_digest},
-                "layers": layers}
-    body = json.dumps(manifest, indent=3).encode()
-    result.digest = api.put_manifest(repository, tag if tagged else sha256_digest(body), body, MANIFEST_TYPE)
+    body = _put_image(api, repository, fmt, config if exact_config else image_config(config), layers)
+    result.digest = api.put_manifest(repository, tag if tagged else sha256_digest(body), body, fmt.manifest)
     result.compressed_bytes = sum(int(layer["size"]) for layer in layers)
+    with_cache = None if exact_config else cache_config(config)
+    if with_cache is not None:
+        cache = _put_image(api, repository, fmt, with_cache, layers)
+        result.cache = api.put_manifest(repository, cache_tag(tag) if tagged else sha256_digest(cache), cache,
+                                        fmt.manifest)
     return result
+
+
+def _put_image(api: RegistryAPI, repository: str, fmt: Format, config: bytes, layers: list[dict[str, Any]]) -> bytes:
+    """Put `config` in the registry; the manifest's bytes naming it and `layers` (for the caller to put)."""
+    manifest = {"schemaVersion": 2, "mediaType": fmt.manifest,
+                "config": {"mediaType": fmt.config, "size": len(config), "digest": api.put_blob(repository, config)},
+                "layers": layers}
+    return json.dumps(manifest, indent=3).encode()
+
+
+def saved_config(engine: Engine, local_ref: str) -> bytes:
+    """The image config of local image `local_ref`, its exact bytes, read from the engine's `docker save` stream (the
+    engine shows no other way; its layers stream past, unwritten)."""
+    with tarfile.open(fileobj=_ChunkReader(engine.save_stream(local_ref)), mode="r|") as outer:
+        for member in outer:
+            if member.name.endswith(".json") and "/" not in member.name and member.name != "manifest.json":
+                return _member(outer, member).read()
+    raise RegistryError(f"the engine's save of {local_ref} lacks its image config")
 
 
 def _spool(layer: IO[bytes], tmp: Path) -> tuple[Path, str]:
@@ -174,6 +177,7 @@ class _Sender:
     repository: str
     known: dict[str, tuple[str, int, str]]
     result: BlobPush
+    compression: Compression
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def send(self, plain: Path, diff_id: str) -> tuple[str, int]:
@@ -181,16 +185,16 @@ class _Sender:
             digest, size, source = self.known.get(diff_id, ("", 0, ""))
             if digest and self._held(digest, source):
                 return digest, size
-            gz = plain.with_suffix(".tar.gz")
+            packed = plain.with_suffix(f".tar.{self.compression.algorithm}")
             with plain.open("rb") as src:
-                digest, size = gzip_layer(src, gz)
+                digest, size = compress_layer(src, packed, self.compression)
             plain.unlink()
             if not self.api.has_blob(self.repository, digest):
-                self.api.upload_file(self.repository, gz, digest)
+                self.api.upload_file(self.repository, packed, digest)
                 with self.lock:
                     self.result.uploaded.append(digest)
                     self.result.bytes_uploaded += size
-            gz.unlink()
+            packed.unlink()
             return digest, size
         finally:
             plain.unlink(missing_ok=True)

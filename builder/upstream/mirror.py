@@ -115,7 +115,7 @@ class Mirror:
                                  "mirrored from here", where="--lock")
         name, tag = split_tag(entry.base_image)
         dst_repo = mirror_repository(self.target, LOCAL_HOST, name)
-        pushed = push_saved(self.engine, entry.base_image, self.api, dst_repo, tag)
+        pushed = push_saved(self.engine, entry.base_image, self.api, dst_repo, tag, exact_config=True)
         config = json.loads(self.api.manifest_json(dst_repo, pushed.digest)[0])["config"]["digest"]  # type: ignore[index]
         if config != info.id:
             raise RegistryError(f"the mirror's copy of {entry.base_image} has config {config}, not {info.id}")
