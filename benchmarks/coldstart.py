@@ -14,7 +14,7 @@ import statistics
 from collections.abc import Sequence
 
 from figures import ratio
-from harness import Harness, log, step
+from harness import Harness, log, on_matrix_images
 
 SAMPLES = 3
 # Timed inside the container: the first import of the framework's module, nothing else.
@@ -64,11 +64,5 @@ def measure_images(bench: Harness, images: Sequence[str]) -> None:
 
 
 def measure(bench: Harness) -> None:
-    """The family in a full run: the images the matrix family built and tested (`bench.carried`), the bench matrix
-    being CPU variants only (benchmarks/recipes)."""
-    matrix = bench.carried.get("matrix")
-    images = list(matrix.bench_tags.values()) if matrix else []
-    if not images:
-        bench.skip("cold_import_ratio", "skipped: the matrix family built no CPU image")
-        return
-    step("cold_import_ratio", bench, lambda: measure_images(bench, images))
+    """The family in a full run: the CPU images the matrix family built and tested."""
+    on_matrix_images(bench, "cold_import_ratio", lambda images: measure_images(bench, images))

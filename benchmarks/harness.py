@@ -333,6 +333,17 @@ def step(name: str, bench: Harness, fn: Callable[[], Any]) -> Any:
         return FAILED
 
 
+def on_matrix_images(bench: Harness, name: str, measure_images: Callable[[list[str]], Any]) -> None:
+    """Figure `name` measured on the images the matrix family built and tested (`bench.carried`: the bench matrix
+    is CPU variants only, benchmarks/recipes), as a family of a full run measures them; skipped when it built none."""
+    matrix = bench.carried.get("matrix")
+    images = list(matrix.bench_tags.values()) if matrix else []
+    if not images:
+        bench.skip(name, "skipped: the matrix family built no CPU image")
+        return
+    step(name, bench, lambda: measure_images(images))
+
+
 def machine_info(env: Mapping[str, str]) -> dict[str, Any]:
     info: dict[str, Any] = {"nproc": len(os.sched_getaffinity(0)), "kernel": platform.release(),
                             "hostname": platform.node()}

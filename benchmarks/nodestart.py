@@ -26,7 +26,7 @@ from typing import Any
 
 from coldstart import framework_module
 from figures import ratio
-from harness import ROOT, Harness, log, step
+from harness import ROOT, Harness, log, on_matrix_images
 
 SAMPLES = 3
 COMPRESSIONS = ("gzip", "zstd")
@@ -143,10 +143,5 @@ def measure_images(bench: Harness, images: Sequence[str]) -> None:
 
 
 def measure(bench: Harness) -> None:
-    """The family in a full run: the CPU images the matrix family built (`bench.carried`)."""
-    matrix = bench.carried.get("matrix")
-    images = list(matrix.bench_tags.values()) if matrix else []
-    if not images:
-        bench.skip("node_start_zstd_vs_gzip", "skipped: the matrix family built no CPU image")
-        return
-    step("node_start_zstd_vs_gzip", bench, lambda: measure_images(bench, images))
+    """The family in a full run: the CPU images the matrix family built and tested."""
+    on_matrix_images(bench, "node_start_zstd_vs_gzip", lambda images: measure_images(bench, images))

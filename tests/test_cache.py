@@ -19,10 +19,9 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import docker
-import docker.errors
 import pytest
 import requests
-from conftest import LOCAL_BASE, cpu_recipe, trainimg
+from conftest import LOCAL_BASE, cpu_recipe, remove_image, trainimg
 from conftest_registry import RegistryLogin
 
 from trainimg.engine.docker import DockerEngine
@@ -80,10 +79,7 @@ def private_build(tmp_path: Path, state_env: dict[str, str], client: docker.Dock
         yield recipes, {**state_env, "DOCKER_CONFIG": str(config)}, tag
     finally:
         for ref in (tag, f"{registry.host}/{tag}"):
-            try:
-                client.api.remove_image(ref, force=True)
-            except docker.errors.NotFound:
-                pass
+            remove_image(client, ref)
 
 
 def test_pushed_image_carries_inline_cache_and_serves_a_rebuild(private_build: tuple[Path, dict[str, str], str],
@@ -161,7 +157,4 @@ def test_the_client_pushes_the_cache_beside_the_image_and_buildkit_reads_it(
             again.stderr[-3000:]
     finally:
         for ref in (tag, f"{registry.host}/{tag}"):
-            try:
-                client.api.remove_image(ref, force=True)
-            except docker.errors.NotFound:
-                pass
+            remove_image(client, ref)
