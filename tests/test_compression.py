@@ -19,7 +19,7 @@ from trainimg.errors import UserInputError
 from trainimg.options import CLIENT_UPLOAD, DEFAULT_UPLOAD, ENGINE_UPLOAD, check_transport
 from trainimg.options.compression import DEFAULT_COMPRESSION, GZIP, ZSTD, Compression
 from trainimg.plan.reproducible import LAYER_EPOCH
-from trainimg.registry.imageconfig import (FIXED_TIME, INLINE_CACHE_KEY, cache_config, cache_tag, fixed_times,
+from trainimg.registry.imageconfig import (FIXED_TIME, INLINE_CACHE_KEY, cache_config, cache_tag,
                                            image_config, with_build_caches)
 from trainimg.registry.layerformats import OCI_ZSTD_LAYER, compress_layer, plain_layer
 
@@ -52,7 +52,7 @@ def test_the_build_cache_goes_beside_with_its_records_and_fixed_times() -> None:
     records = json.loads(base64.b64decode(json.loads(beside)[INLINE_CACHE_KEY]))
     assert len(records) == 3 and {r["layers"][0]["createdAt"] for r in records} == {FIXED_TIME}
     assert cache_config(image_config(beside)) is None  # an image without inline cache has none beside it
-    assert fixed_times(beside) == beside  # fixed is fixed
+    assert cache_config(beside) == beside  # fixed is fixed
 
 
 def test_each_cache_source_is_followed_by_its_build_cache() -> None:

@@ -9,7 +9,7 @@ pushed with every one of those times set to `FIXED_TIME`, the time every file of
 the same manifest digest. Nothing else of the config changes; the inline cache keeps every record and link
 (BuildKit reads `createdAt` only to prefer the newest of equal records). The local image ID (the digest of the
 engine's own config) is then not the registry's config digest: what was gated is the local image, what is pushed is
-its config with these times fixed (`fixed_times` says how from one to the other, for a check that wants it).
+its config with these times fixed (`image_config` says how from one to the other, for a check that wants it).
 
 The inline cache itself is not a function of the inputs: BuildKit exports every cache key its store links to the
 same result, those of earlier builds and of other variants sharing a stage included (two `--no-cache` builds of
@@ -36,14 +36,15 @@ CACHE_TAG_SUFFIX = ".buildcache"  # `<tag>.buildcache`: the build cache pushed b
 
 def image_config(config: bytes) -> bytes:
     """The config pushed for the image: fixed times, no inline cache (one input, one digest)."""
-    data = json.loads(config)
+    data = _config(config)
     data.pop(INLINE_CACHE_KEY, None)
-    return fixed_times(_compact(data))
+    return _compact(_fix_times(data))
 
 
 def cache_config(config: bytes) -> bytes | None:
     """The config of the build cache's manifest: fixed times, with the inline cache; None when it has none."""
-    return fixed_times(config) if INLINE_CACHE_KEY in json.loads(config) else None
+    data = _config(config)
+    return _compact(_fix_times(data)) if INLINE_CACHE_KEY in data else None
 
 
 def cache_tag(tag: str) -> str:
@@ -63,12 +64,17 @@ def with_build_caches(refs: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def fixed_times(config: bytes) -> bytes:
-    """`config` (an image config's bytes) with its build-clock times set to `FIXED_TIME`, serialised compactly in
-    its own key order: the same bytes for every build of the same inputs."""
+def _config(config: bytes) -> dict[str, Any]:
+    """An image config's bytes parsed, once per call of this module's functions."""
     data = json.loads(config)
     if not isinstance(data, dict):
         raise ValueError("an image config is a JSON object")
+    return data
+
+
+def _fix_times(data: dict[str, Any]) -> dict[str, Any]:
+    """`data` (a parsed config) with its build-clock times set to `FIXED_TIME`, in place: serialised compactly in
+    its own key order, the same bytes for every build of the same inputs."""
     if "created" in data:
         data["created"] = FIXED_TIME
     for entry in data.get("history") or []:
@@ -76,7 +82,7 @@ def fixed_times(config: bytes) -> bytes:
             entry["created"] = FIXED_TIME
     if isinstance(data.get(INLINE_CACHE_KEY), str):
         data[INLINE_CACHE_KEY] = _fixed_cache(data[INLINE_CACHE_KEY])
-    return _compact(data)
+    return data
 
 
 def _fixed_cache(encoded: str) -> str:
