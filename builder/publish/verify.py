@@ -3,11 +3,12 @@
 Digests first: trainimg's client pushes the image config with fixed times (registry/imageconfig.py), so a rebuild of
 the same inputs has the config digest the registry's manifest names; when it does, the image is the same (every
 layer's diff ID is in that config) and no layer is compared. Otherwise (an image pushed by the engine, with the
-build's clock in its config, or a different image) the variant is compared layer by layer. The variant is rebuilt from this checkout with no layer cache (layers are reproducible: plan/reproducible.py), and
-its layers (`RootFS.Layers`, uncompressed digests) are compared one by one with the `rootfs.diff_ids` of the image
-config the registry holds under the variant's tag. A layer that differs is explained file by file (layerfiles.py):
-the registry's layer blob is streamed and read beside the rebuild's from `docker save`. Compression is left out of
-the comparison: the same layer gzipped by another engine or tool has another blob digest, the same diff ID.
+build's clock in its config, or a different image) the variant is compared layer by layer. The variant is rebuilt
+from this checkout with no layer cache (layers are reproducible: plan/reproducible.py), and its layers
+(`RootFS.Layers`, uncompressed digests) are compared one by one with the `rootfs.diff_ids` of the image config the
+registry holds under the variant's tag. A layer that differs is explained file by file (layerfiles.py): the
+registry's layer blob is streamed and read beside the rebuild's from `docker save`. Compression is left out of the
+comparison: the same layer gzipped by another engine or tool has another blob digest, the same diff ID.
 """
 
 from __future__ import annotations
