@@ -176,8 +176,10 @@ def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str
     from ..publish.policy import PushPolicy
     from ..publish.push import push, reachable_target
     from ..publish.signing import pushed_image, sign_all
+    from ..registry.layermemory import LayerMemory
     from ..registry.references import RegistryTarget
     from ..registry.registryapi import RegistryAPI
+    from ..state import state_dir
 
     target = RegistryTarget.parse(registry)
     creds = credentials(target, username, password_stdin, c.env)
@@ -190,6 +192,7 @@ def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str
     policy = PushPolicy(engine, target, creds, c.env, click.echo)
     policy.admit(locals_)
     siblings = [tag for tag, _ in groups]
+    memory = LayerMemory.under(state_dir(c.env))
 
     def pushed(local: str, result: PushResult) -> None:
         click.echo(f"pushed {result.ref}@{result.digest} ({result.bytes_uploaded} bytes uploaded)")
@@ -200,12 +203,12 @@ def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str
         others = [t for t in siblings if t != tag]
         if needs_index(arch for _, arch in images if arch):
             result = push_index(engine, tag, images, target, creds, gate=policy.gate, siblings=others,
-                                on_manifest=pushed, compression=compression)
+                                on_manifest=pushed, compression=compression, memory=memory)
             signed = [(local, result.manifests[arch]) for local, arch in images if arch in result.manifests]
         else:
             local = images[0][0]
             result = push(engine, local, target, tag, credentials=creds, upload=upload, siblings=others,
-                          gate=functools.partial(_gate, policy, ref=local), compression=compression)
+                          gate=functools.partial(_gate, policy, ref=local), compression=compression, memory=memory)
             signed = []
         pushed(tag, result)
         if sign is not None:

@@ -26,6 +26,7 @@ from ..options import AUTO_UPLOAD, CLIENT_UPLOAD, DEFAULT_UPLOAD, ENGINE_UPLOAD,
 from ..options.compression import DEFAULT_COMPRESSION, Compression
 from ..registry.blobpush import known_layers, push_saved
 from ..registry.layerformats import FORMATS
+from ..registry.layermemory import LayerMemory
 from ..registry.references import RegistryTarget, split_tag
 from ..registry.registryapi import (RegistryAPI, Transient, auth_error, dns_error, redact,
                           unreachable_error)
@@ -170,7 +171,8 @@ def auto_upload(api: RegistryAPI, tag: str, layers: Iterable[str], siblings: Ite
 
 def _attempt_client(engine: Engine, api: RegistryAPI, tag: str, image_id: str, pushed: dict[str, int],
                     siblings: Iterable[str], known: dict[str, tuple[str, int, str]] | None,
-                    untagged: bool = False, compression: Compression = DEFAULT_COMPRESSION) -> tuple[str, str]:
+                    untagged: bool = False, compression: Compression = DEFAULT_COMPRESSION,
+                    memory: LayerMemory | None = None) -> tuple[str, str]:
     """One push through the registry client: the layers the registry lacks, the config, the manifest (under the
     tag, or by its digest alone when `untagged`: one architecture's image of an index); (its digest, the digest of
     the build cache's manifest beside it or "")."""
@@ -178,7 +180,7 @@ def _attempt_client(engine: Engine, api: RegistryAPI, tag: str, image_id: str, p
     repository = api.target.repository(name)
     api.check_access()
     result = push_saved(engine, image_id, api, repository, tag_part, siblings=_sibling_refs(api, siblings),
-                        known=known, tagged=not untagged, compression=compression)
+                        known=known, tagged=not untagged, compression=compression, memory=memory)
     pushed["client"] = pushed.get("client", 0) + result.bytes_uploaded
     missing = api.missing_blobs(repository, result.digest if untagged else tag_part)
     if missing:
@@ -214,23 +216,11 @@ def _wait(exc: Transient, attempts: int, retries: int, backoff: float,
     time.sleep(delay)
 
 
-def push(
-    engine: Engine,
-    local_ref: str,
-    target: RegistryTarget,
-    tag: str,
-    *,
-    credentials: dict[str, str] | None,
-    retries: int = 4,
-    backoff: float = 1.0,
-    on_progress: Callable[[str], None] | None = None,
-    gate: Callable[[str], None] | None = None,
-    timeout: float = 30.0,
-    upload: str = DEFAULT_UPLOAD,
-    siblings: Iterable[str] = (),
-    untagged: bool = False,
-    compression: Compression = DEFAULT_COMPRESSION,
-) -> PushResult:
+def push(engine: Engine, local_ref: str, target: RegistryTarget, tag: str, *, credentials: dict[str, str] | None,
+         retries: int = 4, backoff: float = 1.0, on_progress: Callable[[str], None] | None = None,
+         gate: Callable[[str], None] | None = None, timeout: float = 30.0, upload: str = DEFAULT_UPLOAD,
+         siblings: Iterable[str] = (), untagged: bool = False, compression: Compression = DEFAULT_COMPRESSION,
+         memory: LayerMemory | None = None) -> PushResult:
     """Push local image `local_ref` to `target` as `tag` (`name:tag`), retrying transient failures.
 
     `gate(image_id)` runs before anything is tagged or sent, so an image without a passing conformance record never
@@ -241,8 +231,9 @@ def push(
     layers through trainimg's registry client (blobpush.py), only those the registry lacks, whatever the engine
     remembers, and the config with fixed times (one digest for one input); `ENGINE_UPLOAD` has the engine push them;
     `AUTO_UPLOAD` the client when the registry holds a layer of the image (`auto_upload`), else the engine.
-    `compression` (the client's): gzip, or zstd under a repository or tag of its own. `siblings` are other local tags pushed to `target` (a release's
-    other variants, the parent an image extends): the client mounts a layer one of them holds instead of sending it.
+    `compression` (the client's): gzip, or zstd under a repository or tag of its own. `siblings` are other local
+    tags pushed to `target` (a release's other variants, the parent an image extends) and `memory` what this
+    machine's pushes left where (registry/layermemory.py): the client mounts a layer they hold instead of sending it.
     `untagged`: the image is one architecture of an index (publish/indexpush.py): the client stores its manifest by
     digest, the tag is left to the index, and no engine name is made for it."""
     check_transport(upload, compression)
@@ -266,7 +257,8 @@ def push(
         try:
             if upload == AUTO_UPLOAD:  # decided once, inside the retries: asking the registry can fail as a push can
                 upload, known = auto_upload(api, tag, image.layers, siblings, compression)
-            digest, cache = (_attempt_client(engine, api, tag, image.id, pushed, siblings, known, untagged, compression)
+            digest, cache = (_attempt_client(engine, api, tag, image.id, pushed, siblings, known, untagged, compression,
+                                             memory)
                              if upload == CLIENT_UPLOAD else (_attempt(engine, api, tag, pushed, on_progress), ""))
         except Transient as exc:
             _wait(exc, attempts, retries, backoff, on_progress)

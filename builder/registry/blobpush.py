@@ -25,7 +25,7 @@ import posixpath
 import tarfile
 import tempfile
 import threading
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,6 +36,7 @@ from ..errors import RegistryError, UserInputError
 from ..options.compression import DEFAULT_COMPRESSION, GZIP, Compression
 from .imageconfig import cache_config, cache_tag, image_config
 from .imageindex import INDEX_TYPES, entries
+from .layermemory import LayerMemory
 from .layerformats import FORMATS, IMAGE_MANIFESTS, Format, compress_layer
 from .registryapi import RegistryAPI, sha256_digest
 
@@ -83,7 +84,8 @@ def known_layers(api: RegistryAPI, refs: Iterable[tuple[str, str]], fmt: Format 
 def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str, tag: str,
                also_known: Iterable[str] = (), siblings: Iterable[tuple[str, str]] = (),
                known: dict[str, tuple[str, int, str]] | None = None, tagged: bool = True,
-               compression: Compression = DEFAULT_COMPRESSION, exact_config: bool = False) -> BlobPush:
+               compression: Compression = DEFAULT_COMPRESSION, exact_config: bool = False,
+               memory: LayerMemory | None = None) -> BlobPush:
     """Push local image `local_ref` as `repository:tag`, sending only the layers the registry lacks.
 
     `also_known` are other tags of `repository`; `siblings` ((repository, tag) pairs: the release's other images, an
@@ -91,7 +93,9 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
     is that reading when the caller has it already (`known_layers`). With `tagged` False the manifest is stored
     by its digest only: one architecture's image, which an index then names under `tag`. `compression`: how the
     layers the registry lacks are written (and which of its blobs serve). `exact_config`: the config as the engine
-    holds it (a mirrored base, whose digest is its image ID), not the image's fixed one."""
+    holds it (a mirrored base, whose digest is its image ID), not the image's fixed one. `memory`: what earlier
+    pushes from this machine left where (layermemory.py), asked after the registry's manifests and kept up to date;
+    with every layer held and the config remembered, the engine's `docker save` is not read at all."""
     info = engine.image(local_ref)
     if info is None:
         raise UserInputError(f"no local image {local_ref}: build it first")
@@ -100,6 +104,40 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
         known = known_layers(api, [(repository, t) for t in (tag, *also_known)]
                              + [s for s in siblings if s[0] != repository], fmt)
     result = BlobPush("", len(info.layers))
+    sender = _Sender(api, repository, known, result, compression, memory)
+    config = memory.config(info.id) if memory is not None else None
+    blobs = _all_held(sender, info.layers) if config else None
+    if config is None or blobs is None:
+        config, blobs = _push_layers(engine, local_ref, sender)
+    if memory is not None:
+        memory.keep_config(info.id, config)
+    layers: list[dict[str, Any]] = [{"mediaType": fmt.layer, "size": size, "digest": digest} for digest, size in blobs]
+    body = _put_image(api, repository, fmt, config if exact_config else image_config(config), layers)
+    result.digest = api.put_manifest(repository, tag if tagged else sha256_digest(body), body, fmt.manifest)
+    result.compressed_bytes = sum(int(layer["size"]) for layer in layers)
+    with_cache = None if exact_config else cache_config(config)
+    if with_cache is not None:
+        cache = _put_image(api, repository, fmt, with_cache, layers)
+        result.cache = api.put_manifest(repository, cache_tag(tag) if tagged else sha256_digest(cache), cache,
+                                        fmt.manifest)
+    return result
+
+
+def _all_held(sender: _Sender, diff_ids: Sequence[str]) -> list[tuple[str, int]] | None:
+    """Each layer's blob in the image's order when the repository holds or took every one; None at the first it
+    cannot have without its bytes."""
+    held: dict[str, tuple[str, int]] = {}
+    for diff_id in diff_ids:
+        found = held.get(diff_id) or sender.reuse(diff_id)
+        if found is None:
+            return None
+        held[diff_id] = found
+    return [held[diff_id] for diff_id in diff_ids]
+
+
+def _push_layers(engine: Engine, local_ref: str, sender: _Sender) -> tuple[bytes, list[tuple[str, int]]]:
+    """Stream the engine's `docker save` of `local_ref`, putting each layer in the registry as it passes (`sender`);
+    the image config's exact bytes and each layer's (blob digest, size) in the image's order."""
     futures: dict[str, Future[tuple[str, int]]] = {}  # the saved tar's layer member -> (blob digest, size)
     links: dict[str, str] = {}  # a layer tar saved as a link -> the member it links to (before or after it)
     entry: dict[str, Any] = {}
@@ -108,7 +146,6 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
     # most WORKERS + 1 layers are on disk at once.
     slots = threading.BoundedSemaphore(WORKERS + 1)
     with tempfile.TemporaryDirectory(prefix="trainimg-push-") as tmp, ThreadPoolExecutor(WORKERS) as pool:
-        sender = _Sender(api, repository, known, result, compression)
         with tarfile.open(fileobj=_ChunkReader(engine.save_stream(local_ref)), mode="r|") as outer:
             for member in outer:
                 if member.name.endswith("/layer.tar") and member.issym():  # a repeated layer: a link to its tar
@@ -127,17 +164,7 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
     blobs.update({name: blobs[target] for name, target in links.items() if target in blobs})
     if not entry or not config or set(entry["Layers"]) - set(blobs):
         raise RegistryError(f"the engine's save of {local_ref} lacks its manifest.json, image config or a layer")
-    layers: list[dict[str, Any]] = [{"mediaType": fmt.layer, "size": blobs[name][1], "digest": blobs[name][0]}
-                                    for name in entry["Layers"]]
-    body = _put_image(api, repository, fmt, config if exact_config else image_config(config), layers)
-    result.digest = api.put_manifest(repository, tag if tagged else sha256_digest(body), body, fmt.manifest)
-    result.compressed_bytes = sum(int(layer["size"]) for layer in layers)
-    with_cache = None if exact_config else cache_config(config)
-    if with_cache is not None:
-        cache = _put_image(api, repository, fmt, with_cache, layers)
-        result.cache = api.put_manifest(repository, cache_tag(tag) if tagged else sha256_digest(cache), cache,
-                                        fmt.manifest)
-    return result
+    return config, [blobs[name] for name in entry["Layers"]]
 
 
 def _put_image(api: RegistryAPI, repository: str, fmt: Format, config: bytes, layers: list[dict[str, Any]]) -> bytes:
@@ -170,21 +197,33 @@ def _spool(layer: IO[bytes], tmp: Path) -> tuple[Path, str]:
 
 @dataclass
 class _Sender:
-    """Puts one spooled layer in the registry (on a worker thread): reused when the registry holds it (its diff ID is
-    known) in this repository, mounted when in another, else gzipped and uploaded; the file is removed after."""
+    """Puts one layer in the registry (on a worker thread): reused when the registry holds it (its diff ID is known
+    from a manifest or remembered) in this repository, mounted when in another, else compressed and uploaded."""
 
     api: RegistryAPI
     repository: str
     known: dict[str, tuple[str, int, str]]
     result: BlobPush
     compression: Compression
+    memory: LayerMemory | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
+    def reuse(self, diff_id: str) -> tuple[str, int] | None:
+        """The blob of layer `diff_id` when the repository holds it now or took it by a mount; None otherwise."""
+        digest, size, source = self.known.get(diff_id, ("", 0, ""))
+        if digest and self._held(digest, (source,)):
+            return self._remember(diff_id, digest, size)
+        remembered = self.memory.recall(diff_id, self.compression, self.api.target.host) if self.memory else None
+        if remembered is not None and self._held(remembered.digest, remembered.repositories):
+            return self._remember(diff_id, remembered.digest, remembered.size)
+        return None
+
     def send(self, plain: Path, diff_id: str) -> tuple[str, int]:
+        """The spooled layer tar `plain`, reused or compressed and uploaded; the file is removed after."""
         try:
-            digest, size, source = self.known.get(diff_id, ("", 0, ""))
-            if digest and self._held(digest, source):
-                return digest, size
+            reused = self.reuse(diff_id)
+            if reused is not None:
+                return reused
             packed = plain.with_suffix(f".tar.{self.compression.algorithm}")
             with plain.open("rb") as src:
                 digest, size = compress_layer(src, packed, self.compression)
@@ -195,19 +234,26 @@ class _Sender:
                     self.result.uploaded.append(digest)
                     self.result.bytes_uploaded += size
             packed.unlink()
-            return digest, size
+            return self._remember(diff_id, digest, size)
         finally:
             plain.unlink(missing_ok=True)
 
-    def _held(self, digest: str, source: str) -> bool:
-        """Whether the repository holds blob `digest` now: it did, or it was mounted from `source`, which holds it."""
+    def _remember(self, diff_id: str, digest: str, size: int) -> tuple[str, int]:
+        if self.memory is not None:
+            self.memory.remember(diff_id, self.compression, digest, size, self.api.target.host, self.repository)
+        return digest, size
+
+    def _held(self, digest: str, sources: Iterable[str]) -> bool:
+        """Whether the repository holds blob `digest` now: it did, or it was mounted from one of `sources` (tried in
+        order) that holds it."""
         if self.api.has_blob(self.repository, digest):
             return True
-        if (source != self.repository and self.api.has_blob(source, digest)
-                and self.api.mount_blob(self.repository, digest, source)):
-            with self.lock:
-                self.result.mounted.append(digest)
-            return True
+        for source in sources:
+            if (source != self.repository and self.api.has_blob(source, digest)
+                    and self.api.mount_blob(self.repository, digest, source)):
+                with self.lock:
+                    self.result.mounted.append(digest)
+                return True
         return False
 
 

@@ -2,7 +2,11 @@
 
 Both compressions are deterministic: the same layer tar gives the same blob on every machine with the same library,
 so an unchanged layer is never sent twice and two pushes of one image give one manifest digest. gzip: level 6,
-header time 0, no file name (`DETERMINISTIC_GZIP`, zlib). zstd: one thread (zstd's multi-threaded frames differ from
+header time 0, no file name, written as pigz writes it: the tar cut in 4 MiB pieces, each deflated on its own thread
+(zlib lets go of the GIL) primed with the 32 KiB before it, so the ratio is a single stream's (the 954 MB torch layer:
+256.9 MB against 256.2 MB) and one layer uses every core (37.4 s on one core here, 21.4 s on two); the pieces end on
+a byte boundary (a sync flush) and join into one deflate stream any gunzip reads. The blob depends on the piece size
+and zlib, never on the thread count. zstd: one thread (zstd's multi-threaded frames differ from
 its single-threaded ones), no content size (not known when streaming), no checksum, no dictionary ID, the input read
 in fixed 1 MiB pieces; the blob is a function of the bytes and of the libzstd that the `zstandard` wheel bundles
 (pinned in pyproject.toml). A gzip image keeps Docker's schema 2 media types (every blob pushed before stays
@@ -11,12 +15,16 @@ valid); a zstd one must be OCI (`tar+zstd` has no Docker media type), so its man
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import shutil
+import os
+import struct
+import zlib
+from collections import deque
+from collections.abc import Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any, cast
+from typing import IO, cast
 
 import zstandard
 
@@ -30,8 +38,13 @@ OCI_CONFIG = "application/vnd.oci.image.config.v1+json"
 OCI_GZIP_LAYER = "application/vnd.oci.image.layer.v1.tar+gzip"
 OCI_ZSTD_LAYER = "application/vnd.oci.image.layer.v1.tar+zstd"
 IMAGE_MANIFESTS = (DOCKER_MANIFEST, OCI_MANIFEST)
-DETERMINISTIC_GZIP: dict[str, Any] = {"compresslevel": GZIP_LEVEL, "mtime": 0, "filename": ""}
 _PIECE = 1 << 20  # bytes read and written at a time (zstd's output depends on nothing else)
+_GZIP_PIECE = 4 << 20  # the pieces a gzip layer is deflated in: the blob depends on this size
+_WINDOW = 32 << 10  # deflate's window: each piece is primed with this much of the one before
+# magic, deflate, no flags (no file name), time 0, no extra flags, OS unknown: Python's gzip with mtime=0, filename=""
+_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+_THREADS = os.cpu_count() or 1
+_DEFLATERS = ThreadPoolExecutor(_THREADS, thread_name_prefix="deflate")  # shared by the layers compressed at once
 
 
 @dataclass(frozen=True)
@@ -65,13 +78,50 @@ class _Hashing:
         self.fh.flush()
 
 
-def gzip_layer(src: IO[bytes], dest: Path) -> tuple[str, int]:
-    """Compress a layer tar into `dest` as deterministic gzip; returns its blob digest and size."""
+def gzip_layer(src: IO[bytes], dest: Path, pool: ThreadPoolExecutor = _DEFLATERS) -> tuple[str, int]:
+    """Compress a layer tar into `dest` as deterministic gzip (pieces deflated on `pool`'s threads, at most two per
+    core waiting); returns its blob digest and size."""
+    waiting: deque[Future[bytes]] = deque()
+    crc = length = 0
     with dest.open("wb") as raw:
         sink = _Hashing(raw)
-        with gzip.GzipFile(fileobj=sink, mode="wb", **DETERMINISTIC_GZIP) as gz:
-            shutil.copyfileobj(src, gz, _PIECE)
+        sink.write(_GZIP_HEADER)
+        window = b""
+        for piece, last in _pieces(src):
+            crc, length = zlib.crc32(piece, crc), length + len(piece)
+            waiting.append(pool.submit(_deflate, piece, window, last))
+            window = piece[-_WINDOW:]
+            while len(waiting) > 2 * _THREADS or (last and waiting):
+                sink.write(waiting.popleft().result())
+        sink.write(struct.pack("<II", crc, length & 0xFFFFFFFF))
     return f"sha256:{sink.sha.hexdigest()}", sink.size
+
+
+def _pieces(src: IO[bytes]) -> Iterator[tuple[bytes, bool]]:
+    """The tar in `_GZIP_PIECE`-byte pieces whatever sizes `src`'s reads return, each with whether it is the last
+    (an empty tar is one empty last piece)."""
+    piece = _read_full(src, _GZIP_PIECE)
+    while True:
+        following = _read_full(src, _GZIP_PIECE) if len(piece) == _GZIP_PIECE else b""
+        yield piece, not following
+        if not following:
+            return
+        piece = following
+
+
+def _read_full(src: IO[bytes], size: int) -> bytes:
+    parts, left = [], size
+    while left and (part := src.read(left)):
+        parts.append(part)
+        left -= len(part)
+    return b"".join(parts)
+
+
+def _deflate(piece: bytes, window: bytes, last: bool) -> bytes:
+    """One piece as raw deflate primed with `window`, ending the stream (`last`) or on a byte boundary."""
+    deflater = zlib.compressobj(GZIP_LEVEL, zlib.DEFLATED, -zlib.MAX_WBITS, zlib.DEF_MEM_LEVEL,
+                                zlib.Z_DEFAULT_STRATEGY, *([window] if window else []))
+    return deflater.compress(piece) + deflater.flush(zlib.Z_FINISH if last else zlib.Z_SYNC_FLUSH)
 
 
 def zstd_layer(src: IO[bytes], dest: Path, level: int) -> tuple[str, int]:
