@@ -135,7 +135,9 @@ def rel(tmp_path_factory: pytest.TempPathFactory, registry: RegistryLogin, state
     # process removes one in between.
     for image in client.api.images():
         for t in image.get("RepoTags") or []:
-            if t in refs or t.rpartition(":")[0] in refs:
+            first, _, rest = t.partition("/")  # a registry's name of it, whatever the host (test (i)'s proxy too)
+            plain = rest if ":" in first or "." in first else t
+            if t in refs or t.rpartition(":")[0] in refs or plain in refs or plain.rpartition(":")[0] in refs:
                 try:
                     client.api.remove_image(t, force=True)
                 except docker.errors.NotFound:
