@@ -239,18 +239,20 @@ def registry_digest(host: str, username: str, password: str, ref: str) -> str | 
     return resp.headers["Docker-Content-Digest"]
 
 
-def owned_by(client: docker.DockerClient, pid: int) -> list[str]:
-    """Containers and networks (labelled trainimg.run) that the trainimg process `pid` started on this host."""
+def owned_by(client: docker.DockerClient, pid: int, checks: bool = True) -> list[str]:
+    """Containers and networks (labelled trainimg.run) that the trainimg process `pid` started on this host; with
+    `checks` False, not the one-off containers of its checks (the probe's), only its jobs' replicas."""
     import socket
 
-    from trainimg.conformance.replicas import OWNER_LABEL, RUN_LABEL
+    from trainimg.conformance.replicas import CHECK_RUN_PREFIX, OWNER_LABEL, RUN_LABEL
 
     # One listing call each, labels read from its answer: `containers.list()` would inspect every container and
     # fail when a concurrent test removes one in between.
     owner = f"{socket.gethostname()}:{pid}"
     found = [f"container {c['Names'][0].lstrip('/')}"
              for c in client.api.containers(all=True, filters={"label": RUN_LABEL})
-             if (c.get("Labels") or {}).get(OWNER_LABEL) == owner]
+             if (c.get("Labels") or {}).get(OWNER_LABEL) == owner
+             and (checks or not c["Labels"][RUN_LABEL].startswith(CHECK_RUN_PREFIX))]
     found += [f"network {n['Name']}" for n in client.api.networks(filters={"label": RUN_LABEL})
               if (n.get("Labels") or {}).get(OWNER_LABEL) == owner]
     return found

@@ -17,6 +17,7 @@ from ..engine.base import ContainerSpec, Engine
 from ..runtime.cause import reason as cause_of
 from ..runtime.osfixes import CHECK_NAME
 from ..runtime.report import Check
+from .replicas import reapable
 from . import inimage
 
 WAIVERS_IN_CONTAINER = "/run/trainimg-waivers.json"  # where the container reads the waivers, as a JSON list
@@ -32,7 +33,7 @@ def os_fixes_check(engine: Engine, image_id: str, waivers: Path | None) -> Check
         out = engine.run_command(ContainerSpec(
             image=image_id, command=tuple(inimage.command("os-fixes", "--waivers", WAIVERS_IN_CONTAINER)),
             ro_mounts={**inimage.volumes(), fh.name: WAIVERS_IN_CONTAINER}, env={"PATH": inimage.PATH},
-            outbound=True))
+            outbound=True, labels=reapable("os-fixes")))
     try:
         got = json.loads(out.stdout)
     except json.JSONDecodeError:

@@ -61,6 +61,15 @@ def _owner() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+CHECK_RUN_PREFIX = "check-"  # the run label of a check's one-off container, not of a job's replicas
+
+
+def reapable(check: str) -> dict[str, str]:
+    """Labels for a one-off container of a check (the probe, the OS fixes): a run killed outright (SIGKILL) leaves it
+    behind as it leaves its replicas, and the next run's `reap_leftovers` removes it."""
+    return {RUN_LABEL: f"{CHECK_RUN_PREFIX}{check}-{uuid.uuid4().hex[:12]}", OWNER_LABEL: _owner()}
+
+
 def _owner_alive(owner: str) -> bool:
     host, _, pid = owner.rpartition(":")
     if host != socket.gethostname() or not pid.isdigit():

@@ -39,7 +39,7 @@ from ..runtime.verdict import judge_allreduce
 from . import inimage
 from .imageenv import image_env_check
 from .osfixes import os_fixes_check
-from .replicas import ReplicaJob, ReplicaRunner
+from .replicas import ReplicaJob, ReplicaRunner, reapable
 from .structure import structure_checks
 
 
@@ -128,7 +128,8 @@ class Conformance:
         start = time.monotonic()
         cmd = inimage.command("probe", "--json", "--expect", json.dumps(expect))
         out = self.engine.run_command(ContainerSpec(image=image_id, command=tuple(cmd), ro_mounts=inimage.volumes(),
-                                                    env={"PATH": inimage.PATH}, shm_size=shm))
+                                                    env={"PATH": inimage.PATH}, shm_size=shm,
+                                                    labels=reapable("probe")))
         try:
             results = json.loads(out.stdout)
         except json.JSONDecodeError:
