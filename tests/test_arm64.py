@@ -82,8 +82,15 @@ def test_the_arm64_image_says_arm64_everywhere(jax_arm64: dict, client: docker.D
     assert labels["trainimg.lock.digest"] == "sha256:" + hashlib.sha256(lock).hexdigest()
     assert labels["trainimg.version.framework"] == "0.10.2" and labels["trainimg.version.cuda"] == "none"
     # The SBOM the image wrote under emulation: every Debian package of arm64 (or architecture-independent).
-    sbom = json.loads(client.containers.run(jax_arm64["image_id"], ["cat", "/etc/trainimg/sbom.cdx.json"],
-                                            entrypoint=[], remove=True, network_mode="none"))
+    # Read from the stopped container's logs, then removed: `run(remove=True)` can return the output cut short when
+    # the removal races the log read (a 44,873-byte prefix of the SBOM once, under emulation).
+    container = client.containers.run(jax_arm64["image_id"], ["cat", "/etc/trainimg/sbom.cdx.json"], entrypoint=[],
+                                      detach=True, network_mode="none")
+    try:
+        assert container.wait(timeout=300)["StatusCode"] == 0
+        sbom = json.loads(container.logs(stdout=True, stderr=False))
+    finally:
+        container.remove(force=True)
     arches = {p.split("arch=")[1].split("&")[0] for c in sbom["components"]
               if (p := c.get("purl", "")).startswith("pkg:deb/")}
     assert arches and arches <= {"arm64", "all"}, arches
