@@ -109,8 +109,8 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
     blobs = _all_held(sender, info.layers) if config else None
     if config is None or blobs is None:
         config, blobs = _push_layers(engine, local_ref, sender)
-    if memory is not None:
-        memory.keep_config(info.id, config)
+        if memory is not None:
+            memory.keep_config(info.id, config)  # read from the save: remembered for the next push
     layers: list[dict[str, Any]] = [{"mediaType": fmt.layer, "size": size, "digest": digest} for digest, size in blobs]
     body = _put_image(api, repository, fmt, config if exact_config else image_config(config), layers)
     result.digest = api.put_manifest(repository, tag if tagged else sha256_digest(body), body, fmt.manifest)
