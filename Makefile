@@ -23,8 +23,9 @@ demo: setup install
 	@echo "demo: $(VARIANT) built, passed conformance on 4 replicas and was pushed to $(REGISTRY)"
 
 # All four tiers (tests/conftest.py derives each test's tier from the fixtures it uses), on one pytest-xdist worker
-# per CPU: the engine tests (tiers 3 and 4) one at a time on one worker, as one process would run them; the rest beside
-# them. PYTEST_WORKERS=0 runs everything in this process.
+# per CPU: the engine tests (tiers 3 and 4) in two lanes, each one at a time on one worker (the tests that only run
+# containers from the suite's images, and the rest); tiers 1 and 2 beside them. PYTEST_WORKERS=0 runs everything
+# in this process.
 PYTEST_WORKERS ?= auto
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
 test: setup install

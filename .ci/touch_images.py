@@ -18,16 +18,12 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path("tests").resolve()))
 
-from conftest import CPU_VARIANT, LOCAL_BASE  # noqa: E402
-from conftest_images import FRAMEWORK_IMAGES, GPU_VARIANTS, WHEELHOUSES  # noqa: E402
+from conftest import CPU_BUILD  # noqa: E402
+from conftest_images import FRAMEWORK_BUILD, GPU_BUILD, WHEELHOUSES  # noqa: E402
 from test_arm64 import BASES, JAX  # noqa: E402
 
-BUILDS = [
-    [CPU_VARIANT, "--base-image", LOCAL_BASE],  # conftest.cpu_image
-    [*GPU_VARIANTS, "--base-image", LOCAL_BASE, "--allow-missing", "google-reduction-server", *WHEELHOUSES],
-    [*(v for v, _ in FRAMEWORK_IMAGES.values()), "--base-image", LOCAL_BASE, "--arch", "amd64", *WHEELHOUSES],
-    [JAX, "--arch", "arm64", *BASES, *WHEELHOUSES],  # test_arm64.jax_arm64
-]
+BUILDS = [CPU_BUILD, GPU_BUILD, FRAMEWORK_BUILD,
+          [JAX, "--arch", "arm64", *BASES, *WHEELHOUSES]]  # the last: test_arm64.jax_arm64
 
 
 def main() -> int:

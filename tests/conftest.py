@@ -35,16 +35,25 @@ import docker
 import pytest
 
 from conftest_images import *  # noqa: F401,F403  (the image matrix: gpu_images, cuda_image, framework_images)
+from conftest_images import LOCAL_BASE
 from conftest_registry import *  # noqa: F401,F403  (the registry fixtures: registry, fault_proxy, ...)
 from conftest_runner import *  # noqa: F401,F403  (ephemeral_runner: the engine as an empty CI runner sees it)
+from onceperrun import built_once
 from slurmcluster import slurm_cluster  # noqa: F401  (a real one-machine Slurm, session-scoped)
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCAL_BASE = os.environ.get("TRAINIMG_LOCAL_BASE", "local/debian:bookworm")
 CPU_VARIANT = "pytorch-2.13.0-cpu-py3.11"
-# `make test` runs under pytest-xdist with `--dist loadgroup`: every engine test (tier 3 and up) is in this group, so
-# one worker runs them in order, as a single process would, while the other workers take tiers 1 and 2.
+CPU_BUILD = [CPU_VARIANT, "--base-image", LOCAL_BASE]  # the cpu_image fixture's build (.ci/touch_images.py too)
+# `make test` runs under pytest-xdist with `--dist loadgroup`. The engine tests (tier 3 and up) are in two groups, so
+# two workers run them, each in order as a single process would, while the others take tiers 1 and 2. The second
+# lane is the modules of RUNS_BESIDE: their tests build and push only images under their own names and get the
+# suite's images through the `pinned_` fixtures (tests/onceperrun.py), so nothing the first lane does (rebuilding a
+# shipped variant, which moves its tag) changes what they run. A test there that requests a MOVING fixture fails.
 ENGINE_GROUP = "engine"
+RUNS_GROUP = "engine-beside"
+RUNS_BESIDE = {"test_gate_platforms", "test_frameworks", "test_selftest", "test_gate_mpi", "test_jobs",
+               "test_conformance", "test_audit_image", "test_structure", "test_node_gate", "test_arm64"}
+MOVING_FIXTURES = {"cpu_image", "framework_images", "gpu_images", "cuda_image"}  # tags a building test moves
 
 
 @pytest.fixture(scope="session")
@@ -81,12 +90,20 @@ def trainimg(*args: str, env: dict[str, str] | None = None, timeout: float = 120
                           input=input)
 
 
+def _cpu_row(state_env: dict[str, str], factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return built_once(factory, "cpu", CPU_BUILD, state_env, timeout=1200)[CPU_VARIANT]
+
+
 @pytest.fixture(scope="session")
-def cpu_image(docker_engine: str, state_env: dict[str, str]) -> str:
-    """The CPU PyTorch variant built once per session on the local base, with the CA bundle and wheelhouse."""
-    r = trainimg("build", CPU_VARIANT, "--base-image", LOCAL_BASE, "--progress", "plain", env=state_env)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return "trainimg/pytorch:2.13.0-cpu-py3.11"
+def cpu_image(docker_engine: str, state_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The CPU PyTorch variant built once per suite run (tests/onceperrun.py) on the local base: its tag."""
+    return str(_cpu_row(state_env, tmp_path_factory)["tag"])
+
+
+@pytest.fixture(scope="session")
+def pinned_cpu_image(docker_engine: str, state_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The same image under the name no test moves (tests/onceperrun.py): the second engine lane's tests use this."""
+    return str(_cpu_row(state_env, tmp_path_factory)["pinned"])
 
 
 def remove_image(client: docker.DockerClient, ref: str) -> None:
@@ -163,6 +180,7 @@ def chromium_render() -> Callable[[Path, Path, Path], str]:
 TIER_OF_FIXTURE = {
     "host_tool": 2, "framework_venv": 2, "chromium_render": 2, "slurm_cluster": 2,
     "docker_engine": 3, "client": 3, "registry_client": 3, "docker_services": 3, "cpu_image": 3,
+    "pinned_cpu_image": 3,
     "image_matrix": 4,
 }
 # Helper modules tests call directly (no fixture): a test that calls into one, itself or through a helper function
@@ -234,5 +252,17 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker("engine")
         if tier >= 4 and not item.get_closest_marker("slow"):
             item.add_marker("slow")
-        if tier >= 3:  # one engine, one worker: engine tests run one at a time, the others beside them (xdist)
-            item.add_marker(pytest.mark.xdist_group(ENGINE_GROUP))
+        if tier >= 3:  # two engine lanes, one worker each; the other tests beside them (xdist)
+            item.add_marker(pytest.mark.xdist_group(engine_lane(item)))
+
+
+def engine_lane(item: pytest.Item) -> str:
+    """RUNS_GROUP for an engine test of a RUNS_BESIDE module, else ENGINE_GROUP."""
+    module = getattr(item, "module", None)
+    if module is None or module.__name__ not in RUNS_BESIDE:
+        return ENGINE_GROUP
+    moving = sorted(set(getattr(item, "fixturenames", ())) & MOVING_FIXTURES)
+    if moving:
+        raise pytest.UsageError(f"{item.nodeid} runs in the second engine lane (RUNS_BESIDE) but requests "
+                                f"{', '.join(moving)}, whose tags the first lane moves: request the pinned_ fixture")
+    return RUNS_GROUP

@@ -9,14 +9,19 @@ not reuse. Import them from tests/conftest.py with `from conftest_images import 
 
 from __future__ import annotations
 
-import json
+import os
 from pathlib import Path
 
 import pytest
 
-__all__ = ["CUDA_TAG", "CUDA_VARIANT", "FRAMEWORK_IMAGES", "GPU_VARIANTS", "WHEELHOUSES", "cuda_image",
-           "framework_images", "gpu_images", "image_matrix"]
+from onceperrun import built_once
 
+__all__ = ["CUDA_TAG", "CUDA_VARIANT", "FRAMEWORK_BUILD", "FRAMEWORK_IMAGES", "GPU_BUILD", "GPU_VARIANTS",
+           "LOCAL_BASE", "WHEELHOUSES", "cuda_image", "framework_images", "gpu_images", "image_matrix", "pinned_cuda_image",
+           "pinned_framework_images"]
+
+# the base every fixture image is built on (.ci/setup-host makes it with debootstrap)
+LOCAL_BASE = os.environ.get("TRAINIMG_LOCAL_BASE", "local/debian:bookworm")
 CUDA_VARIANT = "pytorch-2.14.1-cu130-py3.11"
 CUDA_TAG = "trainimg/pytorch:2.14.1-cu130-py3.11"
 # variant -> words its framework, NCCL and cuDNN checks must say (the CUDA build; the recipe's constraint)
@@ -30,6 +35,10 @@ GPU_VARIANTS = {
 WHEELHOUSES = ["--wheelhouse", "/opt/wheels", "--wheelhouse", "/opt/pypi", "--wheelhouse", "/opt/pypi-more"]
 FRAMEWORK_IMAGES = {"tensorflow": ("tensorflow-2.21.0-cpu-py3.11", "trainimg/tensorflow:2.21.0-cpu-py3.11"),
                     "jax": ("jax-0.10.2-cpu-py3.11", "trainimg/jax:0.10.2-cpu-py3.11")}
+# The fixtures' `trainimg build` arguments (.ci/touch_images.py rebuilds the same from cache)
+GPU_BUILD = [*GPU_VARIANTS, "--base-image", LOCAL_BASE, "--allow-missing", "google-reduction-server", *WHEELHOUSES]
+FRAMEWORK_BUILD = [*(v for v, _ in FRAMEWORK_IMAGES.values()), "--base-image", LOCAL_BASE, "--arch", "amd64",
+                   *WHEELHOUSES]
 
 
 @pytest.fixture(scope="session")
@@ -46,13 +55,12 @@ def image_matrix(docker_engine: str) -> list[str]:
 @pytest.fixture(scope="session")
 def gpu_images(image_matrix: list[str], state_env: dict[str, str],
                tmp_path_factory: pytest.TempPathFactory) -> dict[str, dict]:
-    """The three GPU variants built in one run (the cache is reused across the suite): name -> its build row."""
-    from conftest import LOCAL_BASE, trainimg
-    report = tmp_path_factory.mktemp("gpu") / "build.json"
-    r = trainimg("build", *GPU_VARIANTS, "--base-image", LOCAL_BASE, "--allow-missing", "google-reduction-server",
-                 *image_matrix, "--progress", "plain", "--json", str(report), env=state_env, timeout=3000)
-    assert r.returncode == 0, r.stderr[-3000:]
-    return {row["name"]: row for row in json.loads(report.read_text())}
+    """The three GPU variants built in one run, once per suite run (tests/onceperrun.py): name -> its build row."""
+    return _gpu_rows(state_env, tmp_path_factory)
+
+
+def _gpu_rows(state_env: dict[str, str], factory: pytest.TempPathFactory) -> dict[str, dict]:
+    return built_once(factory, "gpu", GPU_BUILD, state_env, timeout=3000)
 
 
 @pytest.fixture(scope="session")
@@ -61,10 +69,28 @@ def cuda_image(gpu_images: dict[str, dict]) -> str:
 
 
 @pytest.fixture(scope="session")
-def framework_images(image_matrix: list[str], state_env: dict[str, str]) -> dict[str, str]:
-    """The TF and JAX CPU variants, built in one run so they share the python and comms parents: framework -> tag."""
-    from conftest import LOCAL_BASE, trainimg
-    r = trainimg("build", *(v for v, _ in FRAMEWORK_IMAGES.values()), "--base-image", LOCAL_BASE, "--arch", "amd64",
-                 *image_matrix, "--progress", "plain", env=state_env, timeout=1800)
-    assert r.returncode == 0, r.stderr[-3000:]
+def pinned_cuda_image(image_matrix: list[str], state_env: dict[str, str],
+                      tmp_path_factory: pytest.TempPathFactory) -> str:
+    """The CUDA PyTorch image under the name no test moves (tests/onceperrun.py): for the second engine lane."""
+    return str(_gpu_rows(state_env, tmp_path_factory)[CUDA_VARIANT]["pinned"])
+
+
+def _framework_rows(state_env: dict[str, str], factory: pytest.TempPathFactory) -> dict[str, dict]:
+    return built_once(factory, "frameworks", FRAMEWORK_BUILD, state_env, timeout=1800)
+
+
+@pytest.fixture(scope="session")
+def framework_images(image_matrix: list[str], state_env: dict[str, str],
+                     tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """The TF and JAX CPU variants, built in one run so they share the python and comms parents, once per suite
+    run: framework -> tag."""
+    _framework_rows(state_env, tmp_path_factory)
     return {fw: tag for fw, (_, tag) in FRAMEWORK_IMAGES.items()}
+
+
+@pytest.fixture(scope="session")
+def pinned_framework_images(image_matrix: list[str], state_env: dict[str, str],
+                            tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """framework_images under the names no test moves (tests/onceperrun.py): for the second engine lane."""
+    rows = _framework_rows(state_env, tmp_path_factory)
+    return {fw: str(rows[variant]["pinned"]) for fw, (variant, _) in FRAMEWORK_IMAGES.items()}

@@ -35,9 +35,9 @@ def run_in(client: docker.DockerClient, image: str, out: Path, *args: str) -> tu
         container.remove(force=True)
 
 
-def test_the_gate_lists_pending_os_fixes_and_waivers_gate_them(cpu_image: str, client: docker.DockerClient,
+def test_the_gate_lists_pending_os_fixes_and_waivers_gate_them(pinned_cpu_image: str, client: docker.DockerClient,
                                                                tmp_path: Path, state_env: dict[str, str]) -> None:
-    code, logs = run_in(client, cpu_image, tmp_path, "os-fixes")
+    code, logs = run_in(client, pinned_cpu_image, tmp_path, "os-fixes")
     result = json.loads(logs.strip().splitlines()[-1])
     assert result["name"] == CHECK_NAME and result["details"]["suite"] == "bookworm-security", logs
     pending = result["details"]["findings"]
@@ -48,7 +48,7 @@ def test_the_gate_lists_pending_os_fixes_and_waivers_gate_them(cpu_image: str, c
     (tmp_path / "w.json").write_text(json.dumps(
         [{"id": f["id"], "package": f["package"], "version": f["version"], "reason": "base refresh pending",
           "approved-by": "ops", "expires": LATER} for f in pending]))
-    code, logs = run_in(client, cpu_image, tmp_path, "selftest", "--os-fixes", "--waivers", "/out/w.json",
+    code, logs = run_in(client, pinned_cpu_image, tmp_path, "selftest", "--os-fixes", "--waivers", "/out/w.json",
                         "--json", "/out/r.json")
     checks = {c["name"]: c for c in json.loads((tmp_path / "r.json").read_text())["suites"][0]["checks"]}
     assert code == 0 and checks[CHECK_NAME]["status"] == "passed", logs[-2000:]
@@ -56,14 +56,14 @@ def test_the_gate_lists_pending_os_fixes_and_waivers_gate_them(cpu_image: str, c
     # The host's gate (`trainimg test --os-fixes`), the committed YAML waivers file: the same judgement.
     waived = tmp_path / "waivers.yaml"
     waived.write_text(yaml.safe_dump({"waivers": json.loads((tmp_path / "w.json").read_text())}))
-    r = trainimg("test", cpu_image, "--replicas", "1", "--os-fixes", "--waivers", str(waived), "--json",
+    r = trainimg("test", pinned_cpu_image, "--replicas", "1", "--os-fixes", "--waivers", str(waived), "--json",
                  str(tmp_path / "gate.json"), env=state_env, timeout=600)
     gate = {c["name"]: c for c in json.loads((tmp_path / "gate.json").read_text())["suites"][0]["checks"]}
     assert r.returncode == 0 and gate[CHECK_NAME]["status"] == "passed", r.stderr[-2000:]
     assert sorted(f["package"] for f in gate[CHECK_NAME]["details"]["findings"]) == sorted(
         f["package"] for f in pending)
     if pending:  # without the waivers the host's gate fails, naming the check
-        r = trainimg("test", cpu_image, "--replicas", "1", "--os-fixes", env=state_env, timeout=600)
+        r = trainimg("test", pinned_cpu_image, "--replicas", "1", "--os-fixes", env=state_env, timeout=600)
         assert r.returncode == 1 and CHECK_NAME in r.stderr.strip().splitlines()[-1], r.stderr[-2000:]
 
 

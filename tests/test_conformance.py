@@ -32,8 +32,8 @@ PROBE_CHECKS = ("python", "framework", "nccl", "cudnn", "reduction_server", "hyp
 
 
 @pytest.fixture(scope="module")
-def images(client: docker.DockerClient, cpu_image: str) -> Iterator[TestImages]:
-    made = TestImages(client, cpu_image)
+def images(client: docker.DockerClient, pinned_cpu_image: str) -> Iterator[TestImages]:
+    made = TestImages(client, pinned_cpu_image)
     yield made
     made.remove_all()
 
@@ -111,9 +111,9 @@ def assert_passing_reports(report: dict[str, Any], junit_path: Path, platform: s
 
 
 @pytest.fixture(scope="module")
-def vertex_x4(cpu_image: str, state_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
+def vertex_x4(pinned_cpu_image: str, state_env: dict[str, str], tmp_path_factory: pytest.TempPathFactory
               ) -> tuple[subprocess.CompletedProcess[str], dict[str, Any], Path]:
-    return run_test(cpu_image, tmp_path_factory.mktemp("vertex"), state_env, "--platform", "vertex",
+    return run_test(pinned_cpu_image, tmp_path_factory.mktemp("vertex"), state_env, "--platform", "vertex",
                     "--replicas", "4")
 
 
@@ -128,11 +128,11 @@ def test_junit_report_validates_against_jenkins_schema(vertex_x4) -> None:
     xmlschema.XMLSchema(str(JUNIT_XSD)).validate(str(junit))
 
 
-def test_two_runs_at_once_on_different_platforms_both_pass(cpu_image: str, state_env: dict[str, str],
+def test_two_runs_at_once_on_different_platforms_both_pass(pinned_cpu_image: str, state_env: dict[str, str],
                                                            tmp_path: Path, client: docker.DockerClient) -> None:
     runs = {}
     for platform in ("aiplatform", "uai"):
-        runs[platform] = start("test", cpu_image, "--platform", platform, "--replicas", "2", "--progress", "quiet",
+        runs[platform] = start("test", pinned_cpu_image, "--platform", platform, "--replicas", "2", "--progress", "quiet",
                                "--json", str(tmp_path / f"{platform}.json"),
                                "--junit", str(tmp_path / f"{platform}.xml"), env=state_env)
     for platform, proc in runs.items():
@@ -307,9 +307,9 @@ def test_sigint_during_the_allreduce_cleans_up(hung_image: str, state_env: dict[
     assert owned_by(client, proc.pid) == [], err[-2000:]
 
 
-def test_sigint_while_replicas_start_cleans_up(cpu_image: str, state_env: dict[str, str],
+def test_sigint_while_replicas_start_cleans_up(pinned_cpu_image: str, state_env: dict[str, str],
                                                client: docker.DockerClient) -> None:
-    proc = start("test", cpu_image, "--replicas", "4", "--progress", "quiet", env=state_env)
+    proc = start("test", pinned_cpu_image, "--replicas", "4", "--progress", "quiet", env=state_env)
     try:
         wait_for_replicas(client, proc)  # the first replica exists; the others are being created
     except BaseException:
@@ -321,7 +321,7 @@ def test_sigint_while_replicas_start_cleans_up(cpu_image: str, state_env: dict[s
     assert owned_by(client, proc.pid) == [], err[-2000:]
 
 
-def test_sigkill_leftovers_are_reaped_by_the_next_run(hung_image: str, cpu_image: str, state_env: dict[str, str],
+def test_sigkill_leftovers_are_reaped_by_the_next_run(hung_image: str, pinned_cpu_image: str, state_env: dict[str, str],
                                                       client: docker.DockerClient, tmp_path: Path) -> None:
     proc = start("test", hung_image, "--replicas", "4", "--progress", "quiet", env=state_env)
     wait_until_all_running(client, proc, 4)
@@ -329,20 +329,20 @@ def test_sigkill_leftovers_are_reaped_by_the_next_run(hung_image: str, cpu_image
     assert proc.returncode == -signal.SIGKILL
     left = owned_by(client, proc.pid, checks=False)  # the probe's container, if it had not ended, is left too
     assert len([x for x in left if x.startswith("container")]) == 4 and any(x.startswith("network") for x in left), left
-    r, _, _ = run_test(cpu_image, tmp_path, state_env)
+    r, _, _ = run_test(pinned_cpu_image, tmp_path, state_env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert owned_by(client, proc.pid) == [], "the next run did not reap the killed run's containers and networks"
 
 
-def test_sigkill_during_run_is_reaped_by_the_next_run(cpu_image: str, state_env: dict[str, str],
+def test_sigkill_during_run_is_reaped_by_the_next_run(pinned_cpu_image: str, state_env: dict[str, str],
                                                       client: docker.DockerClient) -> None:
     """`trainimg run` killed outright leaves its replicas; the next run of anything reaps them by label."""
-    proc = start("run", cpu_image, "--platform", "vertex", "--replicas", "2", "--progress", "quiet", "--",
+    proc = start("run", pinned_cpu_image, "--platform", "vertex", "--replicas", "2", "--progress", "quiet", "--",
                  "sleep", "120", env=state_env)
     wait_until_all_running(client, proc, 2)
     interrupt(proc, signal.SIGKILL)
     assert [x for x in owned_by(client, proc.pid) if x.startswith("container")], "nothing left to reap: weak test"
-    r = trainimg("run", cpu_image, "--platform", "vertex", "--replicas", "1", "--progress", "quiet", "--", "true",
+    r = trainimg("run", pinned_cpu_image, "--platform", "vertex", "--replicas", "1", "--progress", "quiet", "--", "true",
                  env=state_env, timeout=300)
     assert r.returncode == 0, r.stderr[-2000:]
     assert owned_by(client, proc.pid) == [], "the next run did not reap the killed run's containers and networks"

@@ -22,10 +22,10 @@ def _checks(report: Path) -> dict[str, dict]:
 
 @pytest.mark.parametrize("platform", ["vertex", "aiplatform", "uai"])
 @pytest.mark.parametrize("framework", ["tensorflow", "jax"])
-def test_framework_collective_on_each_platform(framework_images: dict[str, str], framework: str, platform: str,
+def test_framework_collective_on_each_platform(pinned_framework_images: dict[str, str], framework: str, platform: str,
                                                state_env: dict[str, str], tmp_path: Path) -> None:
     report = tmp_path / "r.json"
-    r = trainimg("test", framework_images[framework], "--platform", platform, "--replicas", "3",
+    r = trainimg("test", pinned_framework_images[framework], "--platform", platform, "--replicas", "3",
                  "--json", str(report), "--progress", "quiet", env=state_env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     checks = _checks(report)
@@ -39,32 +39,32 @@ def test_framework_collective_on_each_platform(framework_images: dict[str, str],
 
 
 @pytest.mark.parametrize("platform", ["vertex", "aiplatform", "uai"])
-def test_two_processes_per_node_pytorch(cpu_image: str, platform: str, state_env: dict[str, str],
+def test_two_processes_per_node_pytorch(pinned_cpu_image: str, platform: str, state_env: dict[str, str],
                                         tmp_path: Path) -> None:
     """2 replicas x 2 processes through torchrun: a gloo world of 4 from each platform's node-level env."""
     report = tmp_path / "r.json"
-    r = trainimg("test", cpu_image, "--platform", platform, "--replicas", "2", "--nproc-per-node", "2",
+    r = trainimg("test", pinned_cpu_image, "--platform", platform, "--replicas", "2", "--nproc-per-node", "2",
                  "--json", str(report), "--progress", "quiet", env=state_env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     check = _checks(report)[f"allreduce_{platform}_x2x2"]
     assert check["status"] == "passed" and check["reason"] == "sum 10 on all 4 ranks"
 
 
-def test_two_processes_per_node_jax(framework_images: dict[str, str], state_env: dict[str, str],
+def test_two_processes_per_node_jax(pinned_framework_images: dict[str, str], state_env: dict[str, str],
                                    tmp_path: Path) -> None:
     """JAX: process id = node rank x 2 + local rank, process count 4, started by the launcher itself."""
     report = tmp_path / "r.json"
-    r = trainimg("test", framework_images["jax"], "--platform", "vertex", "--replicas", "2", "--nproc-per-node",
+    r = trainimg("test", pinned_framework_images["jax"], "--platform", "vertex", "--replicas", "2", "--nproc-per-node",
                  "2", "--json", str(report), "--progress", "quiet", env=state_env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert _checks(report)["allreduce_vertex_x2x2"]["reason"] == "sum 10 on all 4 ranks"
 
 
-def test_tensorflow_keeps_one_worker_per_replica(framework_images: dict[str, str], state_env: dict[str, str],
+def test_tensorflow_keeps_one_worker_per_replica(pinned_framework_images: dict[str, str], state_env: dict[str, str],
                                                  tmp_path: Path) -> None:
     """MultiWorkerMirroredStrategy takes all local GPUs in one worker: --nproc-per-node 2 still starts one."""
     report = tmp_path / "r.json"
-    r = trainimg("test", framework_images["tensorflow"], "--platform", "vertex", "--replicas", "2",
+    r = trainimg("test", pinned_framework_images["tensorflow"], "--platform", "vertex", "--replicas", "2",
                  "--nproc-per-node", "2", "--json", str(report), "--progress", "quiet", env=state_env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
     assert _checks(report)["allreduce_vertex_x2x2"]["reason"] == "sum 3 on all 2 ranks"

@@ -31,10 +31,10 @@ INSTALL_KEY = f"mkdir -p /root/.ssh && cp {KEYS}/* /root/.ssh/ && chmod 700 /roo
 
 
 @pytest.fixture(scope="session")
-def mpi_image(cpu_image: str, docker_cli: str) -> Iterator[str]:
+def mpi_image(pinned_cpu_image: str, docker_cli: str) -> Iterator[str]:
     """The CPU PyTorch image with Debian's Open MPI and OpenSSH, as an MPI runtime's image carries them; removed
     at the end of the session (BuildKit's cache keeps its layers for the next run)."""
-    dockerfile = (f"FROM {cpu_image}\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
+    dockerfile = (f"FROM {pinned_cpu_image}\nRUN apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y "
                   "--no-install-recommends openmpi-bin openssh-server openssh-client "
                   "&& rm -rf /var/lib/apt/lists/* && mkdir -p /run/sshd\n")
     r = subprocess.run([docker_cli, "build", "-t", MPI_IMAGE, "-"], input=dockerfile, capture_output=True,

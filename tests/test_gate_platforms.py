@@ -60,9 +60,9 @@ def ranks(check: dict) -> list[int]:
 
 @pytest.mark.parametrize(("replicas", "nproc"), SHAPES, ids=[f"x{r}x{n}" for r, n in SHAPES])
 @pytest.mark.parametrize("platform", PLATFORMS)
-def test_pytorch_on_each_platform(cpu_image: str, platform: str, replicas: int, nproc: int,
+def test_pytorch_on_each_platform(pinned_cpu_image: str, platform: str, replicas: int, nproc: int,
                                   state_env: dict[str, str], tmp_path: Path) -> None:
-    check, output = gate(cpu_image, platform, replicas, nproc, state_env, tmp_path)
+    check, output = gate(pinned_cpu_image, platform, replicas, nproc, state_env, tmp_path)
     world = replicas * nproc
     assert check["status"] == "passed", check["reason"]
     assert check["reason"] == f"sum {world * (world + 1) // 2} on all {world} ranks"
@@ -82,33 +82,33 @@ FITS = [("jax", "slurm"), ("jax", "jobset"), ("jax", "jaxjob"), ("jax", "trainjo
 
 
 @pytest.mark.parametrize(("framework", "platform"), FITS)
-def test_framework_on_the_platforms_that_fit_it(framework_images: dict[str, str],
+def test_framework_on_the_platforms_that_fit_it(pinned_framework_images: dict[str, str],
                                                 framework: str, platform: str, state_env: dict[str, str],
                                                 tmp_path: Path) -> None:
-    check, _ = gate(framework_images[framework], platform, 2, 1, state_env, tmp_path)
+    check, _ = gate(pinned_framework_images[framework], platform, 2, 1, state_env, tmp_path)
     assert check["status"] == "passed" and check["reason"] == "sum 3 on all 2 ranks", check["reason"]
     lines = [line for replica in check["details"]["replicas"].values() for line in replica["results"]]
     assert {line["framework"] for line in lines} == {framework} and ranks(check) == [0, 1]
 
 
-def test_tensorflow_is_refused_where_no_tf_config_comes(framework_images: dict[str, str],
+def test_tensorflow_is_refused_where_no_tf_config_comes(pinned_framework_images: dict[str, str],
                                                         state_env: dict[str, str]) -> None:
     """A TrainJob has no TensorFlow runtime, a PyTorchJob gives no TF_CONFIG: one line, exit 2, nothing started."""
     for platform in ("trainjob", "pytorchjob"):
-        r = trainimg("test", framework_images["tensorflow"], "--platform", platform, "--progress", "quiet",
+        r = trainimg("test", pinned_framework_images["tensorflow"], "--platform", platform, "--progress", "quiet",
                      env=state_env, timeout=120)
         assert r.returncode == 2, r.stderr[-2000:]
         assert r.stderr.strip().splitlines() == [r.stderr.strip()] and "--platform tfjob" in r.stderr, r.stderr
 
 
 @pytest.mark.parametrize(("platform", "framework"), [("slurm", "pytorch"), ("trainjob", "jax")])
-def test_run_uses_the_same_replicas(cpu_image: str, framework_images: dict[str, str],
+def test_run_uses_the_same_replicas(pinned_cpu_image: str, pinned_framework_images: dict[str, str],
                                     platform: str, framework: str) -> None:
     """`trainimg run` starts the platform's replicas under the launcher: Slurm's tasks keep their ranks (no second
     layer), a JAX image's TrainJob gets the JAX runtime's env, which the launcher maps to 2 processes a node."""
     script = ("import os; print('RANK', os.environ['RANK'], os.environ['WORLD_SIZE'], "
               "os.environ['JAX_COORDINATOR_ADDRESS'], os.environ.get('SLURM_PROCID', os.environ.get('JAX_PROCESS_ID')))")
-    image = cpu_image if framework == "pytorch" else framework_images[framework]
+    image = pinned_cpu_image if framework == "pytorch" else pinned_framework_images[framework]
     opts = JobOptions(command=["python3", "-c", script], platform=platform, replicas=2, nproc_per_node=2,
                       timeout=300)
     result = run_job(DockerEngine(), image, opts)
@@ -135,16 +135,16 @@ def test_run_shapes_each_platform_refuses(kwargs: dict, where: str, words: str) 
     assert exc.value.where == where and words in exc.value.message
 
 
-def test_tensorflow_on_azureml_at_four_workers(framework_images: dict[str, str],
+def test_tensorflow_on_azureml_at_four_workers(pinned_framework_images: dict[str, str],
                                                state_env: dict[str, str], tmp_path: Path) -> None:
     """Azure ML's tensorflow distribution at 4 workers (2 is in FITS): TF_CONFIG workers only, ``environment: cloud``,
     a real MultiWorkerMirroredStrategy all-reduce across the 4 containers."""
-    check, _ = gate(framework_images["tensorflow"], "azureml", 4, 1, state_env, tmp_path)
+    check, _ = gate(pinned_framework_images["tensorflow"], "azureml", 4, 1, state_env, tmp_path)
     assert check["status"] == "passed" and check["reason"] == "sum 10 on all 4 ranks", check["reason"]
     assert sorted(check["details"]["replicas"]) == [f"worker-{k}" for k in range(4)] and ranks(check) == [0, 1, 2, 3]
 
 
-def test_sagemaker_replicas_read_their_mounted_resource_config(cpu_image: str) -> None:
+def test_sagemaker_replicas_read_their_mounted_resource_config(pinned_cpu_image: str) -> None:
     """Each SageMaker replica finds its own resourceconfig.json where SageMaker puts it, read-only, answers to the
     name it lists (algo-1, algo-2); the launcher reads the file (no SM_* variable is set)."""
     # Its own name resolves on the job's network (the peers' names carry the all-reduce in the runs above).
@@ -153,7 +153,7 @@ def test_sagemaker_replicas_read_their_mounted_resource_config(cpu_image: str) -
               "os.environ['MASTER_PORT'], os.access('/opt/ml/input/config/resourceconfig.json', os.W_OK), "
               "bool(socket.gethostbyname(c['current_host'])), os.environ['TRAINIMG_PLATFORM'])")
     opts = JobOptions(command=["python3", "-c", script], platform="sagemaker", replicas=2, timeout=300)
-    result = run_job(DockerEngine(), cpu_image, opts)
+    result = run_job(DockerEngine(), pinned_cpu_image, opts)
     assert result.exit_code == 0, result.summary() + "\n".join(r.logs[-1500:] for r in result.replicas)
     said = sorted(line.split()[1:] for r in result.replicas for line in r.logs.splitlines() if line.startswith("SM "))
     assert said == [["algo-1", "algo-1,algo-2", "0", "algo-1", "7777", "False", "True", "sagemaker"],

@@ -87,7 +87,7 @@ HPTUNE = textwrap.dedent("""\
 
 
 @pytest.fixture(scope="module")
-def engine(cpu_image: str) -> DockerEngine:
+def engine(pinned_cpu_image: str) -> DockerEngine:
     e = DockerEngine()
     if e.image(IMAGE) is None:
         pytest.fail(f"{IMAGE} is not on this engine: build it with `trainimg build pytorch-2.13.0-cpu-py3.11`")

@@ -29,8 +29,8 @@ SMALL = 64 * MIB  # Docker's and containerd's /dev/shm unless told otherwise
 
 
 @pytest.fixture(scope="module")
-def images(client: docker.DockerClient, cpu_image: str) -> Iterator[TestImages]:
-    made = TestImages(client, cpu_image)
+def images(client: docker.DockerClient, pinned_cpu_image: str) -> Iterator[TestImages]:
+    made = TestImages(client, pinned_cpu_image)
     yield made
     made.remove_all()
 
@@ -53,10 +53,10 @@ def test_the_gate_names_a_node_variable_and_a_shm_too_small(images: TestImages, 
     assert "image_env, " in r.stderr and "shm" in r.stderr.splitlines()[-1], r.stderr[-500:]
 
 
-def test_selftest_starts_no_rank_with_too_little_shm(cpu_image: str) -> None:
+def test_selftest_starts_no_rank_with_too_little_shm(pinned_cpu_image: str) -> None:
     script = ("trainimg-runtime selftest --platform vertex --nproc-per-node 2 --json /tmp/r.json; "
               "echo \"exit $?\"; cat /tmp/r.json")
-    out = DockerEngine().run_command(ContainerSpec(image=cpu_image, command=("sh", "-c", script), shm_size=SMALL),
+    out = DockerEngine().run_command(ContainerSpec(image=pinned_cpu_image, command=("sh", "-c", script), shm_size=SMALL),
                                      timeout=300)
     head, _, report = out.stdout.partition("\n")
     assert head == "exit 1", out.stdout + out.stderr[-2000:]

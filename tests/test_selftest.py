@@ -21,6 +21,7 @@ import xmlschema
 from brokenimages import TestImages
 from conftest import ROOT, trainimg
 from trainimg.runtime.cluster import parse_cluster
+from trainimg.runtime.contract import VARIANT_LABEL
 from trainimg.runtime.expect import expectations, image_labels
 from trainimg.runtime.probe import CHECK_NAMES
 from trainimg.runtime.selftest import NOT_EMULATED, local_replicas, plan_allreduce
@@ -28,11 +29,11 @@ from trainimg.runtime.shm import size_for
 from trainimg.runtime.topology import PLATFORMS
 
 JUNIT_XSD = ROOT / "builder" / "conformance" / "data" / "junit.xsd"
-# framework -> (variant, tag, platform its selftest emulates)
+# framework -> (variant, platform its selftest emulates)
 CPU_IMAGES = {
-    "pytorch": ("pytorch-2.13.0-cpu-py3.11", "trainimg/pytorch:2.13.0-cpu-py3.11", "vertex"),
-    "tensorflow": ("tensorflow-2.21.0-cpu-py3.11", "trainimg/tensorflow:2.21.0-cpu-py3.11", "aiplatform"),
-    "jax": ("jax-0.10.2-cpu-py3.11", "trainimg/jax:0.10.2-cpu-py3.11", "uai"),
+    "pytorch": ("pytorch-2.13.0-cpu-py3.11", "vertex"),
+    "tensorflow": ("tensorflow-2.21.0-cpu-py3.11", "aiplatform"),
+    "jax": ("jax-0.10.2-cpu-py3.11", "uai"),
 }
 
 
@@ -122,17 +123,19 @@ def test_bad_usage_is_one_line_and_exit_2(args: list[str], words: str, tmp_path:
 # --- in built images -----------------------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def cpu_images(cpu_image: str, framework_images: dict[str, str], client: docker.DockerClient) -> dict[str, str]:
+def cpu_images(pinned_cpu_image: str, pinned_framework_images: dict[str, str],
+               client: docker.DockerClient) -> dict[str, str]:
     """The three CPU images, as this session built them from this checkout (the labels file is part of what is
     tested), by ID: other runs on this engine may retag the same names meanwhile."""
-    tags = {"pytorch": cpu_image, **framework_images}
-    assert {fw: tags.get(fw) for fw in CPU_IMAGES} == {fw: tag for fw, (_, tag, _) in CPU_IMAGES.items()}
-    return {fw: client.images.get(tags[fw]).id for fw in CPU_IMAGES}
+    tags = {"pytorch": pinned_cpu_image, **pinned_framework_images}
+    images = {fw: client.images.get(tags[fw]) for fw in CPU_IMAGES}
+    assert {fw: i.labels.get(VARIANT_LABEL) for fw, i in images.items()} == {fw: v for fw, (v, _) in CPU_IMAGES.items()}
+    return {fw: i.id for fw, i in images.items()}
 
 
 @pytest.fixture(scope="module")
-def cuda_image_id(cuda_image: str, client: docker.DockerClient) -> str:
-    return client.images.get(cuda_image).id
+def cuda_image_id(pinned_cuda_image: str, client: docker.DockerClient) -> str:
+    return client.images.get(pinned_cuda_image).id
 
 
 @pytest.fixture(scope="module")
@@ -168,7 +171,7 @@ def checks_of(report: dict[str, Any]) -> dict[str, dict[str, Any]]:
 @pytest.mark.parametrize("framework", list(CPU_IMAGES))
 def test_selftest_in_each_cpu_image(framework: str, cpu_images: dict[str, str], client: docker.DockerClient,
                                     tmp_path: Path) -> None:
-    platform = CPU_IMAGES[framework][2]
+    platform = CPU_IMAGES[framework][1]
     code, logs = selftest(client, cpu_images[framework], tmp_path, "--platform", platform, "--nproc-per-node", "2",
                           "--json", "/out/r.json", "--junit", "/out/r.xml")
     assert code == 0, logs[-3000:]

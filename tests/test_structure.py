@@ -41,9 +41,9 @@ def readme_config() -> str:
 
 
 @pytest.fixture(scope="module")
-def team_image(client: docker.DockerClient, cpu_image: str) -> Iterator[str]:
+def team_image(client: docker.DockerClient, pinned_cpu_image: str) -> Iterator[str]:
     """What the README's team does: FROM the trainimg CPU base, add its trainer."""
-    images = TestImages(client, cpu_image)
+    images = TestImages(client, pinned_cpu_image)
     try:
         yield images.team_image()
     finally:
