@@ -35,7 +35,6 @@ from .publish.push import PushResult, reachable_target
 from .publish.signing import release_images, sign_all, utc_now
 from .registry.layermemory import LayerMemory
 from .registry.registryapi import RegistryAPI
-from .state import state_dir
 from .imagebuild.lockcompile import left_out
 from .plan.requirements import lock_states
 from .publish.indexpush import needs_index
@@ -157,7 +156,7 @@ def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], sui
 
     pushed = push_immutable(engine, builds, target, credentials, gate=policy.gate, on_pushed=pushed_with_sbom,
                             kept=sorted({d.tag for d in kept.values()}), upload=opts.upload,
-                            compression=opts.compression, memory=LayerMemory.under(state_dir(env)),
+                            compression=opts.compression, memory=LayerMemory.from_env(env),
                             kept_manifests=_kept_manifests(kept.values()), index=not opts.stage,
                             on_manifest=pushed_with_sbom, indexed=indexed)
     digests = {**{d.tag: d.tag_digest or d.digest for d in kept.values() if d.digest},

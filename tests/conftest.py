@@ -34,6 +34,8 @@ from typing import Any
 import docker
 import pytest
 
+from trainimg.registry.blobcache import BUDGET_ENV, CACHE_ENV
+
 from conftest_images import *  # noqa: F401,F403  (the image matrix: gpu_images, cuda_image, framework_images)
 from conftest_images import LOCAL_BASE
 from conftest_registry import *  # noqa: F401,F403  (the registry fixtures: registry, fault_proxy, ...)
@@ -43,6 +45,7 @@ from slurmcluster import slurm_cluster  # noqa: F401  (a real one-machine Slurm,
 
 ROOT = Path(__file__).resolve().parent.parent
 CPU_VARIANT = "pytorch-2.13.0-cpu-py3.11"
+SUITE_BLOB_CACHE = "/tmp/trainimg-test-blobs"
 CPU_BUILD = [CPU_VARIANT, "--base-image", LOCAL_BASE]  # the cpu_image fixture's build (.ci/touch_images.py too)
 # `make test` runs under pytest-xdist with `--dist loadgroup`. The engine tests (tier 3 and up) are in two groups, so
 # two workers run them, each in order as a single process would, while the others take tiers 1 and 2. The second
@@ -64,6 +67,11 @@ def docker_cli() -> str:
 @pytest.fixture(scope="session", autouse=True)
 def _engine_env(docker_cli: str) -> None:
     os.environ.setdefault("TRAINIMG_DOCKER_CLI", docker_cli)
+    # One blob cache (registry/blobcache.py) for every push of the suite, whatever state folder it has, and for the
+    # next run on this machine: a layer is compressed once. Compression itself is tested in-process
+    # (test_layers.test_a_layer_compresses_to_the_same_blob_every_time), the cache by test_blob_cache and test_layers.
+    os.environ.setdefault(CACHE_ENV, SUITE_BLOB_CACHE)
+    os.environ.setdefault(BUDGET_ENV, "3")
 
 
 @pytest.fixture(scope="session")

@@ -307,6 +307,40 @@ def test_the_client_push_sends_only_the_layers_the_registry_lacks(released: dict
     assert verdict.identical and verdict.config, verdict
 
 
+def test_a_layer_is_compressed_once_then_sent_from_the_blob_cache(registry: RegistryLogin, tmp_path: Path) -> None:
+    """The blob cache (registry/blobcache.py): a runner whose state folder starts empty (no layer memory, so nothing
+    to mount from) but keeps its cache folder sends the base image's layer into a new repository from the cache,
+    the same blob, compressed by the first push only; a cached blob whose bytes changed is compressed again."""
+    from trainimg.options.compression import DEFAULT_COMPRESSION
+    from trainimg.registry.blobcache import BlobCache
+    from trainimg.registry.layermemory import LayerMemory
+
+    api = RegistryAPI(RegistryTarget.parse(f"{registry.host}/gblobs{uuid.uuid4().hex[:8]}"),
+                      {"username": registry.username, "password": registry.password})
+    cache = BlobCache(tmp_path / "cache", 1 << 30)
+
+    def push_from_fresh_state(n: int) -> Any:
+        memory = replace(LayerMemory.under(tmp_path / f"state{n}"), blobs=cache)
+        return push_saved(DockerEngine(), LOCAL_BASE, api, api.target.repository(f"base{n}"), "t", memory=memory)
+
+    first = push_from_fresh_state(1)
+    assert first.layers == 1 and len(first.uploaded) == 1 and first.cached == [], first
+    base = DockerEngine().image(LOCAL_BASE)
+    assert base is not None
+    (diff_id,) = base.layers
+    kept = cache.find(diff_id, DEFAULT_COMPRESSION)
+    assert kept is not None and kept.digest == first.uploaded[0]
+    second = push_from_fresh_state(2)
+    assert (second.uploaded, second.cached, second.mounted) == (first.uploaded, first.uploaded, [])
+    assert (second.digest, second.bytes_uploaded) == (first.digest, first.bytes_uploaded)
+    damaged = bytearray(kept.path.read_bytes())
+    damaged[-1] ^= 0xFF
+    kept.path.write_bytes(bytes(damaged))
+    third = push_from_fresh_state(3)
+    assert (third.uploaded, third.cached, third.digest) == (first.uploaded, [], first.digest)
+    assert cache.find(diff_id, DEFAULT_COMPRESSION) is not None  # compressed again, and kept again
+
+
 def test_a_push_into_a_new_repository_mounts_what_this_machine_pushed(released: dict[str, Any], registry: RegistryLogin,
                                                                       client: docker.DockerClient,
                                                                       tmp_path: Path) -> None:

@@ -179,7 +179,6 @@ def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str
     from ..registry.layermemory import LayerMemory
     from ..registry.references import RegistryTarget
     from ..registry.registryapi import RegistryAPI
-    from ..state import state_dir
 
     target = RegistryTarget.parse(registry)
     creds = credentials(target, username, password_stdin, c.env)
@@ -192,7 +191,7 @@ def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str
     policy = PushPolicy(engine, target, creds, c.env, click.echo)
     policy.admit(locals_)
     siblings = [tag for tag, _ in groups]
-    memory = LayerMemory.under(state_dir(c.env))
+    memory = LayerMemory.from_env(c.env)
 
     def pushed(local: str, result: PushResult) -> None:
         click.echo(f"pushed {result.ref}@{result.digest} ({result.bytes_uploaded} bytes uploaded)")

@@ -5,9 +5,11 @@ an engine that never pushed or pulled it (an ephemeral CI runner) gzips and uplo
 registry holds (moby `distribution/push_v2.go`; shared/reference/layers.md). Here the registry is asked instead:
 the image it holds under the tag (and any other references given) maps each layer's diff ID to its blob, so a
 layer it has is neither compressed nor sent (`HEAD /v2/<name>/blobs/<digest>` confirms it). The image is streamed
-from the engine's `docker save` (dockerd stages its export in its own tmp; here at most WORKERS + 1 layers are on
-disk, not a second copy of a 10 GB image); the layers the registry lacks are compressed deterministically, gzip or
-zstd (layerformats.py), so an unchanged layer compresses to the same blob on every machine; then the image config
+from the engine's `docker save` (dockerd stages its export in its own tmp; here at most WORKERS + 1 layers are
+on disk uncompressed, not a second copy of a 10 GB image); the layers the registry lacks are compressed
+deterministically, gzip or zstd (layerformats.py), so an unchanged layer compresses to the same blob on every
+machine, and kept in the blob cache within its budget (blobcache.py), so the next push of that layer to any
+registry sends the same bytes without compressing them again; then the image config
 with the build's clock times fixed and without the inline cache (imageconfig.py: one input, one digest), and the
 manifest (Docker schema 2 for gzip, OCI for zstd). The build cache goes beside it as a manifest of its own, the same
 layers and the config with the cache, under `<tag>.buildcache` (by digest only for one architecture of an index,
@@ -53,6 +55,7 @@ class BlobPush:
     layers: int
     uploaded: list[str] = field(default_factory=list)  # blob digests of the layers sent
     mounted: list[str] = field(default_factory=list)  # blob digests linked from another repository, not sent
+    cached: list[str] = field(default_factory=list)  # blob digests sent from the blob cache, not compressed again
     bytes_uploaded: int = 0
     compressed_bytes: int = 0  # the image's layers, compressed, as the manifest lists them
     cache: str = ""  # the digest of the build cache's manifest pushed beside the image ("" when it had none)
@@ -124,11 +127,11 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
 
 
 def _all_held(sender: _Sender, diff_ids: Sequence[str]) -> list[tuple[str, int]] | None:
-    """Each layer's blob in the image's order when the repository holds or took every one; None at the first it
-    cannot have without its bytes."""
+    """Each layer's blob in the image's order when the repository holds or took every one (from another repository
+    or the blob cache); None at the first it cannot have without the engine's bytes."""
     held: dict[str, tuple[str, int]] = {}
     for diff_id in diff_ids:
-        found = held.get(diff_id) or sender.reuse(diff_id)
+        found = held.get(diff_id) or sender.reuse(diff_id) or sender.from_cache(diff_id)
         if found is None:
             return None
         held[diff_id] = found
@@ -219,24 +222,44 @@ class _Sender:
         return None
 
     def send(self, plain: Path, diff_id: str) -> tuple[str, int]:
-        """The spooled layer tar `plain`, reused or compressed and uploaded; the file is removed after."""
+        """The spooled layer tar `plain`, reused, or uploaded from the blob cache, or compressed (into the cache) and
+        uploaded; the file is removed after."""
         try:
-            reused = self.reuse(diff_id)
+            reused = self.reuse(diff_id) or self.from_cache(diff_id)
             if reused is not None:
                 return reused
             packed = plain.with_suffix(f".tar.{self.compression.algorithm}")
             with plain.open("rb") as src:
                 digest, size = compress_layer(src, packed, self.compression)
             plain.unlink()
-            if not self.api.has_blob(self.repository, digest):
-                self.api.upload_file(self.repository, packed, digest)
-                with self.lock:
-                    self.result.uploaded.append(digest)
-                    self.result.bytes_uploaded += size
-            packed.unlink()
+            self._upload(packed, digest, size)
+            if self.memory is not None and self.memory.blobs is not None:
+                self.memory.blobs.keep(diff_id, self.compression, packed, digest, size)
+            packed.unlink(missing_ok=True)
             return self._remember(diff_id, digest, size)
         finally:
             plain.unlink(missing_ok=True)
+
+    def from_cache(self, diff_id: str) -> tuple[str, int] | None:
+        """Layer `diff_id` uploaded from the blob cache, compressed by an earlier push; None when it is not kept (or
+        went from the cache before it could be read)."""
+        cached = self.memory.blobs.find(diff_id, self.compression) if self.memory and self.memory.blobs else None
+        if cached is None:
+            return None
+        try:
+            self._upload(cached.path, cached.digest, cached.size)
+        except FileNotFoundError:
+            return None
+        with self.lock:
+            self.result.cached.append(cached.digest)
+        return self._remember(diff_id, cached.digest, cached.size)
+
+    def _upload(self, packed: Path, digest: str, size: int) -> None:
+        if not self.api.has_blob(self.repository, digest):
+            self.api.upload_file(self.repository, packed, digest)
+            with self.lock:
+                self.result.uploaded.append(digest)
+                self.result.bytes_uploaded += size
 
     def _remember(self, diff_id: str, digest: str, size: int) -> tuple[str, int]:
         if self.memory is not None:

@@ -20,11 +20,14 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..options.compression import Compression
+from ..state import state_dir
+from .blobcache import BlobCache
 
 _REPOSITORIES_KEPT = 4  # per registry and layer: the latest repositories it went to (the mount's candidates)
 
@@ -43,10 +46,17 @@ class LayerMemory:
     """The files under `root` (`<state>/pushed`): `layers/<compression>/<diff hex>.json`, `configs/<id hex>.json`."""
 
     root: Path
+    blobs: BlobCache | None = None  # the compressed layers themselves (blobcache.py)
 
     @classmethod
     def under(cls, state: Path) -> LayerMemory:
         return cls(state / "pushed")
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str]) -> LayerMemory:
+        """The memory in the environment's state folder (state.py), with the blob cache the environment names."""
+        state = state_dir(env)
+        return cls(state / "pushed", BlobCache.from_env(env, state))
 
     def recall(self, diff_id: str, compression: Compression, host: str) -> Remembered | None:
         """The blob layer `diff_id` became in `compression`, with the repositories of `host` that received it."""

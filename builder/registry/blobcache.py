@@ -1,0 +1,132 @@
+"""The compressed layers this machine made, kept within a byte budget: a layer is compressed once per compression,
+whichever registry, repository or runner state it goes to next.
+
+Compressing is most of a first push (the CPU image's 954 MB torch layer: 21 s of gzip on this machine's two cores;
+a GPU image's 9 GB: minutes), and the same layers go to several registries: a release and its mirror, a staging
+registry then production, each job of a pipeline whose runner keeps a cache folder but not its state. The layer
+memory (layermemory.py) spares what a registry already holds; this spares the compression for a registry that
+holds nothing yet. Like a package manager's cache it is content-addressed and may go at any time: a blob is found
+by its layer's diff ID and compression, used only when its bytes hash to the digest it was kept under, and the
+registry checks that digest again when it takes the upload. The least recently used blobs go first when the
+folder passes its budget.
+
+Where: `TRAINIMG_BLOB_CACHE` (a folder: a CI cache path survives where the state folder does not), else
+`<state>/pushed/blobs`; the budget: `TRAINIMG_BLOB_CACHE_MAX_GB` (default 8, 0 keeps nothing).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import os
+import shutil
+import tempfile
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+from ..errors import UserInputError
+from ..options.compression import Compression
+from ..recipe.grammar import DIGEST_RE
+
+CACHE_ENV = "TRAINIMG_BLOB_CACHE"
+BUDGET_ENV = "TRAINIMG_BLOB_CACHE_MAX_GB"
+DEFAULT_BUDGET_GB = 8.0
+
+
+@dataclass(frozen=True)
+class CachedBlob:
+    """A kept blob: its file, digest and size."""
+
+    path: Path
+    digest: str
+    size: int
+
+
+@dataclass(frozen=True)
+class BlobCache:
+    """`root/blobs/<digest hex>` (the bytes) and `root/layers/<algorithm>-<level>/<diff hex>.json` (which blob)."""
+
+    root: Path
+    budget: int  # bytes
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str], state: Path) -> BlobCache:
+        """The cache the environment names (module docstring); a budget that is not a number is refused."""
+        raw = env.get(BUDGET_ENV, "").strip()
+        try:
+            gigabytes = float(raw) if raw else DEFAULT_BUDGET_GB
+        except ValueError:
+            gigabytes = -1.0
+        if not (gigabytes >= 0 and math.isfinite(gigabytes)):
+            raise UserInputError(f"{BUDGET_ENV}={raw!r}: give the blob cache's budget in GB, a number >= 0")
+        root = Path(env[CACHE_ENV]) if env.get(CACHE_ENV) else state / "pushed" / "blobs"
+        return cls(root, int(gigabytes * (1 << 30)))
+
+    def find(self, diff_id: str, compression: Compression) -> CachedBlob | None:
+        """The kept blob of layer `diff_id` in `compression`, when its bytes still hash to its digest."""
+        try:
+            entry = json.loads(self._entry(diff_id, compression).read_bytes())
+            digest, size = str(entry["digest"]), int(entry["size"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+        if not DIGEST_RE.match(digest):
+            return None
+        path = self._blob(digest)
+        try:
+            if path.stat().st_size != size or _file_digest(path) != digest:
+                return None
+            os.utime(path)  # used now: the last to go
+        except OSError:
+            return None
+        return CachedBlob(path, digest, size)
+
+    def keep(self, diff_id: str, compression: Compression, packed: Path, digest: str, size: int) -> None:
+        """Take `packed` (layer `diff_id` compressed, `digest`, `size` bytes) into the cache: moved, not copied; then
+        the least recently used blobs go until the cache is within its budget. A blob over the budget is not kept."""
+        if size > self.budget:
+            return
+        blobs = self.root / "blobs"
+        blobs.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=blobs, prefix=".in-", delete=False) as fh:
+            part = Path(fh.name)
+        shutil.move(packed, part)  # a rename on one filesystem
+        os.replace(part, self._blob(digest))
+        entry = self._entry(diff_id, compression)
+        entry.parent.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=entry.parent, delete=False) as fh:
+            fh.write(json.dumps({"digest": digest, "size": size}).encode())
+        os.replace(fh.name, entry)
+        self._shrink()
+
+    def _shrink(self) -> None:
+        kept = []
+        for path in (self.root / "blobs").iterdir():
+            try:
+                st = path.stat()
+            except OSError:
+                continue  # another push removed it meanwhile
+            if not path.name.startswith("."):
+                kept.append((st.st_mtime, st.st_size, path))
+        total = sum(size for _, size, _ in kept)
+        for _, size, path in sorted(kept):
+            if total <= self.budget:
+                break
+            path.unlink(missing_ok=True)
+            total -= size
+
+    def _blob(self, digest: str) -> Path:
+        return self.root / "blobs" / digest.removeprefix("sha256:")
+
+    def _entry(self, diff_id: str, compression: Compression) -> Path:
+        return self.root / "layers" / f"{compression.algorithm}-{compression.level}" / \
+            f"{diff_id.removeprefix('sha256:')}.json"
+
+
+def _file_digest(path: Path) -> str:
+    sha = hashlib.sha256()
+    with path.open("rb") as fh:
+        while chunk := fh.read(1 << 20):
+            sha.update(chunk)
+    return f"sha256:{sha.hexdigest()}"
