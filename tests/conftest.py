@@ -188,7 +188,6 @@ def chromium_render() -> Callable[[Path, Path, Path], str]:
 TIER_OF_FIXTURE = {
     "host_tool": 2, "framework_venv": 2, "chromium_render": 2, "slurm_cluster": 2,
     "docker_engine": 3, "client": 3, "registry_client": 3, "docker_services": 3, "cpu_image": 3,
-    "pinned_cpu_image": 3,
     "image_matrix": 4,
 }
 # Helper modules tests call directly (no fixture): a test that calls into one, itself or through a helper function
