@@ -87,3 +87,24 @@ def test_a_budget_that_is_not_a_size_is_one_line(tmp_path: Path, value: str) -> 
     with pytest.raises(UserInputError) as err:
         BlobCache.from_env({BUDGET_ENV: value}, tmp_path)
     assert str(err.value).count("\n") == 0 and BUDGET_ENV in str(err.value) and value in str(err.value)
+
+
+def test_a_config_is_given_back_only_as_the_image_it_names(tmp_path: Path) -> None:
+    """Configs beside the blobs (a push from a state that never saw the image then needs no `docker save`): found by
+    image ID only while the bytes hash to it, never kept under another ID, and through the layer memory of any state
+    that has this cache."""
+    from trainimg.registry.layermemory import LayerMemory
+
+    cache = BlobCache(tmp_path / "cache", 1 << 20)
+    config = b'{"architecture":"amd64","rootfs":{"type":"layers","diff_ids":[]}}'
+    image_id = f"sha256:{hashlib.sha256(config).hexdigest()}"
+    cache.keep_config(layer(9), config)  # not this config's ID: not kept
+    assert cache.config(layer(9)) is None
+    LayerMemory(tmp_path / "state-a" / "pushed", cache).keep_config(image_id, config)
+    assert cache.config(image_id) == config
+    fresh = LayerMemory(tmp_path / "state-b" / "pushed", cache)  # a runner whose state starts empty
+    assert fresh.config(image_id) == config and LayerMemory.under(tmp_path / "state-c").config(image_id) is None
+    next((tmp_path / "cache" / "configs").iterdir()).write_bytes(config.replace(b"amd64", b"arm64"))
+    assert cache.config(image_id) is None and fresh.config(image_id) is None
+    assert BlobCache(tmp_path / "none", 0).keep_config(image_id, config) is None
+    assert not (tmp_path / "none").exists()  # a budget of 0 keeps nothing

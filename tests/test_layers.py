@@ -310,7 +310,8 @@ def test_the_client_push_sends_only_the_layers_the_registry_lacks(released: dict
 def test_a_layer_is_compressed_once_then_sent_from_the_blob_cache(registry: RegistryLogin, tmp_path: Path) -> None:
     """The blob cache (registry/blobcache.py): a runner whose state folder starts empty (no layer memory, so nothing
     to mount from) but keeps its cache folder sends the base image's layer into a new repository from the cache,
-    the same blob, compressed by the first push only; a cached blob whose bytes changed is compressed again."""
+    the same blob, compressed by the first push only, and with the config the first push kept there never asks the
+    engine for a `docker save`; a cached blob whose bytes changed is compressed again, from a save."""
     from trainimg.options.compression import DEFAULT_COMPRESSION
     from trainimg.registry.blobcache import BlobCache
     from trainimg.registry.layermemory import LayerMemory
@@ -319,25 +320,34 @@ def test_a_layer_is_compressed_once_then_sent_from_the_blob_cache(registry: Regi
                       {"username": registry.username, "password": registry.password})
     cache = BlobCache(tmp_path / "cache", 1 << 30)
 
-    def push_from_fresh_state(n: int) -> Any:
+    def push_from_fresh_state(n: int) -> tuple[Any, list[str]]:
+        """The push, and the `docker save` requests it sent the engine (through a recorder in front of it)."""
         memory = replace(LayerMemory.under(tmp_path / f"state{n}"), blobs=cache)
-        return push_saved(DockerEngine(), LOCAL_BASE, api, api.target.repository(f"base{n}"), "t", memory=memory)
+        (tmp_path / f"engine{n}").mkdir()
+        recorder = EngineRecorder(tmp_path / f"engine{n}")
+        try:
+            engine = DockerEngine(docker.DockerClient(base_url=recorder.docker_host))
+            pushed = push_saved(engine, LOCAL_BASE, api, api.target.repository(f"base{n}"), "t", memory=memory)
+        finally:
+            recorder.stop()
+        return pushed, [line for line in recorder.requests if re.search(r"^GET /\S*/images/(\S+/)?get(\?|$)", line)]
 
-    first = push_from_fresh_state(1)
+    first, saves = push_from_fresh_state(1)
+    assert len(saves) == 1, saves
     assert first.layers == 1 and len(first.uploaded) == 1 and first.cached == [], first
     base = DockerEngine().image(LOCAL_BASE)
     assert base is not None
     (diff_id,) = base.layers
     kept = cache.find(diff_id, DEFAULT_COMPRESSION)
     assert kept is not None and kept.digest == first.uploaded[0]
-    second = push_from_fresh_state(2)
-    assert (second.uploaded, second.cached, second.mounted) == (first.uploaded, first.uploaded, [])
+    second, saves = push_from_fresh_state(2)
+    assert (second.uploaded, second.cached, second.mounted, saves) == (first.uploaded, first.uploaded, [], [])
     assert (second.digest, second.bytes_uploaded) == (first.digest, first.bytes_uploaded)
     damaged = bytearray(kept.path.read_bytes())
     damaged[-1] ^= 0xFF
     kept.path.write_bytes(bytes(damaged))
-    third = push_from_fresh_state(3)
-    assert (third.uploaded, third.cached, third.digest) == (first.uploaded, [], first.digest)
+    third, saves = push_from_fresh_state(3)
+    assert (third.uploaded, third.cached, third.digest, len(saves)) == (first.uploaded, [], first.digest, 1)
     assert cache.find(diff_id, DEFAULT_COMPRESSION) is not None  # compressed again, and kept again
 
 

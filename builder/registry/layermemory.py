@@ -80,16 +80,20 @@ class LayerMemory:
                                      sort_keys=True).encode())
 
     def config(self, image_id: str) -> bytes | None:
-        """The exact config bytes of image `image_id`, when kept and they hash to it."""
+        """The exact config bytes of image `image_id`, when kept (here, else in the blob cache) and they hash to it."""
         try:
             data = (self.root / "configs" / f"{image_id.removeprefix('sha256:')}.json").read_bytes()
         except OSError:
-            return None
-        return data if f"sha256:{hashlib.sha256(data).hexdigest()}" == image_id else None
+            data = b""
+        if f"sha256:{hashlib.sha256(data).hexdigest()}" == image_id:
+            return data
+        return self.blobs.config(image_id) if self.blobs is not None else None
 
     def keep_config(self, image_id: str, config: bytes) -> None:
         if f"sha256:{hashlib.sha256(config).hexdigest()}" == image_id:
             self._write(self.root / "configs" / f"{image_id.removeprefix('sha256:')}.json", config)
+            if self.blobs is not None:
+                self.blobs.keep_config(image_id, config)
 
     def _layer_path(self, diff_id: str, compression: Compression) -> Path:
         return self.root / "layers" / f"{compression.algorithm}-{compression.level}" / \
