@@ -13,7 +13,6 @@ from pathlib import Path
 
 import pytest
 import yaml
-from azure.ai.ml import load_job
 from test_cluster_spec import GPU, REGISTRY, refused, spec
 
 from trainimg.jobs.azureml import DISTRIBUTIONS, vm_sizes
@@ -41,6 +40,8 @@ def matrix() -> list[tuple[str, int, int, str | None, str | None, bool]]:
 
 def test_every_generated_job_is_read_back_by_azure_ai_ml(capsys: pytest.CaptureFixture[str],
                                                          tmp_path: Path) -> None:
+    from azure.ai.ml import load_job  # here, not at collection: its import takes 5 s, on every xdist worker
+
     counts = dict.fromkeys(DISTRIBUTIONS, 0)
     for number, (framework, nodes, gpus, size, asked, conformance) in enumerate(matrix()):
         program = ["--conformance"] if conformance else ["--", "python", "train.py", "--data", "a b", "--lr=0.1"]
