@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import re
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
@@ -63,9 +62,20 @@ def forgotten(root: Path) -> list[Path]:
     return [p for i in sorted(unnamed) for p in (overlay / i, overlay / (i + INIT)) if p.exists()]
 
 
+def dockerd_running() -> bool:
+    """Whether a process named dockerd runs here (read from /proc: no tool needed)."""
+    for comm in Path("/proc").glob("[0-9]*/comm"):
+        try:
+            if comm.read_text().strip() == "dockerd":
+                return True
+        except OSError:
+            continue  # the process ended meanwhile
+    return False
+
+
 def main(argv: list[str]) -> int:
     root = Path(argv[1] if len(argv) > 1 else "/var/lib/docker")
-    if subprocess.run(["pidof", "dockerd"], capture_output=True).returncode == 0:
+    if dockerd_running():
         print("reclaim-overlay: dockerd is running; stop it first", file=sys.stderr)
         return 2
     if not (root / "overlay2").is_dir():
