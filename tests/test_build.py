@@ -16,7 +16,7 @@ import subprocess
 import tarfile
 import time
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -40,10 +40,11 @@ CPU_TAG = "trainimg/pytorch:2.13.0-cpu-py3.11"
 
 
 
-def write_recipes(folder: Path, name: str, extras: list[str]) -> Path:
+def write_recipes(folder: Path, name: str, extras: list[str],
+                  recipe: Callable[[str, str, str], str] = cpu_recipe) -> Path:
     recipes = folder / "recipes"
     recipes.mkdir(parents=True)
-    (recipes / f"{name}.yaml").write_text(cpu_recipe(name, f"trainimg-test/{name}", ", ".join(json.dumps(e) for e in extras)),
+    (recipes / f"{name}.yaml").write_text(recipe(name, f"trainimg-test/{name}", ", ".join(json.dumps(e) for e in extras)),
                                           encoding="utf-8")
     return recipes
 
@@ -181,10 +182,7 @@ def secret_build(client: docker.DockerClient, state_env: dict[str, str], registr
     # A variant without a framework: every step that mounts a secret is there (the installer's pip, each layer
     # group's uv), and a cold build of it and the scan of its layers take a sixth of the CPU PyTorch image's.
     extra = f"six[t{run}]==1.16.0"
-    recipes = tmp / "recipes"
-    recipes.mkdir()
-    (recipes / "secrettest.yaml").write_text(bare_recipe("secrettest", "trainimg-test/secrettest", json.dumps(extra)),
-                                             encoding="utf-8")
+    recipes = write_recipes(tmp, "secrettest", [extra], bare_recipe)
     marker = f"# trainimg-secret-marker-{run}"
     ca = tmp / "proxy-ca.pem"
     ca.write_bytes(REAL_CA_BUNDLE.read_bytes().rstrip(b"\n") + f"\n{marker}\n".encode())

@@ -29,6 +29,7 @@ from pathlib import Path
 from ..errors import UserInputError
 from ..options.compression import Compression
 from ..recipe.grammar import DIGEST_RE
+from .registryapi import sha256_digest
 
 CACHE_ENV = "TRAINIMG_BLOB_CACHE"
 BUDGET_ENV = "TRAINIMG_BLOB_CACHE_MAX_GB"
@@ -110,11 +111,11 @@ class BlobCache:
             os.utime(path)
         except OSError:
             return None
-        return data if _digest(data) == image_id else None
+        return data if sha256_digest(data) == image_id else None
 
     def keep_config(self, image_id: str, config: bytes) -> None:
         """Keep `config` under `image_id` when it is that image's (it hashes to the ID) and the budget allows any."""
-        if self.budget <= 0 or _digest(config) != image_id:
+        if self.budget <= 0 or sha256_digest(config) != image_id:
             return
         path = self._config(image_id)
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -151,10 +152,6 @@ class BlobCache:
     def _entry(self, diff_id: str, compression: Compression) -> Path:
         return self.root / "layers" / f"{compression.algorithm}-{compression.level}" / \
             f"{diff_id.removeprefix('sha256:')}.json"
-
-
-def _digest(data: bytes) -> str:
-    return f"sha256:{hashlib.sha256(data).hexdigest()}"
 
 
 def _file_digest(path: Path) -> str:

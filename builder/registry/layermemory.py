@@ -16,7 +16,6 @@ state folder (state.py), so an ephemeral runner starts without one, as it starts
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import tempfile
@@ -28,6 +27,7 @@ from typing import Any
 from ..options.compression import Compression
 from ..state import state_dir
 from .blobcache import BlobCache
+from .registryapi import sha256_digest
 
 _REPOSITORIES_KEPT = 4  # per registry and layer: the latest repositories it went to (the mount's candidates)
 
@@ -85,12 +85,12 @@ class LayerMemory:
             data = (self.root / "configs" / f"{image_id.removeprefix('sha256:')}.json").read_bytes()
         except OSError:
             data = b""
-        if f"sha256:{hashlib.sha256(data).hexdigest()}" == image_id:
+        if sha256_digest(data) == image_id:
             return data
         return self.blobs.config(image_id) if self.blobs is not None else None
 
     def keep_config(self, image_id: str, config: bytes) -> None:
-        if f"sha256:{hashlib.sha256(config).hexdigest()}" == image_id:
+        if sha256_digest(config) == image_id:
             self._write(self.root / "configs" / f"{image_id.removeprefix('sha256:')}.json", config)
             if self.blobs is not None:
                 self.blobs.keep_config(image_id, config)
