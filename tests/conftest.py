@@ -145,6 +145,10 @@ matrix:
 """
 
 
+#: The version part of a `bare_recipe` variant's tag (recipe/variant.py `tag_version`: no framework version).
+BARE_VERSION = "base-cpu-py3.11"
+
+
 def bare_recipe(name: str, repository: str, extras: str = "") -> str:
     """A test recipe without a framework: the smallest image trainimg builds (Debian, Python, cloudml-hypertune; 185
     MB against the CPU PyTorch image's 1.1 GB), every step of a variant's build there, for tests whose build or push

@@ -26,7 +26,7 @@ from pathlib import Path
 import docker
 import pytest
 import requests
-from conftest import LOCAL_BASE, ROOT, remove_image, trainimg
+from conftest import BARE_VERSION, LOCAL_BASE, ROOT, bare_recipe, remove_image, trainimg
 from conftest_registry import RegistryLogin
 from containerdnode import containerd
 
@@ -43,7 +43,7 @@ BASES = ["--base-image", LOCAL_BASE, "--base-image", f"arm64={ARM64_BASE}"]
 JAX = "jax-0.10.2-cpu-py3.11"
 RUN = uuid.uuid4().hex[:8]
 SMALL = "arm-small"
-VERSION = "base-cpu-py3.11"
+VERSION = BARE_VERSION
 
 
 @pytest.fixture(scope="module")
@@ -133,9 +133,8 @@ class Small:
         self.recipes = folder / "recipes"
         self.recipes.mkdir()
         self.repo = f"trainimg-test/arm-{RUN}"
-        (self.recipes / "small.yaml").write_text(
-            f"framework: none\nname: {SMALL}\nrepository: {self.repo}\nos: debian12\npython: \"3.11\"\n"
-            "arch: [amd64, arm64]\n", encoding="utf-8")
+        (self.recipes / "small.yaml").write_text(bare_recipe(SMALL, self.repo) + "arch: [amd64, arm64]\n",
+                                                 encoding="utf-8")
         self.env = {**env, "TRAINIMG_REGISTRY_PASSWORD": registry.password}
         self.lock = folder / "images.lock"
 

@@ -26,7 +26,7 @@ import docker
 import docker.errors
 import pytest
 from brokenimages import TestImages, registry_digest
-from conftest import CPU_VARIANT, LOCAL_BASE, ROOT, bare_recipe, cpu_recipe, remove_image, trainimg
+from conftest import BARE_VERSION, CPU_VARIANT, LOCAL_BASE, ROOT, bare_recipe, cpu_recipe, remove_image, trainimg
 from conftest_registry import RegistryLogin
 
 from trainimg.plan.installer import UV
@@ -190,7 +190,7 @@ def secret_build(client: docker.DockerClient, state_env: dict[str, str], registr
     env = {**state_env, "PIP_EXTRA_INDEX_URL": f"https://__token__:{token}@127.0.0.1:9/simple/",
            "TRAINIMG_REGISTRY_PASSWORD": registry.password}
     out = tmp / "build.json"
-    tag = "trainimg-test/secrettest:base-cpu-py3.11"
+    tag = f"trainimg-test/secrettest:{BARE_VERSION}"
     r = subprocess.run(["trainimg", "--recipes", str(recipes), "build", "secrettest", "--base-image", LOCAL_BASE,
                         "--no-cache", "--ca-bundle", str(ca), "--progress", "plain", "--json", str(out)],
                        cwd=ROOT, env=env, capture_output=True, text=True, timeout=900)

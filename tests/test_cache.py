@@ -21,7 +21,7 @@ from pathlib import Path
 import docker
 import pytest
 import requests
-from conftest import LOCAL_BASE, bare_recipe, remove_image, trainimg
+from conftest import BARE_VERSION, LOCAL_BASE, bare_recipe, remove_image, trainimg
 from conftest_registry import RegistryLogin
 
 from trainimg.engine.docker import DockerEngine
@@ -74,7 +74,7 @@ def private_build(tmp_path: Path, state_env: dict[str, str], client: docker.Dock
     config.mkdir()
     login = base64.b64encode(f"{registry.username}:{registry.password}".encode()).decode()
     (config / "config.json").write_text(json.dumps({"auths": {registry.host: {"auth": login}}}), encoding="utf-8")
-    tag = "trainimg-test/cachetest:base-cpu-py3.11"
+    tag = f"trainimg-test/cachetest:{BARE_VERSION}"
     try:
         yield recipes, {**state_env, "DOCKER_CONFIG": str(config)}, tag
     finally:

@@ -24,7 +24,7 @@ from pathlib import Path
 import docker
 import docker.errors
 import pytest
-from conftest import LOCAL_BASE, trainimg
+from conftest import BARE_VERSION, LOCAL_BASE, bare_recipe, trainimg
 from trustworld import PASSWORD, Consumers
 
 from trainimg.registry.accesslog import fetched_blobs, layer_digests, log_offset, requests_since, uploads
@@ -47,8 +47,7 @@ NAMES = ("dsk-a", "dsk-b", "dsk-child")
 
 
 def _root(name: str, extra_labels: str = "") -> str:
-    return (f"framework: none\nname: {name}\nrepository: dsk-{RUN}/{name}\nos: debian12\npython: \"3.11\"\n"
-            f"labels: {{dsk.run: \"{RUN}\"{extra_labels}}}\n")
+    return bare_recipe(name, f"dsk-{RUN}/{name}") + f"labels: {{dsk.run: \"{RUN}\"{extra_labels}}}\n"
 
 
 def _child(pin: str) -> str:
@@ -76,7 +75,7 @@ class Fleet:
         (self.recipes / f"{name}.yaml").write_text(text, encoding="utf-8")
 
     def tag(self, name: str) -> str:
-        return f"dsk-{RUN}/{name}:base-cpu-py3.11"
+        return f"dsk-{RUN}/{name}:{BARE_VERSION}"
 
     def cli(self, *args: str, timeout: float = 600) -> tuple[int, str, str]:
         r = trainimg("--recipes", str(self.recipes), *args, env=self.env, timeout=timeout)

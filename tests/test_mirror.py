@@ -20,7 +20,7 @@ import uuid
 from pathlib import Path
 
 import docker
-from conftest import LOCAL_BASE, remove_image, trainimg
+from conftest import BARE_VERSION, LOCAL_BASE, bare_recipe, remove_image, trainimg
 from conftest_registry import RegistryLogin
 from localindex import LocalIndex
 
@@ -76,10 +76,9 @@ def test_verify_succeeds_with_the_upstream_tag_gone_and_the_mirror_present(
     upstream = f"{registry.host}/trainimg-test/upstream-{RUN}/debian:bookworm"
     recipes = tmp_path / "recipes"
     recipes.mkdir()
-    (recipes / "m.yaml").write_text(f"framework: none\nname: {NAME}\nrepository: trainimg-test/{NAME}\n"
-                                    "os: debian12\npython: \"3.11\"\n")
+    (recipes / "m.yaml").write_text(bare_recipe(NAME, f"trainimg-test/{NAME}"))
     lock = tmp_path / "images.lock"
-    tag = f"trainimg-test/{NAME}:base-cpu-py3.11"
+    tag = f"trainimg-test/{NAME}:{BARE_VERSION}"
     try:
         client.api.tag(LOCAL_BASE, upstream.rsplit(":", 1)[0], "bookworm")
         docker_cli(config, "push", upstream)
