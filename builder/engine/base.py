@@ -47,6 +47,7 @@ class BuildResult:
     cached: int
     seconds: float
     log: tuple[str, ...]
+    unread_caches: tuple[str, ...] = ()  # `REF: why` for each --cache-from BuildKit could not read
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ..errors import EngineError, UserInputError
@@ -25,6 +25,8 @@ from .base import BuildRequest, BuildResult
 # for a registry cache import) is no step either.
 _STEP_RE = re.compile(r"^#(\d+) \[(?!internal\]|auth\])([^\]]*)\] (?!FROM )(.*)$")
 _CACHED_RE = re.compile(r"^#(\d+) CACHED$")
+_CACHE_IMPORT_RE = re.compile(r"^#(\d+) importing cache manifest from (\S+)$")
+_STEP_ERROR_RE = re.compile(r"^#(\d+) ERROR: (.*)$")
 _COMPONENT_RE = re.compile(r"^#\d+ \d+\.\d+ .*?(trainimg: component (\S+) could not be installed.*)$")  # output only
 
 
@@ -79,7 +81,8 @@ class BuildKitCli:
                 raise EngineError(_failure(log, req.target), where=f"build {req.dockerfile.name}")
             steps = {m.group(1) for line in log if (m := _STEP_RE.match(line))}
             cached = {m.group(1) for line in log if (m := _CACHED_RE.match(line))} & steps
-            return BuildResult(iidfile.read_text().strip(), len(steps), len(cached), seconds, tuple(log))
+            return BuildResult(iidfile.read_text().strip(), len(steps), len(cached), seconds, tuple(log),
+                               unread_caches(log))
 
     @staticmethod
     def _run_build(cmd: list[str], on_line: Callable[[str], None] | None) -> tuple[int, list[str]]:
@@ -100,6 +103,15 @@ class BuildKitCli:
             os.killpg(proc.pid, signal.SIGTERM)
             proc.wait()
             raise
+
+
+def unread_caches(log: Sequence[str]) -> tuple[str, ...]:
+    """``REF: why`` for each `--cache-from` image BuildKit could not read. BuildKit builds on without it and says
+    so only in its log (a registry the engine has no login for answers 401), so a runner meant to reuse a
+    release's layers would rebuild them with nothing said."""
+    imports = {m.group(1): m.group(2) for line in log if (m := _CACHE_IMPORT_RE.match(line))}
+    return tuple(f"{imports[m.group(1)]}: {m.group(2)}" for line in log
+                 if (m := _STEP_ERROR_RE.match(line)) and m.group(1) in imports)
 
 
 def build_command(cli: str, req: BuildRequest, iidfile: Path) -> list[str]:

@@ -19,7 +19,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from collections.abc import Mapping
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -91,6 +91,7 @@ class VariantBuild:
     dockerfile: str | None = None  # sha256 of the rendered Dockerfile the build read (the provenance names it)
     arch: str = DEFAULT_ARCH
     variant_tag: str = ""
+    unread_caches: list[str] = field(default_factory=list)  # `REF: why` of each --cache-from BuildKit could not read
 
     def __post_init__(self) -> None:
         self.variant_tag = self.variant_tag or self.tag
@@ -348,12 +349,16 @@ class Builder:
         info = self.engine.image(image_id)
         size = info.size if info else 0
         seconds = time.monotonic() - start
+        unread = "".join(f"; cache not read: {why}" for why in res.unread_caches)
+        if any(code in why for why in res.unread_caches for code in (" 401 ", " 403 ")):
+            unread += " (BuildKit reads --cache-from with the docker client's login: `docker login` that registry)"
         self.progress.done(task, f"built {plan.local_tag} ({image_id[7:19]}, {size / 1e6:.0f} MB) in {seconds:.1f}s, "
-                           f"{res.cached}/{res.steps} steps cached")
+                           f"{res.cached}/{res.steps} steps cached{unread}")
         return VariantBuild(
             name=v.name, tag=plan.local_tag, image_id=image_id, size=size, seconds=round(seconds, 2),
             steps=res.steps, cached=res.cached, shared_parents=used,
             base_image=base,
             absent=sorted(manifest.get("absent", [])), manifest=manifest, inputs=inputs,
             dockerfile=f"sha256:{hashlib.sha256(df.read_bytes()).hexdigest()}", arch=plan.arch, variant_tag=v.tag,
+            unread_caches=list(res.unread_caches),
         )
