@@ -59,8 +59,13 @@ stress: setup install
 setup:
 	bash .ci/setup-host
 
+# pip runs only when another checkout is the one installed, or pyproject.toml changed since this one was (the
+# stamp): `.ci/run`, `make lint` and `make test` each ask, and it installs once (15 s a time here).
 install:
-	$(PYTHON) -m pip install -q -e '.[test]'
+	@$(PYTHON) -c 'import importlib.util as u, sys; s = u.find_spec("trainimg"); \
+	  sys.exit(not (s and s.origin and s.origin.startswith("$(CURDIR)/")))' 2>/dev/null \
+	  && [ .install.stamp -nt pyproject.toml ] \
+	  || { $(PYTHON) -m pip install -q -e '.[test]' && touch .install.stamp; }
 
 render: install
 	trainimg render
