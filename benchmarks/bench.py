@@ -8,16 +8,15 @@ and any ``goal missed: NAME`` on stderr, writes the same to ``reports/bench.json
 "Cold" means cold: before every cold build the BuildKit cache is pruned (``docker builder prune -af``) and the
 bench images (tags starting ``trainimg-bench/``, no others) are removed. One cold build is noise on a shared
 machine (``matrix_build_ratio`` read 0.44, 0.53 and 0.72 on the same code), so every cold build is run
-``COLD_RUNS`` times and its median is used, with the spread printed. ``ci_rebuild_ratio`` plays an ephemeral CI
-runner: after ``docker system prune -af`` and a full builder prune (the base image is held by a sleeping
-container, since nothing can be pulled here) the released CPU variant is rebuilt with ``--cache-from`` its pushed
-image. That slows every other build on the engine and removes every unused image, so ``--quick`` prunes nothing: it skips the builds that need a cold cache (each variant built alone and
-the naive baseline), prints their figures as ``skipped``, and writes ``reports/bench-quick.json`` without touching
-README.md.
+``COLD_RUNS`` times and its median is used, with the spread printed. That slows every other build on the engine,
+so ``--quick`` prunes nothing: it skips the builds that need a cold cache (each variant built alone and the naive
+baseline) and ``ci_rebuild_ratio``, prints their figures as ``skipped``, and writes ``reports/bench-quick.json``
+without touching README.md. ``ci_rebuild_ratio`` plays ephemeral CI runners on engines of their own
+(benchmarks/runner.py: this machine's dockerd stopped, one on an empty data root in its place, then it again).
 
 The figures come in families (benchmarks/harness.py's FAMILIES, measured in that order: the matrix figures in
-benchmarks/core.py, the install figures in benchmarks/installs.py, the CI fleet in benchmarks/cifleet.py, then
-``ci_rebuild_ratio``); this module is the command line, the printed lines, the report and the README table.
+benchmarks/core.py, the install figures in benchmarks/installs.py, the CI fleet in benchmarks/cifleet.py, ...,
+then ``ci_rebuild_ratio`` in benchmarks/runner.py); this module is the command line, the printed lines, the report and the README table.
 
 ``ci_noop_release``, ``ci_noop_layer_bytes`` and ``ci_one_change`` (benchmarks/cifleet.py) release a small fleet to
 a private registry with its access log on, empty the runner (by default only the bench's own images and new cache
@@ -45,6 +44,10 @@ from installs import INSTALLS_VARIANT, run_installs
 README = ROOT / "README.md"
 REPORT = ROOT / "reports" / "bench.json"
 QUICK_REPORT = ROOT / "reports" / "bench-quick.json"
+# The families measured alone by a flag of their own name (--ci-rebuild: ci_rebuild), and whether that run keeps
+# the trainimg-bench/* images (the CI fleet removes its own, so another bench's stay).
+ALONE: tuple[tuple[str, bool], ...] = (("arm64", False), ("audit", True), ("signing", True), ("ci_rebuild", True),
+                                       ("ci", True))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -79,6 +82,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--signing", action="store_true",
                         help="measure only sign_s_per_variant (benchmarks/signing.py; a local registry, no build); "
                              "writes reports/bench-signing.json")
+    parser.add_argument("--ci-rebuild", action="store_true",
+                        help="measure only ci_rebuild_ratio (benchmarks/runner.py: stops this machine's dockerd and "
+                             "builds on empty engines in its place, then starts it again); writes "
+                             "reports/bench-ci-rebuild.json")
     parser.add_argument("--layers", metavar="ARG", nargs=argparse.REMAINDER,
                         help="only the layer figures (benchmarks/layers.py VARIANT [--allow-missing C]); run on an "
                              "engine of its own (DOCKER_HOST): it removes the variant's images there")
@@ -100,18 +107,10 @@ def main(argv: list[str] | None = None) -> int:
         from nodestart import measure_images as measure_starts
         return figures_only(FAMILY["nodestart"].figures, "--nodestart", lambda b: measure_starts(b, args.nodestart),
                             ROOT / "reports" / "bench-nodestart.json", {"images": args.nodestart}, keep_images=True)
-    if args.arm64:
-        return figures_only(FAMILY["arm64"].figures, "--arm64", FAMILY["arm64"].run, ROOT / "reports" / "bench-arm64.json",
-                            {}, keep_images=False)
-    if args.audit:
-        return figures_only(FAMILY["audit"].figures, "--audit", FAMILY["audit"].run, ROOT / "reports" / "bench-audit.json",
-                            {}, keep_images=True)
-    if args.signing:
-        return figures_only(FAMILY["signing"].figures, "--signing", FAMILY["signing"].run,
-                            ROOT / "reports" / "bench-signing.json", {}, keep_images=True)
-    if args.ci:
-        return figures_only(FAMILY["ci"].figures, "--ci", FAMILY["ci"].run, ROOT / "reports" / "bench-ci.json", {},
-                            keep_images=True)  # it removes its own images: another bench's stay
+    for family, keep_images in ALONE:  # a flag of its own: that family alone
+        if getattr(args, family):
+            return figures_only(FAMILY[family].figures, f"--{family.replace('_', '-')}", FAMILY[family].run,
+                                ROOT / "reports" / f"bench-{family.replace('_', '-')}.json", {}, keep_images)
 
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))

@@ -1,6 +1,6 @@
 """The matrix family of `make bench` (benchmarks/bench.py says what each figure means and how "cold" is made):
 render speed, the matrix built cold against each variant alone, a no-op rebuild, sizes, the all-reduce's
-scaling, a re-push, a one-pin rebuild, and last (it prunes the whole engine) the CI rebuild with `--cache-from`.
+scaling, a re-push and a one-pin rebuild (the CI rebuild on an empty engine is benchmarks/runner.py's).
 Also the GPU figures of `--gpu` (benchmarks/gpu.py says what and why)."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from figures import below_the_install, change_pin, median_spread, parse_pushed_bytes, ratio, spread_note
+from figures import below_the_install, change_pin, median_spread, ratio, spread_note
 from harness import (
     BASE_IMAGE,
     BENCH_DIR,
@@ -19,18 +19,16 @@ from harness import (
     FAILED,
     PIN_FROM,
     PIN_TO,
+    PIN_VARIANT,
     ROOT,
     SHIPPED_RECIPES,
     Harness,
     StepFailed,
-    docker_cli,
     log,
-    run,
     step,
 )
 
 NAIVE_DOCKERFILE = BENCH_DIR / "naive.Dockerfile"
-PIN_VARIANT = "pytorch-2.13.0-cpu-py3.11"  # the variant whose image is sized, tested and pushed
 NAIVE_TAG = "trainimg-bench/naive:pytorch-2.13.0-cpu-py3.11"
 ALONE_REPO = "trainimg-bench/alone"
 RENDER_REPEATS = 5
@@ -123,35 +121,6 @@ class Matrix:
         log(f"  push 1: {first} bytes uploaded; push 2: {second} bytes uploaded")
         return second
 
-    def ci_rebuild(self, tag: str) -> float:
-        """An ephemeral CI runner: push the released image, prune the engine to nothing but the base image,
-        rebuild with `--cache-from` the pushed image, push again. Returns the rebuild's seconds."""
-        # The released variant (pin_change retagged a changed image), tested: push wants a passing record.
-        self.b.trainimg("build", PIN_VARIANT, *self.b.build_args(), recipes=BENCH_RECIPES)
-        self.b.trainimg("test", tag, "--replicas", "1", "--progress", "quiet")
-        with self.b.fresh_registry() as info:
-            self.b.env["DOCKER_CONFIG"] = str(self.b.tmp / "docker-config")  # BuildKit reads the cache with this login
-            run([docker_cli(), "login", info.host, "--username", info.username, "--password-stdin"], env=self.b.env,
-                input=info.password, what="docker login to the bench registry")
-            remote = f"{info.host}/{tag}"
-            push = ("push", tag, "--registry", info.host, "--username", info.username)
-            first = parse_pushed_bytes(self.b.trainimg(*push).stdout)
-            try:
-                self.b.prune_engine_keeping_base()
-                rows_json = self.b.tmp / "ci_rebuild.json"
-                res = self.b.trainimg("build", PIN_VARIANT, *self.b.build_args(), "--cache-from", remote, "--json",
-                                    str(rows_json), recipes=BENCH_RECIPES)
-            finally:
-                self.b.env.pop("DOCKER_CONFIG", None)
-            (row,) = json.loads(rows_json.read_text())
-            self.b.trainimg("test", tag, "--replicas", "1", "--progress", "quiet", check=False)
-            again = parse_pushed_bytes(self.b.trainimg(*push).stdout)
-        self.b.details["ci_rebuild"] = {"seconds": res.seconds, "first_push_bytes": first, "repush_bytes": again,
-                                      "steps": row["steps"], "cache_hits": row["cache_hits"]}
-        log(f"  ci rebuild: {res.seconds:.1f} s, {row['cache_hits']}/{row['steps']} steps cached; re-push "
-            f"uploaded {again} bytes (first push {first})")
-        return res.seconds
-
     def pin_change(self) -> float:
         copy = self.b.tmp / "pin" / "recipes"
         shutil.copytree(BENCH_RECIPES, copy)
@@ -215,7 +184,7 @@ class Matrix:
                        f"{pin_tag} {size / 1e6:.1f} MB / {NAIVE_DOCKERFILE.relative_to(ROOT)} "
                        f"(one stage, apt lists, pip cache and build-essential left in) {naive / 1e6:.1f} MB")
 
-    def tested_and_pushed(self) -> bool:
+    def tested_and_pushed(self) -> None:
         """allreduce_4_vs_1, then repush_bytes if the image passed `trainimg test` (push refuses it otherwise)."""
         pin_tag = self.bench_tags[PIN_VARIANT]
 
@@ -232,12 +201,10 @@ class Matrix:
                        f"`trainimg push {pin_tag}` twice to a fresh LocalRegistry on 127.0.0.1: first "
                        f"{first} bytes, second {second} bytes uploaded")
 
-        tested = step("allreduce_4_vs_1", self.b, allreduce) is not FAILED
-        if tested:
+        if step("allreduce_4_vs_1", self.b, allreduce) is not FAILED:
             step("repush_bytes", self.b, repush)
         else:
             self.b.fail("repush_bytes", "not measured: the image did not pass `trainimg test` (push refuses it)")
-        return tested
 
     def pin(self, alone: dict[str, float] | None) -> None:
         seconds = self.pin_change()
@@ -252,7 +219,7 @@ class Matrix:
 
 def measure(bench: Harness) -> None:
     """The matrix family (harness.FAMILIES). A failed prepare (StepFailed) stops the run; a failed figure is
-    marked failed and the others go on. What ci_rebuild needs later is left in `bench.carried`."""
+    marked failed and the others go on. Later families find its images in `bench.carried`."""
     m = Matrix(bench)
     step("render_ms_per_variant", bench, m.render_speed)
     m.prepare()
@@ -260,29 +227,9 @@ def measure(bench: Harness) -> None:
     cold_seconds = m.cold_matrix(alone)
     step("noop_rebuild_ratio", bench, lambda: m.noop(cold_seconds))
     step("size_overhead", bench, lambda: m.sizes(naive))
-    tested = m.tested_and_pushed()
+    m.tested_and_pushed()
     step("pin_change_rebuild_ratio", bench, lambda: m.pin(alone))
-    bench.carried.update(matrix=m, alone=alone, tested=tested)
-
-
-def measure_ci_rebuild(bench: Harness) -> None:
-    """ci_rebuild_ratio, last in a full run: it prunes the whole engine, so nothing after it could reuse a cache."""
-    m, alone, tested = (bench.carried.get(k) for k in ("matrix", "alone", "tested"))
-    if bench.quick or not alone or m is None:
-        bench.skip("ci_rebuild_ratio", "skipped (--quick): the engine is not pruned, no cold denominator")
-    elif not tested:
-        bench.fail("ci_rebuild_ratio", "not measured: the image did not pass `trainimg test` (push refuses it)")
-    else:
-        pin_tag = m.bench_tags[PIN_VARIANT]
-
-        def ci() -> None:
-            seconds = m.ci_rebuild(pin_tag)
-            bench.set("ci_rebuild_ratio", ratio(seconds, alone[PIN_VARIANT]),
-                      f"`trainimg build {PIN_VARIANT} --cache-from <registry>/{pin_tag}` after `docker system "
-                      f"prune -af` and `docker builder prune -af`: {seconds:.1f} s / that variant's Dockerfile "
-                      f"built alone from cold, median of {COLD_RUNS}: {alone[PIN_VARIANT]:.1f} s; re-push "
-                      f"uploaded {bench.details['ci_rebuild'].get('repush_bytes')} bytes")
-        step("ci_rebuild_ratio", bench, ci)
+    bench.carried.update(matrix=m)
 
 
 def gpu_figures(bench: Harness) -> dict[str, dict[str, Any]]:

@@ -49,6 +49,7 @@ BASE_IMAGE = "local/debian:bookworm"
 WHEELHOUSES = ("/opt/wheels", "/opt/pypi", "/opt/pypi-more")
 CMD_TIMEOUT = 3 * 3600
 PIN_FROM, PIN_TO = "six==1.16.0", "six==1.17.0"  # the extra pin the one-change figures move
+PIN_VARIANT = "pytorch-2.13.0-cpu-py3.11"  # the bench variant that is sized, tested, pushed and rebuilt
 
 
 @dataclass(frozen=True)
@@ -66,8 +67,8 @@ class Family:
         getattr(importlib.import_module(module), function)(bench)
 
 
-# The families a full run (`make bench`) measures, in this order: ci_rebuild last, since it prunes the whole engine
-# (nothing after it could reuse a cache). `--ci` and `--installs` measure one family alone.
+# The families a full run (`make bench`) measures, in this order: ci_rebuild last, since it stops the engine and
+# runs its builds on empty ones (benchmarks/runner.py). `--ci` and `--installs` measure one family alone.
 FAMILIES: tuple[Family, ...] = (
     Family("matrix", ("render_ms_per_variant", "size_vs_naive", "matrix_build_ratio", "noop_rebuild_ratio",
                       "size_overhead", "allreduce_4_vs_1", "repush_bytes", "pin_change_rebuild_ratio"),
@@ -79,7 +80,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("audit", ("audit_s_per_variant",), "audit:measure"),
     Family("signing", ("sign_s_per_variant",), "signing:measure"),
     Family("arm64", ("arm64_build_ratio", "arm64_gate_ratio", "arm64_layer_diffs"), "arm64:measure"),
-    Family("ci_rebuild", ("ci_rebuild_ratio",), "core:measure_ci_rebuild"),
+    Family("ci_rebuild", ("ci_rebuild_ratio",), "runner:measure"),
 )
 FAMILY = {f.name: f for f in FAMILIES}
 
@@ -126,7 +127,7 @@ def run(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path =
 class Harness:
     """One bench run's state (its temp folder, environment, figures and details) and the commands every family
     measures with. `quick`: prune nothing shared (see bench.py). `carried` holds what one family leaves for a
-    later one (the matrix family's cold denominators for ci_rebuild)."""
+    later one (the matrix family's images)."""
 
     def __init__(self, quick: bool, keep_images: bool) -> None:
         self.quick = quick
@@ -300,8 +301,8 @@ wc -l < /tmp/added
                 self.docker("rmi", *mine, check=False)
 
     def prune_engine_keeping_base(self) -> None:
-        """An ephemeral CI runner's engine: `docker system prune -af` and `docker builder prune -af`, every user's
-        images and cache, but the base image (nothing can be pulled here), held by a sleeping container."""
+        """`docker system prune -af` and `docker builder prune -af`, every user's images and cache, but the base
+        image (nothing can be pulled here), held by a sleeping container (cifleet's TRAINIMG_BENCH_PRUNE_ALL=1)."""
         keeper = f"trainimg-bench-keep-{os.getpid()}"
         self.docker("run", "-d", "--name", keeper, "--network", "none", "--entrypoint", "sleep", BASE_IMAGE,
                     "infinity", what="hold the base image through the prune")

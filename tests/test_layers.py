@@ -230,6 +230,25 @@ def test_push_upload_client_sends_no_layer_the_registry_holds(released: dict[str
     assert re.search(r"^pushed \S+@sha256:[0-9a-f]{64} \(0 bytes uploaded\)$", r.stdout, re.M), r.stdout
 
 
+def test_a_push_by_image_reference_is_that_image_not_an_index(released: dict[str, Any], registry: RegistryLogin,
+                                                               client: docker.DockerClient) -> None:
+    """`trainimg push IMAGE` (a reference, not a variant: no architecture list) puts the image's own manifest under
+    its tag, the one the variant's push gave. It used to put an OCI index naming no manifest there: a tag no node
+    could pull ("no matching manifest for linux/amd64 in the manifest list entries")."""
+    by_ref = f"{released['target']}/byref"
+    r = trainimg("push", CPU_TAG, "--registry", by_ref, "--username", registry.username, env=released["env"],
+                 timeout=900)
+    remove_image(client, f"{by_ref}/{CPU_TAG}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    api = replace(released["api"], target=RegistryTarget.parse(by_ref))
+    name, tag = CPU_TAG.split(":")
+    got = api.manifest_json(api.target.repository(name), tag)
+    assert got is not None, f"nothing under {by_ref}/{CPU_TAG}"
+    body, media_type, digest = got
+    assert "layers" in json.loads(body) and "index" not in media_type and "list" not in media_type, media_type
+    assert digest == pushed_digest(r.stdout) == released["digest"]
+
+
 def test_a_zstd_push_goes_beside_with_its_sbom(released: dict[str, Any], registry: RegistryLogin,
                                                client: docker.DockerClient) -> None:
     """`push --compression zstd` into a repository of its own (gzip consumers keep theirs): an OCI manifest of

@@ -26,8 +26,10 @@ from .push import PushResult, push, reachable_target
 
 def needs_index(arches: Iterable[str]) -> bool:
     """Whether a variant released for `arches` is pushed as an index (anything but amd64 alone: that stays one
-    image manifest under the tag, as every release before architectures)."""
-    return tuple(arches) != ("amd64",)
+    image manifest under the tag, as every release before architectures). No architecture at all (an image
+    reference, not a variant: `push IMAGE`) is one image as it is, never an index."""
+    named = tuple(arches)
+    return bool(named) and named != ("amd64",)
 
 
 def push_index(engine: Engine, tag: str, images: list[tuple[str, str]], target: RegistryTarget,
@@ -101,6 +103,10 @@ def put_index(api: RegistryAPI, repository: str, tag: str, manifests: Mapping[st
     target = api.target
     tag_part = split_tag(tag)[1]
     described = []
+    unnamed = sorted(repr(a) for a in set(manifests) - set(ARCHES))
+    if unnamed or not manifests:  # an index that names nothing is a tag no node can pull
+        raise RegistryError(f"no index pushed for {tag}: it would name {', '.join(unnamed) or 'no image'}, not an "
+                            f"architecture of {', '.join(ARCHES)}")
     for arch in (a for a in ARCHES if a in manifests):
         got = api.manifest_json(repository, manifests[arch])
         if got is None:
