@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import fields
+from functools import cache
 from typing import Any
 
 from ..errors import UserInputError
@@ -22,6 +23,7 @@ PLATFORM_FLAGS: dict[str, tuple[Flag, ...]] = {platform.name: platform.flags for
 SPEC_PLATFORMS = tuple(PLATFORM_FLAGS)
 
 
+@cache  # the platforms' tables are constants; every spec a caller checks asks again
 def platform_flags() -> tuple[Flag, ...]:
     """Every platform's flag once, in the order the platforms declare them."""
     seen: dict[str, Flag] = {}
@@ -63,8 +65,9 @@ def given_in(opts: SpecOptions) -> set[str]:
     one): what a caller of the library asked for."""
     declared = {flag.key: flag for flag in platform_flags()}
     own = {key for key, value in opts.platform_flags.items() if key not in declared or value != declared[key].default}
+    keys = _flag_keys()
     return own | {field.name for field in fields(SpecOptions)
-                  if field.name in _flag_keys() and getattr(opts, field.name) != field.default}
+                  if field.name in keys and getattr(opts, field.name) != field.default}
 
 
 def check_options(opts: SpecOptions) -> None:
@@ -88,5 +91,6 @@ def spec_options(values: Mapping[str, Any], **resolved: Any) -> SpecOptions:
     return SpecOptions(**{**chosen, "platform_flags": own, **resolved})
 
 
-def _flag_keys() -> set[str]:
-    return {flag.key for flag in (*COMMON, *platform_flags())}
+@cache
+def _flag_keys() -> frozenset[str]:
+    return frozenset(flag.key for flag in (*COMMON, *platform_flags()))
