@@ -33,12 +33,13 @@ import json
 import os
 import sys
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timezone
+from pathlib import Path
 from typing import Any
 
 from figures import FIGURES, GOALS, format_goal, format_value, machine_line, render_table, update_readme
-from harness import FAMILIES, FAMILY, ROOT, Harness, StepFailed, figures_only, log, machine_info
+from harness import FAMILIES, FAMILY, ROOT, Harness, StepFailed, log, machine_info
 from installs import INSTALLS_VARIANT, run_installs
 
 README = ROOT / "README.md"
@@ -223,6 +224,33 @@ def installs_only(variants: Sequence[str]) -> int:
     return figures_only(FAMILY["installs"].figures, f"--installs {' '.join(variants)}",
                         lambda bench: run_installs(bench, variants), ROOT / "reports" / "bench-installs.json",
                         {"variants": list(variants)}, keep_images=False)
+
+
+def figures_only(names: Sequence[str], what: str, measure: Callable[[Harness], None], path: Path,
+                 extra: Mapping[str, Any], keep_images: bool) -> int:
+    """Some figures alone (`what`: the option that asked, for the log): measured by `measure`, printed, written
+    to `path` with `extra`; README.md is left alone; the trainimg-bench/* images removed unless `keep_images`.
+    Exit status as main's."""
+    os.chdir(ROOT)
+    sys.path.insert(0, str(ROOT))
+    bench = Harness(quick=False, keep_images=keep_images)
+    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    machine = machine_info(bench.env)
+    log(f"bench {what}: {date}, {machine_line(machine)}")
+    try:
+        measure(bench)
+    finally:
+        bench.cleanup()
+    for name in names:
+        row = bench.figures[name]
+        print(f"{name}: {format_value(row['value'], GOALS[name].unit, row['status'])}", flush=True)
+        log(f"how {name}: {row['how'] or 'not measured'}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"date": date, "machine": machine, **extra,
+                                "figures": {n: bench.figures[n] for n in names}, "details": bench.details},
+                               indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    log(f"bench: wrote {path.relative_to(ROOT)}")
+    return 1 if any(bench.figures[n]["status"] == "failed" for n in names) else 0
 
 
 if __name__ == "__main__":

@@ -36,6 +36,14 @@ COLD_RUNS = 3
 ALLREDUCE_REPEATS = 2
 
 
+def naive_dockerfile() -> str:
+    """benchmarks/naive.Dockerfile with the CA bundle mounted where the pip.conf trainimg writes names it."""
+    from trainimg.plan.installer import CA_SECRET, SECRETS_DIR
+
+    text = NAIVE_DOCKERFILE.read_text(encoding="utf-8")
+    return text.replace("@CA_SECRET@", CA_SECRET).replace("@CA_TARGET@", f"{SECRETS_DIR}/{CA_SECRET}")
+
+
 class Matrix:
     """The matrix family's measurements on one bench run `b`, and the bench variants they build."""
 
@@ -86,20 +94,23 @@ class Matrix:
     def alone_builds(self) -> dict[str, float]:
         """Each bench variant's rendered Dockerfile built alone with plain `docker build`, each from cold."""
         runs: dict[str, list[float]] = {}
+        context = self.b.baked_context(BENCH_RECIPES, self.bench_variants)
         with self.b.pip_secrets() as flags:
             for name in self.bench_variants:
                 for _ in range(COLD_RUNS):
                     self.b.cold()
                     runs.setdefault(name, []).append(
-                        self.b.docker_build(self.dockerfiles[name], f"{ALONE_REPO}:{name}", flags))
+                        self.b.docker_build(self.dockerfiles[name], f"{ALONE_REPO}:{name}", flags, context))
                 log(f"  alone, cold: {name}: {spread_note(runs[name])}")
         self.b.details["alone_cold_runs"] = runs
         return {name: median_spread(times)[0] for name, times in runs.items()}
 
     def naive_size(self) -> int:
+        dockerfile = self.b.tmp / NAIVE_DOCKERFILE.name
+        dockerfile.write_text(naive_dockerfile(), encoding="utf-8")
         with self.b.pip_secrets() as flags:
             self.b.cold()
-            seconds = self.b.docker_build(NAIVE_DOCKERFILE, NAIVE_TAG, flags)
+            seconds = self.b.docker_build(dockerfile, NAIVE_TAG, flags, self.b.empty_context())
         size = self.b.image_size(NAIVE_TAG)
         self.b.details["naive"] = {"size": size, "seconds": seconds}
         log(f"  naive: {size / 1e6:.0f} MB, built in {seconds:.1f} s")

@@ -214,3 +214,11 @@ def bench_refs(listing: str, prefix: str = BENCH_PREFIX) -> list[str]:
         if repo.startswith(prefix) and tag and tag != "<none>":
             refs.append(ref)
     return refs
+
+
+def failure_tail(output: str) -> str:
+    """What a failed command's output says went wrong: BuildKit's `#N ERROR: ...` lines when it printed any (the
+    last 1,500 characters of a failed build are the echo of its long RUN line), and the output's last line."""
+    lines = output.strip().splitlines()
+    errors = [line for line in lines if re.match(r"#\d+ ERROR: ", line)]
+    return " | ".join([*errors[-3:], lines[-1][-500:]] if errors else ["\n".join(lines)[-1500:]]) if lines else ""

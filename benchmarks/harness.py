@@ -23,17 +23,14 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 from figures import (
     FIGURES,
-    GOALS,
     bench_refs,
-    format_value,
+    failure_tail,
     goal_met,
-    machine_line,
     manifest_bytes,
     parse_du_total,
     parse_meminfo,
@@ -119,8 +116,8 @@ def run(cmd: Sequence[str], *, env: Mapping[str, str] | None = None, cwd: Path =
         raise StepFailed(f"{what or cmd[0]} ran past {timeout:.0f} s") from None
     seconds = time.monotonic() - start
     if check and proc.returncode != 0:
-        tail = (proc.stderr.strip() or proc.stdout.strip())[-1500:]
-        raise StepFailed(f"{what or ' '.join(cmd[:3])} exited {proc.returncode}: {tail}")
+        why = failure_tail(proc.stderr or proc.stdout)
+        raise StepFailed(f"{what or ' '.join(cmd[:3])} exited {proc.returncode}: {why}")
     return Run(seconds, proc.stdout, proc.stderr)
 
 
@@ -159,9 +156,10 @@ class Harness:
     def docker(self, *args: str, **kw: Any) -> Run:
         return run([docker_cli(), *args], env=self.env, **kw)
 
-    def trainimg(self, *args: str, recipes: Path | None = None, **kw: Any) -> Run:
+    def trainimg(self, *args: str, recipes: Path | None = None, env: Mapping[str, str] | None = None,
+                 **kw: Any) -> Run:
         head = [sys.executable, "-m", "trainimg"] + (["--recipes", str(recipes)] if recipes else [])
-        return run([*head, *args], env=self.env, what=f"trainimg {args[0]}", **kw)
+        return run([*head, *args], env=self.env if env is None else env, what=f"trainimg {args[0]}", **kw)
 
     # -- cold, and the commands the figures are timed with
 
@@ -214,15 +212,34 @@ class Harness:
                 flags += ["--secret", f"id={CA_SECRET},src={ca}"]
             yield flags
 
-    def docker_build(self, dockerfile: Path, tag: str, secret_flags: list[str], base: str = BASE_IMAGE) -> float:
-        return self.docker_build_run(dockerfile, tag, secret_flags, base).seconds
+    def docker_build(self, dockerfile: Path, tag: str, secret_flags: list[str], context: Path,
+                     base: str = BASE_IMAGE) -> float:
+        return self.docker_build_run(dockerfile, tag, secret_flags, context, base).seconds
 
-    def docker_build_run(self, dockerfile: Path, tag: str, secret_flags: list[str], base: str = BASE_IMAGE) -> Run:
-        """`docker build --progress plain`: its time and its log (stderr), whose steps say what took the time."""
+    def docker_build_run(self, dockerfile: Path, tag: str, secret_flags: list[str], context: Path,
+                         base: str = BASE_IMAGE) -> Run:
+        """`docker build --progress plain` of `dockerfile` in `context`: its time and its log (stderr), whose steps
+        say what took the time."""
         env = dict(self.env, DOCKER_BUILDKIT="1")
         return run([docker_cli(), "build", "-f", str(dockerfile), "--build-arg", f"BASE_IMAGE={base}",
-                    *secret_flags, "--network", "host", "--progress", "plain", "-t", tag, "."],
+                    *secret_flags, "--network", "host", "--progress", "plain", "-t", tag, str(context)],
                    env=env, what=f"docker build {dockerfile.name} ({tag})")
+
+    def baked_context(self, recipes: Path, names: Sequence[str]) -> Path:
+        """The build context `trainimg bake` writes for variants `names` of `recipes`: the runtime, the base files,
+        each variant's lock and its not-audited document, where a rendered Dockerfile takes them from. A plain
+        `docker build` of that Dockerfile needs exactly this; each call gets a state folder of its own (bake
+        empties its folder each time)."""
+        state = self.tmp / f"bake-{len(list(self.tmp.glob('bake-*')))}"
+        self.trainimg("bake", *names, "--output", str(self.tmp / "bake.json"), recipes=recipes,
+                      env=dict(self.env, TRAINIMG_STATE_DIR=str(state)))
+        return state / "bake" / "context"
+
+    def empty_context(self) -> Path:
+        """A build context holding nothing, for a Dockerfile that takes nothing from it."""
+        folder = self.tmp / "empty-context"
+        folder.mkdir(exist_ok=True)
+        return folder
 
     def image_size(self, ref: str) -> int:
         return int(self.docker("image", "inspect", "--format", "{{.Size}}", ref).stdout.strip())
@@ -359,30 +376,3 @@ def machine_info(env: Mapping[str, str]) -> dict[str, Any]:
     except (StepFailed, IndexError, OSError):
         info["docker_server"] = info["docker_client"] = None
     return info
-
-
-def figures_only(names: Sequence[str], what: str, measure: Callable[[Harness], None], path: Path,
-                 extra: Mapping[str, Any], keep_images: bool) -> int:
-    """Some figures alone (`what`: the option that asked, for the log): measured by `measure`, printed, written
-    to `path` with `extra`; README.md is left alone; the trainimg-bench/* images removed unless `keep_images`.
-    Exit status as main's."""
-    os.chdir(ROOT)
-    sys.path.insert(0, str(ROOT))
-    bench = Harness(quick=False, keep_images=keep_images)
-    date = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-    machine = machine_info(bench.env)
-    log(f"bench {what}: {date}, {machine_line(machine)}")
-    try:
-        measure(bench)
-    finally:
-        bench.cleanup()
-    for name in names:
-        row = bench.figures[name]
-        print(f"{name}: {format_value(row['value'], GOALS[name].unit, row['status'])}", flush=True)
-        log(f"how {name}: {row['how'] or 'not measured'}")
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"date": date, "machine": machine, **extra,
-                                "figures": {n: bench.figures[n] for n in names}, "details": bench.details},
-                               indent=2, sort_keys=True) + "\n", encoding="utf-8")
-    log(f"bench: wrote {path.relative_to(ROOT)}")
-    return 1 if any(bench.figures[n]["status"] == "failed" for n in names) else 0

@@ -16,6 +16,7 @@ meanwhile would be pruned too, costing that build its cache, nothing more).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import io
 import json
@@ -30,7 +31,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from figures import BENCH_PREFIX, ratio
-from harness import BASE_IMAGE, FAILED, FAMILY, Harness, docker_cli, log, step
+from harness import BASE_IMAGE, FAILED, FAMILY, SHIPPED_RECIPES, Harness, docker_cli, log, step
 
 INSTALLS_VARIANT = "pytorch-2.13.0-cpu-py3.11"
 CACHE_MOUNT = "exec.cachemount"  # the BuildKit record type of a `RUN --mount=type=cache`
@@ -76,7 +77,7 @@ def rendered(variant: str, installer: str, cache_id: str, folder: Path) -> Path:
     from trainimg.recipe.loading import load_recipes
     from trainimg.render.dockerfile import render_plan
 
-    recipes = load_recipes(Path("recipes"))
+    recipes = load_recipes(SHIPPED_RECIPES)
     (plan,) = plans(recipes, [recipes.by_name[variant]], installer=installer, arches=("amd64",))
     text = render_plan(plan)
     if f"id={WHEEL_CACHE_ID}-" not in text:
@@ -324,8 +325,9 @@ def run_installs(bench: Harness, variants: Sequence[str]) -> None:
 
     measured: dict[str, dict[str, ColdBuild]] = {}
     for i, variant in enumerate(variants):
-        ib = InstallBench(bench.docker, bench.docker_build_run, docker_cli(), bench.tmp, BASE_IMAGE, log,
-                          variant)
+        context = bench.baked_context(SHIPPED_RECIPES, [variant])
+        ib = InstallBench(bench.docker, functools.partial(bench.docker_build_run, context=context), docker_cli(),
+                          bench.tmp, BASE_IMAGE, log, variant)
         try:
             with bench.pip_secrets() as flags:
                 builds = step("uv_vs_pip", bench, lambda: ib.uv_vs_pip(flags, keep_uv_cold=i == 0))

@@ -299,3 +299,34 @@ def test_install_step_seconds_sums_the_steps_that_install_the_lock() -> None:
     assert installs.install_step_seconds(log) == 92.4
     with pytest.raises(ValueError, match="times 0 steps"):
         installs.install_step_seconds(log.replace("--require-hashes", "-r"))
+
+
+def test_a_failed_build_is_named_by_buildkits_error_not_the_echo_of_its_run_line() -> None:
+    """A failed `docker build` ends with the echo of its RUN line (the seal alone is ~700 characters); the bench's
+    line must carry BuildKit's `#N ERROR:` (this is the output of the bench's alone build before it was given the
+    baked context)."""
+    run_line = "RUN --mount=type=bind,source=audit/x.json,target=/dev/trainimg-build/audit.json " + "find / -xdev " * 80
+    output = "\n".join([
+        "#14 [image 3/3] " + run_line,
+        '#14 ERROR: "/audit/x.json" not found: not found',
+        "------",
+        " > [image 3/3] " + run_line + ":",
+        "------",
+        'failed to compute cache key: "/audit/x.json" not found: not found',
+    ])
+    tail = figures.failure_tail(output)
+    assert tail.startswith('#14 ERROR: "/audit/x.json" not found') and tail.endswith("not found: not found")
+    assert "find / -xdev" not in tail
+    assert figures.failure_tail("one\ntwo") == "one\ntwo" and figures.failure_tail("") == ""
+
+
+def test_the_naive_baseline_mounts_the_ca_bundle_where_the_pip_conf_names_it() -> None:
+    """The naive Dockerfile installs with trainimg's own pip.conf secret, which names the CA bundle by path; the
+    bench failed when the two paths parted (the Dockerfile mounted it at BuildKit's default)."""
+    from trainimg.imagebuild.wheelhouse import pip_conf
+    from trainimg.plan.stages import CA_SECRET
+
+    cert = next(line.split("=", 1)[1].strip() for line in pip_conf([], Path("/ca.pem"), {}).splitlines()
+                if line.startswith("cert"))
+    text = core.naive_dockerfile()
+    assert f"--mount=type=secret,id={CA_SECRET},target={cert} " in text and "@" not in text
