@@ -63,8 +63,11 @@ GOALS = {f.name: f for f in FIGURES}
 
 def below_the_install(stages: Sequence[Any]) -> list[str]:
     """Keys of the parent stages under a variant's lock install: the stages a bench copy must share with the shipped
-    variant (the install step holds the whole lock, the bench's pinned extra included, so it differs)."""
-    return [s.key for s in stages if all(b.name != "packages" for b in s.blocks)]
+    variant (the install steps and the stage slicing the lock hold the lock and name the recipe's extras, the
+    bench's pinned extra included, so they differ)."""
+    from trainimg.plan.installer import LOCKS_STAGE
+
+    return [s.key for s in stages if all(b.name not in ("packages", LOCKS_STAGE) for b in s.blocks)]
 
 
 def ratio(numerator: float | None, denominator: float | None) -> float | None:

@@ -251,7 +251,8 @@ def test_secret_build_ran_pip_with_the_secrets(secret_build: SecretBuild) -> Non
     assert rep["cache_hits"] < rep["steps"], "nothing ran: the secrets were never mounted"
     # The extra is in the lock, so the install step of its layer group (secrets mounted) runs anew; the steps of
     # the groups below it mount slices the extra did not change, and stay cached.
-    group = lockgroups.group_of("six")
+    group = lockgroups.group_of("six", ["six"])  # the recipe's own extra: the top step, the extras' group
+    assert group == lockgroups.EXTRAS
     step = next(m.group(1) for line in secret_build.log.splitlines()
                 if "--require-hashes" in line and f"/{group}.lock," in line and (m := re.search(r"(#\d+) \[", line)))
     assert not re.search(rf"{step} CACHED$", secret_build.log, re.M), "the extras step (pip, secrets) was cached"

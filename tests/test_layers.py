@@ -70,9 +70,11 @@ CPU_TAG = f"trainimg-test/{TEST_NAME}:{BARE_VERSION}"
 def test_every_lock_entry_is_in_exactly_one_group(variant: Any) -> None:
     lock = (ROOT / "images" / variant.name / "requirements.lock").read_text(encoding="utf-8")
     names = [name for name, _ in lockgroups.entries(lock)]
-    grouped = {g: [n for n, _ in lockgroups.entries(lockgroups.select(lock, g))] for g in lockgroups.GROUP_NAMES}
+    extras = blocks.own_extras(variant)
+    grouped = {g: [n for n, _ in lockgroups.entries(lockgroups.select(lock, g, extras))]
+               for g in lockgroups.GROUP_NAMES}
     assert sorted(n for ns in grouped.values() for n in ns) == sorted(names)
-    assert "".join(lockgroups.select(lock, g) for g in lockgroups.GROUP_NAMES).count("--hash=sha256:") == \
+    assert "".join(lockgroups.select(lock, g, extras) for g in lockgroups.GROUP_NAMES).count("--hash=sha256:") == \
         lock.count("--hash=sha256:")  # every hash line kept: each group installs with the lock's checking
     filled = {g for g, ns in grouped.items() if ns}
     if variant.gpu and variant.framework != "none":
@@ -80,8 +82,11 @@ def test_every_lock_entry_is_in_exactly_one_group(variant: Any) -> None:
         assert all(n.startswith("nvidia-nccl") for n in grouped["nccl"])
     else:
         assert not filled & set(lockgroups.GPU_ONLY), grouped
-    # every group has its step: no pin of a lock can go uninstalled (a framework-less variant's extras included)
-    assert set(blocks.install_groups(variant)) == set(lockgroups.GROUP_NAMES)
+    # every group that can hold a pin has its step: no pin of a lock can go uninstalled (a framework-less variant's
+    # extras included); the extras' group only where the recipe has extras of its own, the only names it can hold
+    assert set(blocks.install_groups(variant)) == set(lockgroups.GROUP_NAMES) - (
+        set() if extras else {lockgroups.EXTRAS})
+    assert bool(grouped[lockgroups.EXTRAS]) == bool(extras)
 
 
 @pytest.mark.parametrize("group, pattern", [(g, p) for g, ps in lockgroups.LAYER_GROUPS for p in ps])
@@ -89,6 +94,28 @@ def test_each_pattern_of_the_table_names_its_group(group: str, pattern: str) -> 
     name = pattern.replace("*", "x-lib")
     assert lockgroups.group_of(name) == group
     assert lockgroups.group_of(name.upper().replace("-", "_")) == group  # names are compared normalised
+    # a recipe's extra that a pattern claims stays with its libraries; the others go on top, in the extras' group
+    assert lockgroups.group_of(name, [name, "Six"]) == group
+    assert lockgroups.group_of("six", [name, "Six"]) == lockgroups.EXTRAS
+
+
+@pytest.mark.parametrize("extras", [[], ["six==1.16.0"], ["six==1.16.0", "nvidia-cublas-cu12==12.4.5.8"],
+                                    ["nvidia-cublas-cu12==12.4.5.8"]], ids=["none", "own", "own-and-claimed", "claimed"])
+def test_a_recipes_own_extras_get_the_top_step_and_nothing_else_does(extras: list[str], tmp_path: Path) -> None:
+    """The extras' step is the last install step of a variant whose recipe pins names no pattern claims, and the
+    locks stage passes those names to the splitter; a variant without such extras renders no extras' step."""
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "own.yaml").write_text(bare_recipe("own", "trainimg-test/own", ", ".join(extras)), encoding="utf-8")
+    (variant,) = load_recipes(recipes).variants
+    own = blocks.own_extras(variant)
+    assert own == (("six",) if any(e.startswith("six") for e in extras) else ())
+    text = render_plan(next(iter(plans(load_recipes(recipes)))))
+    installs = re.findall(rf"from={LOCKS_STAGE},source=[^,]+/(\w+)\.lock,", text)  # each install step's slice
+    expected = [g for g in lockgroups.GROUP_NAMES if g != lockgroups.EXTRAS or own]
+    assert installs == expected, installs
+    splitter = next(line for line in text.splitlines() if "lockgroups.py \"$group\"" in line)
+    assert splitter.rstrip("; \\").endswith(".lock" + "".join(f" {n}" for n in own)), splitter
 
 
 def test_an_unmatched_name_is_the_framework_group() -> None:
@@ -106,6 +133,17 @@ def test_the_splitter_runs_as_the_build_runs_it(tmp_path: Path) -> None:
     assert "#" not in out.read_text()  # no `# via` lines: the slice changes only with its group's pins
     bad = subprocess.run([sys.executable, "-I", str(script), "nccl"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+    # a name the recipe's extras pin, after the files: its entry leaves the framework's slice for the extras'
+    framework = lockgroups.entries(lockgroups.select(lock.read_text(), lockgroups.FRAMEWORK))
+    name = framework[-1][0]
+    slices = {}
+    for group in (lockgroups.FRAMEWORK, lockgroups.EXTRAS):
+        r = subprocess.run([sys.executable, "-I", str(script), group, str(lock), str(tmp_path / group), name],
+                           capture_output=True, text=True)
+        assert r.returncode == 0, r.stderr
+        slices[group] = [n for n, _ in lockgroups.entries((tmp_path / group).read_text())]
+    assert slices[lockgroups.EXTRAS] == [name]
+    assert slices[lockgroups.FRAMEWORK] == [n for n, _ in framework[:-1]]
 
 
 # -- every RUN of every image sealed -------------------------------------------------------------------------------

@@ -13,6 +13,7 @@ from functools import cache
 from pathlib import Path
 
 import jinja2
+from packaging.requirements import Requirement
 
 from ..recipe.compat import Compat, as_constraint, is_pin, spoken
 from ..recipe.drivers import REQUIRE_CUDA, floor_for, major_of, require_cuda
@@ -126,9 +127,19 @@ def nccl_note(v: Variant, compat: Compat) -> list[str]:
 def install_groups(v: Variant) -> tuple[str | None, ...]:
     """The lock's layer groups, one RUN each, lowest first: every group, always, so no pin of the lock can go
     uninstalled (an extra's `nvidia-*` pin on a CPU variant too); a group the lock does not fill installs nothing
-    and adds no layer. An extending variant installs its whole lock (the parent's pins are there already) in one
-    step, `None`."""
-    return (None,) if v.extends else lockgroups.GROUP_NAMES
+    and adds no layer. The extras' group only when the recipe has extras of its own (`own_extras`): nothing else
+    can fill it. An extending variant installs its whole lock (the parent's pins are there already) in one step,
+    `None`."""
+    if v.extends:
+        return (None,)
+    return tuple(g for g in lockgroups.GROUP_NAMES if g != lockgroups.EXTRAS or own_extras(v))
+
+
+def own_extras(v: Variant) -> tuple[str, ...]:
+    """The distribution names of `v`'s extras that go to the extras' layer group (those no pattern of
+    runtime/lockgroups.py claims), normalised and sorted: what the locks stage passes its splitter."""
+    names = sorted({lockgroups.normalise(Requirement(extra).name) for extra in v.extras})
+    return tuple(n for n in names if lockgroups.group_of(n, names) == lockgroups.EXTRAS)
 
 
 def packages(v: Variant, compat: Compat, installer: str, arch: str = DEFAULT_ARCH) -> Block:
@@ -171,7 +182,8 @@ def lock_source(v: Variant, arch: str = DEFAULT_ARCH) -> str:
 def locks_stage(v: Variant, arch: str = DEFAULT_ARCH) -> Block:
     """The stage that slices `v`'s lock into its layer groups for the install steps to mount (`LOCKS_STAGE`)."""
     return Block(LOCKS_STAGE, _render("locks", lock=lock_source(v, arch), splitter=f"{RUNTIME_SOURCE}/lockgroups.py",
-                                      locks_dir=LOCKS_DIR, groups=" ".join(lockgroups.GROUP_NAMES)))
+                                      locks_dir=LOCKS_DIR, groups=" ".join(map(str, install_groups(v))),
+                                      extras=" ".join(own_extras(v))))
 
 
 def reduction_server() -> Block:
