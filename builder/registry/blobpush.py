@@ -135,16 +135,13 @@ def held_cache(api: RegistryAPI, repository: str, tag: str, layers: Sequence[dic
     0.8 no longer matches in part: measured on empty engines, the cold build's cache gave a one-pin change 8 of
     13 steps, the rebuild's pushed over it 0 of 13 (benchmarks/runner.py)."""
     held = api.manifest_json(repository, cache_tag(tag))
-    if held is None:
-        return None
+    if held is None or held[1] not in IMAGE_MANIFESTS:
+        return None  # none, or an index of several architectures' caches: replaced
     try:
-        manifest = json.loads(held[0])
-    except ValueError:
+        held_layers = [layer["digest"] for layer in json.loads(held[0])["layers"]]
+    except (ValueError, KeyError, TypeError):
         return None  # not a manifest this client can read: replaced
-    held_layers = manifest.get("layers") if isinstance(manifest, dict) else None  # an index has none: replaced
-    same = isinstance(held_layers, list) and [layer.get("digest") for layer in held_layers if isinstance(layer, dict)] \
-        == [layer["digest"] for layer in layers]
-    return held[2] if same else None
+    return held[2] if held_layers == [layer["digest"] for layer in layers] else None
 
 
 def _all_held(sender: _Sender, diff_ids: Sequence[str]) -> list[tuple[str, int]] | None:
