@@ -193,7 +193,7 @@ def _audit(recipes: RecipeSet, names: list[str], opts: ReleaseOptions, env: Mapp
     is reported (each variant's ``advisories`` check) and stops the release."""
     if opts.audit is None:
         return not_audited()
-    result = audit_variants(recipes, names, root, env, opts.audit)
+    result = audit_variants(recipes, names, root, env, opts.audit, opts.build.wheelhouses)
     if not result.passed:
         if on_tested is not None:
             on_tested(result.suites(names))

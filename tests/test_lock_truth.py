@@ -132,7 +132,29 @@ def test_lock_fails_when_the_index_the_recipe_needs_is_unreachable(tmp_path: Pat
     # the other variant is still locked (its +cpu build is in this machine's wheel folder)
     assert re.search(r"^images/pytorch-2\.13\.0-cpu-py3\.11/requirements\.lock: [0-9]+ packages locked \(unchanged\)$",
                      r.stdout, re.MULTILINE), r.stdout
-    assert re.search(r"download\.pytorch\.org/whl/cu126, the only index that serves this build", r.stderr), r.stderr
+    assert r.stderr.startswith(f"lock {UNLOCKABLE} (amd64): https://download.pytorch.org/whl/cu126, the only index "
+                               "that serves this build"), r.stderr
     assert lock.read_text(encoding="utf-8") == (ROOT / "images" / UNLOCKABLE / "requirements.lock").read_text(
         encoding="utf-8")  # the not-lockable file, as committed
     assert NOT_LOCKABLE in lock.read_text(encoding="utf-8")
+
+
+def test_an_arm64_lock_that_cannot_be_made_is_named_as_arm64s(tmp_path: Path) -> None:
+    """A team's recipes folder without locks: a variant extending the CPU PyTorch one (amd64 and arm64). Its amd64
+    lock resolves (the +cpu wheel is in this machine's wheel folder); arm64's +cpu torch is on download.pytorch.org
+    only, which does not answer here. `audit` locks both, from the wheel folders a build uses, before it reads any
+    advisory: amd64's locks, and the failure names arm64."""
+    recipes = tmp_path / "recipes"
+    recipes.mkdir()
+    (recipes / "base.yaml").write_text("framework: pytorch\nrepository: trainimg/pytorch\nversion: '2.13.0'\n"
+                                       "os: debian12\npython: '3.11'\narch: [amd64, arm64]\n", encoding="utf-8")
+    (recipes / "team.yaml").write_text("extends: pytorch-2.13.0-cpu-py3.11\nname: team-a\nrepository: team/a\n"
+                                       "extras: [six==1.16.0]\n", encoding="utf-8")
+    (tmp_path / "osv").mkdir()
+    r = trainimg("--recipes", str(recipes), "audit", "team-a", "--advisories", str(tmp_path / "osv"), timeout=600)
+    *locked, failed = r.stderr.splitlines()
+    assert r.returncode == 1 and [re.sub(r"[0-9]+ packages", "N packages", line) for line in locked] == [
+        "images/pytorch-2.13.0-cpu-py3.11/requirements.lock: N packages locked",
+        "images/team-a/requirements.lock: N packages locked"], r.stderr
+    assert failed.startswith("lock pytorch-2.13.0-cpu-py3.11 (arm64): https://download.pytorch.org/whl/cpu, the only "
+                             "index that serves this build, did not answer here"), r.stderr

@@ -42,11 +42,13 @@ def audit_options(advisories: str | None, waivers: Path | None, max_age: int, sk
     return AuditOptions(advisories=advisories, waivers=waivers, max_age_days=max_age, skip=skip_audit)
 
 
-def run_audit(c: Ctx, names: list[str], opts: AuditOptions) -> AuditResult:
-    """Audit `names` (and the variants they extend), printing each finding and unused waiver on stderr."""
+def run_audit(c: Ctx, names: list[str], opts: AuditOptions, wheelhouses: tuple[Path, ...]) -> AuditResult:
+    """Audit `names` (and the variants they extend), printing each finding and unused waiver on stderr; a lock
+    compiled for the audit resolves from `wheelhouses`, as the build's does."""
     from ..imagebuild.audited import audit_variants
 
-    result = audit_variants(c.recipes(), names, c.root, c.env, opts, lambda line: click.echo(line, err=True))
+    result = audit_variants(c.recipes(), names, c.root, c.env, opts, wheelhouses,
+                            lambda line: click.echo(line, err=True))
     for line in result.lines():
         click.echo(line, err=True)
     return result
@@ -72,6 +74,7 @@ def audit_cmd(c: Ctx, variants: tuple[str, ...], advisories: str | None, waivers
       trainimg audit 'pytorch-*' --advisories https://osv.example.internal --junit audit.xml
     """
     from ..audit.gate import refuse
+    from ..imagebuild.wheelhouse import default_wheelhouses
 
     if skip_audit:
         raise UserInputError("`audit` is the audit: drop --skip-audit", where="--skip-audit")
@@ -79,7 +82,8 @@ def audit_cmd(c: Ctx, variants: tuple[str, ...], advisories: str | None, waivers
         raise UserInputError("give --advisories DIR|URL", where="--advisories")
     recipes = c.recipes()
     names = [v.name for v in recipes.with_parents(recipes.select(list(variants)))]
-    result = run_audit(c, list(variants), audit_options(advisories, waivers, max_age, skip_audit))
+    result = run_audit(c, list(variants), audit_options(advisories, waivers, max_age, skip_audit),
+                       default_wheelhouses(c.env))
     write_reports(result.suites(names), json_path, junit_path)
     refuse(result)
     checked = sum(result.pins.values())

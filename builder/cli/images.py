@@ -285,7 +285,7 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: tuple[str, ...], arches
     if audit.advisories or audit.skip:
         from ..audit.gate import refuse
 
-        result = run_audit(c, list(variants), audit)
+        result = run_audit(c, list(variants), audit, opts.wheelhouses)
         refuse(result)
         opts = dataclasses.replace(opts, audits={name: result.document(name) for name in
                                                  (v.name for v in recipes.with_parents(recipes.select(list(variants))))})

@@ -19,11 +19,13 @@ from .lockcompile import locks_into
 
 
 def audit_variants(recipes: RecipeSet, names: list[str], root: Path, env: Mapping[str, str], opts: AuditOptions,
-                   say: Callable[[str], None] = lambda line: None) -> AuditResult:
-    """Audit `names` (and the variants they extend) as `opts` says; `--skip-audit` returns the skipped result."""
+                   wheelhouses: tuple[Path, ...], say: Callable[[str], None] = lambda line: None) -> AuditResult:
+    """Audit `names` (and the variants they extend) as `opts` says; `--skip-audit` returns the skipped result. A
+    lock compiled here resolves from the build's `wheelhouses` (its --wheelhouse folders, else PIP_FIND_LINKS), so
+    it holds the pins the build's own compile of it holds."""
     if opts.skip:
         return skipped()
     chosen = recipes.with_parents(recipes.select(names))
     with tempfile.TemporaryDirectory(prefix="trainimg-audit-") as tmp:
-        locks_into(Path(tmp), recipes, chosen, root, LockOptions(), env, say, load_compat())
+        locks_into(Path(tmp), recipes, chosen, root, LockOptions(wheelhouses=wheelhouses), env, say, load_compat())
         return audit(Path(tmp), chosen, opts)

@@ -69,6 +69,12 @@ class IndexUnreachable(CheckFailed):
         self.index = index
 
 
+def lock_place(variant: str, arch: str) -> str:
+    """Where a lock failure happened: the variant and the architecture whose lock could not be made (a variant
+    locks once per architecture it lists; amd64's may resolve where arm64's index does not answer)."""
+    return f"lock {variant} ({arch})"
+
+
 def mark_not_lockable(path: Path, previous: str | None, v: Variant, compat: Compat, req: Requirements,
                       index: str, arch: str) -> None:
     """Replace a missing, wrong or not-lockable lock with a file saying why it cannot be locked here; a lock that
@@ -104,10 +110,10 @@ def compile_lock(req: Requirements, opts: LockOptions, env: Mapping[str, str], p
             unreachable = [i for i in req.indexes if i not in used]
             if unreachable and _index_build_missing(req, proc.stderr):  # never from another index: that build, or nothing
                 raise IndexUnreachable(unreachable[0], f"{not_lockable_reason(req.variant, unreachable[0])} (no "
-                                       "wheel folder holds it either)", where=f"lock {req.variant}")
+                                       "wheel folder holds it either)", where=lock_place(req.variant, req.arch))
             said = [ln for ln in proc.stderr.splitlines() if ln.strip()]
             raise CheckFailed(f"uv could not resolve {', '.join(req.requirements)}: "
-                              f"{' '.join(said[-6:])[:600]}", where=f"lock {req.variant}")
+                              f"{' '.join(said[-6:])[:600]}", where=lock_place(req.variant, req.arch))
         return lock_header(req, used, UV) + out.read_text(encoding="utf-8")
 
 
@@ -161,7 +167,7 @@ def _locked(v: Variant, arch: str, req: Requirements, opts: LockOptions, env: Ma
     problems = lock_problems(v, compat, pins(text), arch)
     if problems:
         raise CheckFailed(f"the resolved lock contradicts {v.source}: {problems[0]}; not written",
-                          where=f"lock {arch_key(v.name, arch)}")
+                          where=lock_place(v.name, arch))
     return text
 
 

@@ -45,6 +45,7 @@ class Requirements:
     python: str
     platform: str  # uv's --python-platform
     parent_lock: str = ""  # an extending variant: the digest of the lock it builds on (its pins hold)
+    arch: str = DEFAULT_ARCH  # the architecture locked for (`platform` says it to uv); what a failure names
 
     @property
     def digest(self) -> str:
@@ -89,7 +90,7 @@ def variant_requirements(v: Variant, compat: Compat, parent: Requirements | None
         if parent is None:
             raise ValueError(f"the requirements of {v.name!r} need those of its parent {v.extends!r}")
         return Requirements(v.name, v.source, parent.requirements + tuple(v.extras), parent.indexes, parent.python,
-                            parent.platform, parent_lock)
+                            parent.platform, parent_lock, parent.arch)
     reqs = [f"cloudml-hypertune=={v.hypertune}"] if v.hypertune else []
     indexes: tuple[str, ...] = ()
     if v.framework != "none":
@@ -100,7 +101,7 @@ def variant_requirements(v: Variant, compat: Compat, parent: Requirements | None
         reqs += fw_reqs
     glibc = compat.operating_systems[v.os].glibc.replace(".", "_")
     return Requirements(v.name, v.source, tuple(reqs + list(v.extras)), indexes, v.python,
-                        f"{arch_of(arch).machine}-manylinux_{glibc}")
+                        f"{arch_of(arch).machine}-manylinux_{glibc}", arch=arch)
 
 
 def lock_path(root: Path, variant: str, arch: str = DEFAULT_ARCH) -> Path:
