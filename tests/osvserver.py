@@ -6,6 +6,11 @@ Which records affect a version is decided here independently of trainimg's range
 ``versions`` lists alone (the PyPA database enumerates every affected release there), so a test comparing the two
 compares two readings of the same record. `silent` names packages the service leaves out of a batch answer (a
 service that did not answer for them); every answer states the data's date as ``Last-Modified``.
+
+`osv_proxy` puts the same service behind OSV's own address: an HTTPS proxy on 127.0.0.1 that answers a CONNECT to
+``api.osv.dev:443`` itself, under a certificate for that name from a CA of its own (trusted through
+``REQUESTS_CA_BUNDLE``), as a site's TLS-intercepting proxy would. trainimg's default source is then asked
+unchanged, by name, through the proxy variables every HTTP client here reads.
 """
 
 from __future__ import annotations
@@ -13,6 +18,8 @@ from __future__ import annotations
 import datetime
 import email.utils
 import json
+import socketserver
+import ssl
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -21,6 +28,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.hazmat.primitives.asymmetric import ec
+from cryptography.x509.oid import NameOID
 from packaging.utils import canonicalize_name
 from packaging.version import InvalidVersion, Version
 
@@ -108,6 +119,76 @@ def osv_service(folder: Path, silent: set[str] = frozenset()) -> Iterator[str]: 
     thread.start()
     try:
         yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+OSV_HOST = "api.osv.dev"
+
+
+def _certificate(host: str, folder: Path) -> tuple[Path, Path, Path]:
+    """A CA of the test's own and a certificate for `host` it signed: (CA file, certificate, key)."""
+    now = datetime.datetime.now(datetime.timezone.utc)
+    ca_key, key = ec.generate_private_key(ec.SECP256R1()), ec.generate_private_key(ec.SECP256R1())
+    ca_name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "trainimg test proxy CA")])
+    ca = (x509.CertificateBuilder().subject_name(ca_name).issuer_name(ca_name).public_key(ca_key.public_key())
+          .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(hours=1))
+          .not_valid_after(now + datetime.timedelta(days=1))
+          .add_extension(x509.BasicConstraints(ca=True, path_length=0), critical=True)
+          .add_extension(x509.KeyUsage(False, False, False, False, False, True, True, False, False), critical=True)
+          .add_extension(x509.SubjectKeyIdentifier.from_public_key(ca_key.public_key()), critical=False)
+          .sign(ca_key, hashes.SHA256()))
+    cert = (x509.CertificateBuilder().subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, host)]))
+            .issuer_name(ca_name).public_key(key.public_key()).serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(hours=1)).not_valid_after(now + datetime.timedelta(days=1))
+            .add_extension(x509.SubjectAlternativeName([x509.DNSName(host)]), critical=False)
+            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+            .add_extension(x509.ExtendedKeyUsage([x509.oid.ExtendedKeyUsageOID.SERVER_AUTH]), critical=False)
+            .add_extension(x509.AuthorityKeyIdentifier.from_issuer_public_key(ca_key.public_key()), critical=False)
+            .sign(ca_key, hashes.SHA256()))
+    paths = folder / "ca.pem", folder / "cert.pem", folder / "key.pem"
+    paths[0].write_bytes(ca.public_bytes(serialization.Encoding.PEM))
+    paths[1].write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    paths[2].write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return paths
+
+
+class _ProxyServer(socketserver.ThreadingTCPServer):
+    daemon_threads = True
+
+
+@contextmanager
+def osv_proxy(folder: Path, workdir: Path) -> Iterator[tuple[dict[str, str], list[str]]]:
+    """`folder`'s records as ``https://api.osv.dev``, through an HTTPS proxy on 127.0.0.1: yields the variables
+    that send a client through it (and trust its CA) and the CONNECT targets it was asked for, in order. A CONNECT
+    to any other host is refused (403)."""
+    ca, cert, key = _certificate(OSV_HOST, workdir)
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(cert, key)
+    handler, asked = _handler(Records(folder), set()), []  # type: type[BaseHTTPRequestHandler], list[str]
+
+    class Tunnel(socketserver.StreamRequestHandler):
+        def handle(self) -> None:
+            words = self.rfile.readline().decode("latin-1").split()
+            while self.rfile.readline() not in (b"\r\n", b"\n", b""):
+                pass  # the CONNECT's headers
+            if words[:2] != ["CONNECT", f"{OSV_HOST}:443"]:
+                self.wfile.write(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+                return
+            asked.append(words[1])
+            self.wfile.write(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            with tls.wrap_socket(self.connection, server_side=True) as inner:
+                handler(inner, self.client_address, self.server)  # type: ignore[arg-type]
+
+    server = _ProxyServer(("127.0.0.1", 0), Tunnel)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}"
+    try:
+        yield {"HTTPS_PROXY": url, "https_proxy": url, "NO_PROXY": "", "no_proxy": "",
+               "REQUESTS_CA_BUNDLE": str(ca)}, asked
     finally:
         server.shutdown()
         server.server_close()

@@ -13,17 +13,18 @@ import datetime
 import json
 import os
 import shutil
+import socket
 import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from conftest import ROOT, trainimg
-from osvserver import osv_service
+from osvserver import osv_proxy, osv_service
 
 from trainimg.audit.osv import Advisory
+from trainimg.options import OSV_API
 from trainimg.audit.vex import audit_document, document_of_sbom, document_text
 from trainimg.imagebuild.builder import VariantBuild
 from trainimg.publish.lockfile import lock_entry, read_lock, write_lock
@@ -312,8 +313,76 @@ def test_the_audit_document_comes_back_from_the_sbom_and_the_lockfile(state: str
     assert recorded is not None and document_text(recorded) == mounted
 
 
-def test_release_refuses_to_start_without_an_audit_or_its_explicit_skip(tmp_path: Path) -> None:
-    r = subprocess.run([sys.executable, "-m", "trainimg", "release", "pytorch-2.13.0-cpu-py3.11", "--registry",
-                        "localhost:5000"], capture_output=True, text=True, cwd=ROOT, timeout=60,
-                       env={**os.environ, "DOCKER_HOST": "unix:///nonexistent/x.sock"})
-    assert r.returncode == 2 and "--skip-audit" in r.stderr and len(r.stderr.strip().splitlines()) == 1, r.stderr
+# -- release's default source: OSV's public API ------------------------------------------------------------------
+
+
+def no_engine(**env: str) -> dict[str, str]:
+    """The environment of a run that must fail before it reaches an engine: none answers at DOCKER_HOST."""
+    return {**os.environ, "DOCKER_HOST": "unix:///nonexistent/trainimg-audit.sock", **env}
+
+
+def closed_port() -> int:
+    """A local port nothing listens on (bound, then released): a connection to it is refused."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def test_release_and_audit_without_a_source_flag_audit_against_osvs_public_api(team: Path, db: Path,
+                                                                               tmp_path: Path) -> None:
+    """No --advisories: both ask https://api.osv.dev (here the real records behind a proxy answering for it); the
+    release stops on the finding before any engine is reached, its report naming the source."""
+    with osv_proxy(db / "vulns", tmp_path) as (proxy, asked):
+        r = trainimg("--recipes", str(team), "release", VARIANT, "--registry", "localhost:5000", "--max-age",
+                     ALLOWANCE, "--json", str(tmp_path / "r.json"), env=no_engine(**proxy), timeout=120)
+        a = trainimg("--recipes", str(team), "audit", VARIANT, "--max-age", ALLOWANCE, env=no_engine(**proxy),
+                     timeout=120)
+    assert r.returncode == 1 and "PYSEC-2023-135" in r.stderr and "fixed in 2023.7.22" in r.stderr, r.stderr
+    assert a.returncode == 1 and "PYSEC-2023-135" in a.stderr, a.stderr
+    assert asked and set(asked) == {"api.osv.dev:443"}, asked
+    details = json.loads((tmp_path / "r.json").read_text())["suites"][0]["checks"][0]["details"]
+    assert details["source"] == OSV_API == "https://api.osv.dev" and details["state"] == AUDITED, details
+
+
+def test_release_fails_naming_the_default_source_and_the_two_choices_when_it_does_not_answer(team: Path) -> None:
+    """The default source refused (a proxy port nothing listens on): exit 1 before anything is built, one line."""
+    port = closed_port()
+    env = no_engine(HTTPS_PROXY=f"http://127.0.0.1:{port}", https_proxy=f"http://127.0.0.1:{port}", NO_PROXY="",
+                    no_proxy="")
+    r = trainimg("--recipes", str(team), "release", VARIANT, "--registry", "localhost:5000", env=env, timeout=120)
+    assert (r.returncode, r.stdout) == (1, ""), r.stderr
+    assert r.stderr.splitlines() == [
+        "trainimg release: https://api.osv.dev/v1/querybatch: the advisory service could not be reached: ProxyError; "
+        "https://api.osv.dev is the default advisory source (OSV's public API): give --advisories DIR|URL to audit "
+        "against another source, or --skip-audit to release without an audit (recorded)"], r.stderr
+    a = trainimg("--recipes", str(team), "audit", VARIANT, env=env, timeout=120)
+    assert a.returncode == 1 and a.stderr.splitlines() == [
+        "trainimg audit: https://api.osv.dev/v1/querybatch: the advisory service could not be reached: ProxyError; "
+        "https://api.osv.dev is the default advisory source (OSV's public API): give --advisories DIR|URL to audit "
+        "against another source"], a.stderr
+
+
+def test_a_given_source_that_does_not_answer_fails_as_before(team: Path) -> None:
+    """--advisories keeps its own line: the choices are the default's."""
+    source = f"http://127.0.0.1:{closed_port()}"
+    r = trainimg("--recipes", str(team), "release", VARIANT, "--registry", "localhost:5000", "--advisories", source,
+                 env=no_engine(), timeout=120)
+    assert r.returncode == 1 and r.stderr.splitlines() == [
+        f"trainimg release: {source}/v1/querybatch: the advisory service could not be reached: ConnectionError"], \
+        r.stderr
+
+
+@pytest.mark.parametrize("argv, line", [
+    (("build", VARIANT, "--waivers", "W"), "--waivers: build audits only with --advisories: no finding to waive"),
+    (("build", VARIANT, "--max-age", "3"), "--max-age: build audits only with --advisories: no advisory data to date"),
+    (("release", VARIANT, "--registry", "localhost:5000", "--skip-audit", "--waivers", "W"),
+     "--waivers: --skip-audit skips the audit: no finding to waive"),
+    (("release", VARIANT, "--registry", "localhost:5000", "--skip-audit", "--max-age", "3"),
+     "--max-age: --skip-audit skips the audit: no advisory data to date"),
+], ids=["build-waivers", "build-max-age", "skip-waivers", "skip-max-age"])
+def test_an_audit_flag_with_no_audit_to_serve_is_refused_not_dropped(team: Path, tmp_path: Path,
+                                                                       argv: tuple[str, ...], line: str) -> None:
+    w = waivers(tmp_path / "w.yaml")
+    r = trainimg("--recipes", str(team), *[str(w) if a == "W" else a for a in argv], env=no_engine(), timeout=120)
+    assert (r.returncode, r.stderr.splitlines()) == (2, [line]), r.stderr
+

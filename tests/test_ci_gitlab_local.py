@@ -98,9 +98,10 @@ class Checkout:
         return f"{self.repos[name]}:{VERSION}"
 
     def generate(self) -> str:
-        # --one-machine: gitlab-ci-local runs every job here, where the test registry's loopback address is shared.
+        # --one-machine: gitlab-ci-local runs every job here, where the test registry's loopback address is shared;
+        # --skip-audit: no advisory source answers here (the audit is tests/test_audit.py's).
         r = subprocess.run(["trainimg", "ci", "gitlab", "--registry", self.registry.host, "--one-machine",
-                            "--base-image", LOCAL_BASE,
+                            "--skip-audit", "--base-image", LOCAL_BASE,
                             "--install", "trainimg --version", "--output", ".gitlab-ci.yml"],
                            cwd=self.folder, env=self.env, capture_output=True, text=True, timeout=120)
         assert r.returncode == 0, r.stderr

@@ -234,6 +234,27 @@ def test_every_command_parses_with_the_real_cli(checkout: Path) -> None:
     assert verbs == {"release", "promote", "matrix"}, verbs
 
 
+AUDITS = [((), []), (("--advisories", "https://osv.example.internal"), ["--advisories", "https://osv.example.internal"]),
+          (("--skip-audit",), ["--skip-audit"])]
+
+
+@pytest.mark.parametrize("system", sorted(SCHEMAS))
+def test_stage_jobs_audit_as_release_does(system: str, checkout: Path) -> None:
+    """No audit flag: each stage's release audits against its own default (OSV's public API), with no flag in the
+    file; --advisories and --skip-audit are passed on as given; both at once are refused, as release refuses them."""
+    for flags, said in AUDITS:
+        r = ci(checkout, system, "--registry", REGISTRIES[0], *flags)
+        assert r.returncode == 0, r.stderr
+        for lines in stage_scripts(system, yaml.safe_load(r.stdout)).values():
+            args = shlex.split(lines[0])
+            audit = [a for i, a in enumerate(args) if a in ("--advisories", "--skip-audit", "--waivers")
+                     or args[i - 1] == "--advisories"]
+            assert audit == said, (flags, args)
+    r = ci(checkout, system, "--registry", REGISTRIES[0], "--advisories", "osv/", "--skip-audit")
+    assert r.returncode == 2 and r.stderr.splitlines() == [
+        "--skip-audit: --skip-audit skips the audit --advisories asks for: give one"], r.stderr
+
+
 def test_a_recipes_folder_inside_the_checkout_is_named_as_the_jobs_see_it(checkout: Path, tmp_path: Path) -> None:
     sub = checkout / "ml" / "recipes"
     if not sub.exists():

@@ -10,8 +10,10 @@ engine.
 from __future__ import annotations
 
 import ast
+import inspect
 import json
 import re
+import textwrap
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,6 +74,47 @@ def test_help_has_a_purpose_an_example_and_every_option_described(path: str) -> 
     for param in command.params:
         if isinstance(param, click.Option) and not param.hidden:
             assert param.help, f"{path} {param.opts[0]} has no description"
+
+
+def refused_by_itself(command: click.Command) -> list[str]:
+    """The options `command` offers and then refuses whatever else is given: a top-level `if OPTION:` (or `if OPTION
+    is not None:`) of its callback whose body only raises. Such an option belongs in no help."""
+    options = {p.name: p.opts[0] for p in command.params if isinstance(p, click.Option) and p.name}
+    callback = inspect.unwrap(command.callback) if command.callback else None
+    if callback is None:
+        return []
+    (func,) = ast.parse(textwrap.dedent(inspect.getsource(callback))).body
+    assert isinstance(func, ast.FunctionDef)
+    refused = []
+    for node in func.body:
+        if not isinstance(node, ast.If) or node.orelse or not all(isinstance(b, ast.Raise) for b in node.body):
+            continue
+        test = node.test
+        if isinstance(test, ast.Compare) and isinstance(test.ops[0], ast.IsNot) and \
+                isinstance(test.comparators[0], ast.Constant) and test.comparators[0].value is None:
+            test = test.left
+        if isinstance(test, ast.Name) and test.id in options:
+            refused.append(options[test.id])
+    return refused
+
+
+@pytest.mark.parametrize("path", [case(p) for p, c in ALL if not isinstance(c, click.Group)])
+def test_no_verb_offers_an_option_it_refuses_by_itself(path: str) -> None:
+    """`audit --help` once offered --skip-audit, which audit always refused: each verb declares what it takes."""
+    command = dict(ALL)[path]
+    refused = refused_by_itself(command)
+    shown = invoke(*path.split()[1:], "--help").output
+    assert [o for o in refused if re.search(rf"^  {re.escape(o)}\b", shown, re.MULTILINE)] == [], (refused, shown)
+
+
+def test_audit_takes_no_skip_audit_build_and_release_do(capsys: pytest.CaptureFixture[str]) -> None:
+    """`audit` is the audit: --skip-audit is no option of it (click's own usage error), and the verbs that offer it
+    say so in their help."""
+    assert "--skip-audit" not in invoke("audit", "--help").output
+    for verb in ("build", "release"):
+        assert "--skip-audit" in invoke(verb, "--help").output
+    rc, out, err = run(capsys, "audit", PARENT, "--skip-audit")
+    assert (rc, out) == (2, "") and len(err) == 1 and "No such option '--skip-audit'" in err[0], err
 
 
 @pytest.mark.parametrize("path", [p for p, c in ALL if isinstance(c, click.Group)])

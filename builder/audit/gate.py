@@ -131,13 +131,14 @@ def audit(root: Path, variants: list[Variant], opts: AuditOptions,
     source cannot be read or is too old; the findings themselves are the result's (`passed`)."""
     if opts.skip:
         return skipped()
-    if not opts.advisories:
+    source = opts.source
+    if source is None:
         raise UserInputError("give --advisories DIR|URL, or --skip-audit to build without an audit (recorded)")
     now = now or datetime.datetime.now(datetime.timezone.utc)
     waivers = [w for w in read_waivers(opts.waivers) if not is_os_waiver(w)]
     pins = {v.name: variant_pins(root, v) for v in variants}
     wanted: set[Pin] = {pin for p in pins.values() for pin in p.items()}
-    answer = ask(opts.advisories, wanted)
+    answer = _ask(source, wanted, given=opts.advisories is not None)
     check_age(answer, opts.max_age_days, now)
     result = AuditResult(AUDITED, answer.source, f"{answer.date:%Y-%m-%d}", answer.dated_by, opts.max_age_days)
     used: set[Waiver] = set()
@@ -147,6 +148,22 @@ def audit(root: Path, variants: list[Variant], opts: AuditOptions,
         result.judged[name], result.pins[name] = judged, len(found)
     result.unused = [w for w in waivers if w not in used]
     return result
+
+
+class DefaultUnanswered(CheckFailed):
+    """The default source (`AuditOptions.default`: OSV's public API) could not be read: the audit fails, and the
+    verb's line adds the choices it offers (another source, or skipping the audit on purpose)."""
+
+
+def _ask(source: str, wanted: set[Pin], *, given: bool) -> Answer:
+    """The source's answer; a default source (not `given` by --advisories) that does not answer is named as the
+    default it is."""
+    try:
+        return ask(source, wanted)
+    except CheckFailed as err:
+        if given:
+            raise
+        raise DefaultUnanswered(f"{err}; {source} is the default advisory source (OSV's public API)") from None
 
 
 def refuse(result: AuditResult) -> None:

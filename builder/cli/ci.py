@@ -10,7 +10,7 @@ from pathlib import Path
 import click
 
 from ..errors import UserInputError
-from ..options import default
+from ..options import OSV_API, default
 from ..options.ci import CI_SYSTEMS, MATRIX_FORMATS, CiOptions, MatrixOptions
 from .context import Callback, Ctx, pass_ctx, write_text
 from .group import TrainimgGroup
@@ -59,8 +59,11 @@ def ci_flags(fn: Callback) -> Callback:
                      help="Every job runs on this machine (gitlab-ci-local, one shell runner), so a loopback "
                           "--registry is shared; refused without it."),
         click.option("--advisories", metavar="DIR|URL", default=None,
-                     help="`release --advisories` in every stage job: every pin audited before the build "
-                          "(without it the jobs say --skip-audit, in the file for review)."),
+                     help="`release --advisories` in every stage job: the source every pin is audited against "
+                          f"before the build (default: release's own, OSV's public API, {OSV_API})."),
+        click.option("--skip-audit", "skip_audit", is_flag=True,
+                     help="`release --skip-audit` in every stage job: release without the audit (runners that reach "
+                          "no advisory source), in the file for review."),
         click.option("--schedule", metavar="CRON",
                      help="Also run on this schedule: rebuild what changed, and bump the recipes through a merge/pull "
                           "request (GitLab: set the schedule in the project; the file runs the bump job in it)."),
@@ -93,8 +96,8 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
     def command(c: Ctx, variants: tuple[str, ...], registry: str, base_image: str | None, runner: tuple[str, ...],
                 image: str | None, install: str, username_var: str, password_var: str, sign_key_var: str | None,
                 sign_password_var: str, branch: str, output: Path | None, arm64_runner: str | None,
-                emulate_arm64: bool, one_machine: bool, advisories: str | None, schedule: str | None,
-                index_url: str | None, token_var: str | None) -> None:
+                emulate_arm64: bool, one_machine: bool, advisories: str | None, skip_audit: bool,
+                schedule: str | None, index_url: str | None, token_var: str | None) -> None:
         from ..imagebuild.lockcompile import left_out
         from ..plan.requirements import lock_states
         from ..publish.pipelines import pipeline
@@ -104,8 +107,8 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
                          image=image, install=install, username_var=username_var, password_var=password_var,
                          sign_key_var=sign_key_var, sign_password_var=sign_password_var, branch=branch,
                          recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine, advisories=advisories,
-                         schedule=schedule, index_url=index_url, token_var=token_var, arm64_runner=arm64_runner,
-                         emulate_arm64=emulate_arm64)
+                         skip_audit=skip_audit, schedule=schedule, index_url=index_url, token_var=token_var,
+                         arm64_runner=arm64_runner, emulate_arm64=emulate_arm64)
         recipes = c.recipes()
         chosen = recipes.with_parents(recipes.select(list(variants)))
         left = left_out(chosen, lock_states(chosen, load_compat(), c.root))  # no job builds what no build makes

@@ -16,7 +16,7 @@ from ..runtime.report import Suite
 from ..runtime.contract import PLATFORMS
 from .context import (STDOUT, Callback, Ctx, credentials, docker_engine, emit_json, image_ref, json_option, note,
                       pass_ctx, progress_option, sign_key_option, signer, variant_images, write_reports)
-from .audit import audit_flags, audit_options, release_audit
+from .audit import audit_flags, audit_options, default_source_choices
 from .images import _build_options, arch_option, base_image_option, base_images, build_flags
 
 if TYPE_CHECKING:
@@ -264,7 +264,7 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
               help="Where --stage writes <variant>.json.")
 @upload_flag
 @compression_flag
-@audit_flags
+@audit_flags("release")
 @sign_key_option
 @pass_ctx
 def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str, ...], arches: tuple[str, ...],
@@ -274,15 +274,17 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
             timeout: float, junit_path: str | None, structure_tests: tuple[Path, ...], os_fixes: bool, registry: str,
             username: str | None, password_stdin: bool, json_path: str | None, lock_path: str | None,
             rebuild: bool, stage: bool, lock_dir: str, upload: str, compression: str, advisories: str | None,
-            waivers: Path | None, max_age: int, skip_audit: bool, sign_key: Path | None) -> None:
+            waivers: Path | None, max_age: int | None, skip_audit: bool, sign_key: Path | None) -> None:
     """Build, test, then push every named variant, only if all of them passed; skip unchanged ones.
 
-    Audits every pin first (--advisories, as `trainimg audit`; or --skip-audit, recorded), then reaches the
+    Audits every pin first (against OSV's public API, or the source --advisories names, as `trainimg audit`; a
+    source that does not answer fails the release; --skip-audit goes without, recorded), then reaches the
     registry (what it holds decides what is skipped), builds on the engine, starts the test containers and pushes;
     with --sign-key it signs what it pushed before a moving tag moves.
 
     
     Examples:
+      trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000
       trainimg release pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --lock images.lock --advisories osv/
       trainimg release --all --registry ghcr.io/team --stage --lock-dir lock.d --advisories https://osv.internal
       trainimg release pytorch-2.13.0-cpu-py3.11 --registry ghcr.io/team --skip-audit --sign-key release.key
@@ -301,7 +303,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
                                            os_fixes=os_fixes, waivers=waivers),
                           lock_path=lock_path, rebuild=rebuild, stage=stage, lock_dir=lock_dir, upload=upload,
                           compression=Compression.parse(compression),
-                          audit=release_audit(audit_options(advisories, waivers, max_age, skip_audit)),
+                          audit=audit_options("release", advisories, waivers, max_age, skip_audit, os_fixes),
                           sign_key=sign_key)
     creds = credentials(target, username, password_stdin, c.env)
     to_err = json_path == STDOUT  # stdout holds the JSON report then; what release says goes to stderr
@@ -311,11 +313,13 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
 
     sign = signer(c, opts.sign_key, say)  # a key that cannot be opened fails before an hour of building
 
-    result = run_release(c.recipes(), docker_engine(), variants, opts, target=target, credentials=creds, env=c.env,
-                         root=c.root, progress=progress, on_suite=_print_suite,
-                         on_tested=lambda suites: write_reports(suites, json_path, junit_path),
-                         on_pushed=lambda tag, r: say(f"pushed {r.ref}@{r.digest} ({r.bytes_uploaded} bytes uploaded)"),
-                         on_sbom=say, on_record=say, on_decision=lambda d: say(d.line()), signer=sign)
+    with default_source_choices("release"):
+        result = run_release(c.recipes(), docker_engine(), variants, opts, target=target, credentials=creds,
+                             env=c.env, root=c.root, progress=progress, on_suite=_print_suite,
+                             on_tested=lambda suites: write_reports(suites, json_path, junit_path),
+                             on_pushed=lambda tag, r: say(f"pushed {r.ref}@{r.digest} ({r.bytes_uploaded} bytes "
+                                                          "uploaded)"),
+                             on_sbom=say, on_record=say, on_decision=lambda d: say(d.line()), signer=sign)
     if stage:
         say(f"staged {len(result.builds) + len(result.skipped)} variant(s) in {lock_dir}")
     elif lock_path:

@@ -241,12 +241,12 @@ def build_flags(fn: Callback) -> Callback:
 @click.option("--lock", "lock_path", metavar="FILE", default=None,
               help="The lockfile --locked reads (default: images.lock).")
 @click.option("--no-cache", is_flag=True, help="Run every step anew (BuildKit's layer cache unused): a cold build.")
-@audit_flags
+@audit_flags("build")
 @pass_ctx
 def build(c: Ctx, variants: tuple[str, ...], base_image: tuple[str, ...], arches: tuple[str, ...],
           ca_bundle: Path | None, wheelhouse: tuple[Path, ...], allow_missing: tuple[str, ...], progress: str,
           jobs: int, cache_from: tuple[str, ...], installer: str, json_path: str | None, locked: bool,
-          lock_path: str | None, no_cache: bool, advisories: str | None, waivers: Path | None, max_age: int,
+          lock_path: str | None, no_cache: bool, advisories: str | None, waivers: Path | None, max_age: int | None,
           skip_audit: bool) -> None:
     """Build VARIANTS (default: all) through the Docker engine, shared parents first, for every architecture each
     lists (another architecture's image is named <tag>-<arch> on the engine).
@@ -280,7 +280,7 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: tuple[str, ...], arches
         raise UserInputError("--no-cache builds without any cache; drop --cache-from", where="--no-cache")
     opts = dataclasses.replace(_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from,
                                               installer, arches), no_cache=no_cache)
-    audit = audit_options(advisories, waivers, max_age, skip_audit)
+    audit = audit_options("build", advisories, waivers, max_age, skip_audit)
     recipes = c.recipes()
     if audit.advisories or audit.skip:
         from ..audit.gate import refuse

@@ -122,14 +122,23 @@ class BuildOptions:
 # a fix published since would go unseen, so the audit refuses it instead of passing on stale data.
 AUDIT_MAX_AGE = IntLimit(0, 36500)
 DEFAULT_MAX_AGE_DAYS = 7
+# Where `release` and `audit` read advisories without `--advisories`: OSV's public API, a public service as
+# pip-audit's default source is (PyPI's JSON API; pip-audit's `osv` source asks this same API, its DEFAULT_OSV_URL).
+# It answers from data it keeps current. A machine that cannot reach it gives another source (`--advisories
+# DIR|URL`: a folder, a mirror) or skips the audit explicitly (`release --skip-audit`): nothing passes unaudited.
+OSV_API = "https://api.osv.dev"
 
 
 @dataclass(frozen=True, kw_only=True)
 class AuditOptions:
     """`trainimg audit`, and `build`'s and `release`'s audit before they build: where advisories come from
-    (`--advisories DIR|URL`), the committed waivers, how old the data may be, or the explicit `--skip-audit`."""
+    (`--advisories DIR|URL`, else the verb's default), the committed waivers, how old the data may be, or the
+    explicit `--skip-audit`."""
 
-    advisories: str | None = None
+    advisories: str | None = None  # `--advisories` as given
+    # The source without `--advisories`: OSV_API for `release` and `audit`; None for `build`, which audits only when
+    # asked (its SBOM then says not audited).
+    default: str | None = None
     waivers: Path | None = None
     max_age_days: int = DEFAULT_MAX_AGE_DAYS
     skip: bool = False
@@ -140,8 +149,9 @@ class AuditOptions:
             raise UserInputError("--skip-audit skips the audit --advisories asks for: give one", where="--skip-audit")
 
     @property
-    def wanted(self) -> bool:
-        return bool(self.advisories)
+    def source(self) -> str | None:
+        """What the audit reads: `--advisories`, else the default; None when there is no audit to run."""
+        return None if self.skip else self.advisories or self.default
 
 
 # Who sends an image's layers on `push`: trainimg's registry client (the default), which sends only the layers the

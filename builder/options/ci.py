@@ -38,7 +38,10 @@ class CiOptions:
     # publish/pipelines.py), or, with `emulate_arm64`, in the amd64 job under QEMU (a fleet without arm64 machines).
     arm64_runner: str | None = None
     emulate_arm64: bool = False
-    advisories: str | None = None  # `release --advisories` in each stage job; none: `--skip-audit`, said in the file
+    # The audit each stage job's `release` runs: `--advisories` this source; `skip_audit`: `--skip-audit`, in the file
+    # for review; neither: release's default source (OSV's public API), no flag.
+    advisories: str | None = None
+    skip_audit: bool = False
     # Signing in promote (the one job that holds the key; stage jobs, which run the builds, never see it): the CI
     # secret holding the private key (GitHub: its PEM text; GitLab: a File variable), and the passphrase's.
     sign_key_var: str | None = None
@@ -53,6 +56,8 @@ class CiOptions:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))
+        if self.skip_audit and self.advisories:
+            raise UserInputError("--skip-audit skips the audit --advisories asks for: give one", where="--skip-audit")
         object.__setattr__(self, "runner", tuple(self.runner))
         if self.schedule is not None and not CRON.fullmatch(self.schedule):
             raise UserInputError(f"{self.schedule!r}: give a cron of five fields, e.g. '17 4 * * 1'", where="--schedule")

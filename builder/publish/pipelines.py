@@ -104,7 +104,10 @@ class Plan:
             args += ["--base-image", opts.base_image]
         for tag in group.tags:
             args += ["--cache-from", target.ref(tag)]
-        args += ["--advisories", opts.advisories] if opts.advisories else ["--skip-audit"]
+        if opts.advisories:  # neither flag: release audits against its default source (OSV's public API)
+            args += ["--advisories", opts.advisories]
+        elif opts.skip_audit:
+            args.append("--skip-audit")
         return shlex.join([*args, "--progress", "plain"])
 
 
