@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 from conftest import trainimg
 
-from trainimg.cli.app import main
+from trainimg.cli.app import cli, main
 from trainimg.runtime.report import ReportPathError, write_json, write_junit
 
 # A remote reference: its framework comes from --framework (its labels cannot be read).
@@ -92,13 +92,18 @@ def test_program_words_without_separator_are_refused(capsys, verb):
     assert err[0].startswith(f"trainimg {verb}: unexpected 'python x.py': the program goes after `--`"), err[0]
 
 
-@pytest.mark.parametrize("verb", ["run", "tune"])
-def test_run_and_tune_need_a_program(capsys, verb):
-    head = ("run", "img:1", "--platform", "vertex") if verb == "run" else ("tune", "img:1", "--param", "lr=0.1")
+def test_tune_needs_a_program(capsys):
     for tail in ((), ("--",)):
-        rc, _, err = run_cli(capsys, *head, *tail)
+        rc, _, err = run_cli(capsys, "tune", "img:1", "--param", "lr=0.1", *tail)
         assert rc == 2 and len(err) == 1, err
-        assert err[0].startswith(f"trainimg {verb}: missing the program: end the line with `-- CMD"), err[0]
+        assert err[0].startswith("trainimg tune: missing the program: end the line with `-- CMD"), err[0]
+
+
+def test_run_without_a_program_takes_the_images_own():
+    """`run IMAGE` parses with no program: the image's ENTRYPOINT and CMD run (tests/test_jobs.py runs one)."""
+    for tail in ((), ("--",)):
+        ctx = cli.commands["run"].make_context("run", ["img:1", "--platform", "vertex", "--replicas", "2", *tail])
+        assert ctx.params["command"] == ()
 
 
 @pytest.mark.parametrize("verb", ["run", "tune"])
@@ -110,8 +115,10 @@ def test_run_and_tune_typo_is_exit_2_before_the_engine(capsys, verb):
 
 
 def test_help_shows_the_separator():
+    r = trainimg("tune", "--help")
+    assert r.returncode == 0 and "Usage: trainimg tune [OPTIONS] IMAGE -- CMD [ARGS]..." in r.stdout
     r = trainimg("run", "--help")
-    assert r.returncode == 0 and "Usage: trainimg run [OPTIONS] IMAGE -- CMD [ARGS]..." in r.stdout
+    assert r.returncode == 0 and "Usage: trainimg run [OPTIONS] IMAGE [-- CMD [ARGS]...]" in r.stdout
     r = trainimg("spec", "--help")
     assert r.returncode == 0 and "[-- CMD [ARGS]...]" in r.stdout
 

@@ -12,6 +12,7 @@ import subprocess
 import sys
 import textwrap
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import docker
@@ -23,7 +24,8 @@ from trainimg.jobs.run import parse_env, parse_volumes, run_job
 from trainimg.jobs.tune import judge, parse_params, trials_for, tune
 from trainimg.options import JobOptions, TuneOptions
 from trainimg.conformance.replicas import OWNER_LABEL, RUN_LABEL
-from conftest import default_sigint
+from brokenimages import TestImages
+from conftest import default_sigint, trainimg
 
 IMAGE = "trainimg/pytorch:2.13.0-cpu-py3.11"
 ROOT = Path(__file__).resolve().parent.parent
@@ -222,6 +224,38 @@ def test_failing_replica_fails_the_job_and_everything_is_removed(engine: DockerE
     assert [c.name for c in mine if RUN_LABEL in c.labels] == []
 
 
+@pytest.fixture(scope="module")
+def own_programs(client: docker.DockerClient, pinned_cpu_image: str) -> Iterator[tuple[str, str]]:
+    """Two team images FROM the CPU image: one whose ENTRYPOINT is its trainer (the all-reduce script) with its
+    arguments as CMD, and one that clears both."""
+    made = TestImages(client, pinned_cpu_image)
+    trainer = made.build("entrypoint", ["COPY train.py /app/train.py", 'ENTRYPOINT ["python", "/app/train.py"]',
+                                        'CMD ["--epochs", "1"]'], files={"train.py": TRAIN.encode()})
+    bare = made.build("no-program", ["ENTRYPOINT []", "CMD []"])
+    yield trainer, bare
+    made.remove_all()
+
+
+def test_run_without_a_program_runs_the_images_entrypoint_and_cmd(own_programs: tuple[str, str],
+                                                                  state_env: dict[str, str], tmp_path: Path,
+                                                                  client: docker.DockerClient) -> None:
+    """`trainimg run IMAGE --platform vertex --replicas 2`, no `-- CMD`: each replica runs ENTRYPOINT + CMD, as
+    `docker run` would, under the launcher and Vertex's env (the script's all-reduce needs both)."""
+    trainer, bare = own_programs
+    r = trainimg("run", trainer, "--platform", "vertex", "--replicas", "2", "--progress", "plain", "--json",
+                 str(tmp_path / "run.json"), env=state_env, timeout=600)
+    assert r.returncode == 0, r.stderr[-3000:]
+    records = [json.loads(line.partition("RESULT ")[2]) for line in r.stderr.splitlines() if "RESULT " in line]
+    assert sorted(rec["rank"] for rec in records) == [0, 1], r.stderr[-3000:]
+    assert all(rec["args"] == ["--epochs", "1"] and rec["got"] == rec["expected"] == 3 for rec in records), records
+    assert [rec["role"] for rec in sorted(records, key=lambda rec: rec["rank"])] == ["chief", "worker"]
+    assert json.loads((tmp_path / "run.json").read_text())["exit_code"] == 0
+    assert _leftovers(client, json.loads((tmp_path / "run.json").read_text())["run_id"]) == []
+    r = trainimg("run", bare, "--platform", "vertex", "--replicas", "2", env=state_env, timeout=120)
+    assert (r.returncode, r.stderr.splitlines()) == (2, [
+        f"command: {bare} sets no ENTRYPOINT or CMD: give the program after `--`, e.g. -- python train.py"]), r.stderr
+
+
 def test_missing_command_exits_127(engine: DockerEngine, tmp_path: Path) -> None:
     result = run_job(engine, IMAGE, JobOptions(platform=None, command=["no-such-command"], timeout=60),
                      on_log=None, state=tmp_path)
@@ -394,7 +428,7 @@ def test_bad_shapes_name_their_flag(tmp_path: Path) -> None:
         (dict(platform=None, replicas=2), "--platform"),
         (dict(platform="vertex", nproc_per_node=0), "--nproc-per-node"),
         (dict(platform="vertex", timeout=-1), "--timeout"),
-        (dict(platform="vertex", command=[]), "command"),
+        (dict(platform="vertex", command=[""]), "command"),
         (dict(platform="vertex", volumes=[f"{tmp_path}/nope:/x"]), "--volume"),
         (dict(platform="vertex", env={"BAD-NAME": "1"}), "--env"),
     ]
@@ -407,8 +441,8 @@ def test_bad_shapes_name_their_flag(tmp_path: Path) -> None:
         assert exc.value.where == where, kwargs
     for kwargs, where in [(dict(goal="up"), "--goal"), (dict(parallel=0), "--parallel"),
                           (dict(params={"lr": ["1", ""]}), "--param"), (dict(metric="trial"), "--metric"),
-                          (dict(volumes=[f"{tmp_path}:/tmp/hypertune"]), "--volume")]:
-        job = JobOptions(command=["true"], volumes=parse_volumes(kwargs.pop("volumes", [])))
+                          (dict(volumes=[f"{tmp_path}:/tmp/hypertune"]), "--volume"), (dict(command=[]), "command")]:
+        job = JobOptions(command=kwargs.pop("command", ["true"]), volumes=parse_volumes(kwargs.pop("volumes", [])))
         kwargs = {"params": {"lr": ["1"]}, **kwargs}
         with pytest.raises(UserInputError) as exc:
             tune(engine, IMAGE, TuneOptions(job=job, **kwargs))

@@ -121,34 +121,49 @@ def _spec_image(c: Ctx, image: str, registry: str | None, lock_path: str | None,
                          inspect=lambda ref: docker_engine().image(ref))
 
 
-def job_flags(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Flags `run` and `tune` share: the job's shape and what goes into its containers."""
-    for deco in reversed([
+Decorator = Callable[[Any], Any]
+
+# What goes into a job's containers, the same for `run` and `tune`.
+_JOB_CONTENTS: list[Decorator] = [
+    click.option("--nproc-per-node", type=int, default=default(JobOptions, "nproc_per_node"), show_default=True,
+                 help=f"Processes per replica, {NPROC_PER_NODE}."),
+    click.option("--env", "envs", multiple=True, metavar="K=V", help="Extra environment (repeatable)."),
+    click.option("--volume", "volumes", multiple=True, metavar="SRC:DST", help="Bind mount (repeatable)."),
+    click.option("--timeout", type=float, default=default(JobOptions, "timeout"),
+                 help="Seconds before the job is stopped."),
+    json_option("The job's report (each replica's exit code and seconds)"),
+    progress_option("each replica's output (prefixed with its task)"),
+]
+
+
+def job_flags(shaped_by: str = "") -> Decorator:
+    """Flags `run` and `tune` share: the job's shape and what goes into its containers. `shaped_by` ends the shape
+    flags' helps where the verb takes them only with another flag (`tune`: with --platform)."""
+    flags: list[Decorator] = [
         click.option("--replicas", type=int, default=default(JobOptions, "replicas"), show_default=True,
                      help=f"Chief plus workers ({_PS_BESIDE}: nodes), {REPLICAS}; the default 1 is one container, a job "
-                          "of one node (`test` defaults to 2, the fewest that test a collective)."),
+                          f"of one node (`test` defaults to 2, the fewest that test a collective).{shaped_by}"),
         click.option("--ps", type=int, default=default(JobOptions, "ps"),
-                     help=f"Parameter servers ({_PS_BESIDE} default: one per node), {SIDE_REPLICAS}."),
+                     help=f"Parameter servers ({_PS_BESIDE} default: one per node), {SIDE_REPLICAS}; only where the "
+                          f"platform has them.{shaped_by}"),
         click.option("--evaluators", type=int, default=default(JobOptions, "evaluators"), show_default=True,
-                     help=f"Evaluators, {SIDE_REPLICAS}."),
-        click.option("--nproc-per-node", type=int, default=default(JobOptions, "nproc_per_node"), show_default=True,
-                     help=f"Processes per replica, {NPROC_PER_NODE}."),
-        click.option("--env", "envs", multiple=True, metavar="K=V", help="Extra environment (repeatable)."),
-        click.option("--volume", "volumes", multiple=True, metavar="SRC:DST", help="Bind mount (repeatable)."),
-        click.option("--timeout", type=float, default=default(JobOptions, "timeout"),
-                     help="Seconds before the job is stopped."),
-        json_option("The job's report (each replica's exit code and seconds)"),
-        progress_option("each replica's output (prefixed with its task)"),
-    ]):
-        fn = deco(fn)
-    return fn
+                     help=f"Evaluators, {SIDE_REPLICAS}; only where the platform has them.{shaped_by}"),
+        *_JOB_CONTENTS,
+    ]
+
+    def decorate(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for deco in reversed(flags):
+            fn = deco(fn)
+        return fn
+
+    return decorate
 
 
-@click.command(cls=ProgramCommand)
+@click.command(cls=ProgramCommand, program_required=False)
 @click.argument("image")
 @click.option("--platform", type=click.Choice(PLATFORMS), required=True,
               help="The platform replayed: the variables, hostnames and way of starting processes each replica gets.")
-@job_flags
+@job_flags()
 @click.option("--trial", default=None, help="Hyperparameter trial id the platform would set.")
 @pass_ctx
 def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evaluators: int, nproc_per_node: int,
@@ -156,13 +171,15 @@ def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evalua
         trial: str | None, command: tuple[str, ...]) -> None:
     """Run CMD on replicas as the platform would (its env, a fresh network); exit with the first failure's code.
 
-    Starts one container per replica on the Docker engine, on a network made for the job and removed after;
-    reaches no registry (the image must be on the engine).
+    Without `-- CMD` each replica runs the image's own ENTRYPOINT and CMD, as `docker run IMAGE` would. Starts
+    one container per replica on the Docker engine, on a network made for the job and removed after; reaches no
+    registry (the image must be on the engine).
 
     \b
     Examples:
       trainimg run pytorch-2.13.0-cpu-py3.11 --platform vertex --replicas 2 -- python train.py --epochs 1
       trainimg run IMAGE --platform slurm --replicas 2 --nproc-per-node 2 --json run.json -- python train.py
+      trainimg run team/trainer:1 --platform vertex --replicas 2
     """
     from ..jobs.run import parse_env, parse_volumes, run_job
 
@@ -189,7 +206,7 @@ def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evalua
               help=f"Trials at once, {PARALLEL_TRIALS}.")
 @click.option("--platform", type=click.Choice(PLATFORMS), default=None,
               help="Run each trial distributed as this platform would (default: one container per trial).")
-@job_flags
+@job_flags(" With --platform only: without it each trial is one container.")
 @pass_ctx
 def tune(c: Ctx, image: str, params: tuple[str, ...], metric: str | None, goal: str, parallel: int,
          platform: str | None, replicas: int, ps: int | None, evaluators: int, nproc_per_node: int,

@@ -62,6 +62,8 @@ class ImageInfo:
     tags: tuple[str, ...] = ()  # the `repo:tag` names it has now (none: dangling)
     architecture: str = ""  # the image config's `architecture` (amd64, arm64); "" where the engine did not say
     env: tuple[tuple[str, str], ...] = ()  # the environment its config sets (ENV), in the config's order
+    entrypoint: tuple[str, ...] = ()  # its config's ENTRYPOINT and CMD: what `docker run IMAGE` runs, in that order
+    cmd: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True)

@@ -96,7 +96,8 @@ class DockerEngine(Engine):
             layers=tuple((attrs.get("RootFS") or {}).get("Layers") or ()),
             tags=tuple(t for t in attrs.get("RepoTags") or () if t != "<none>:<none>"),
             architecture=str(attrs.get("Architecture") or ""),
-            env=tuple((name, value) for name, _, value in (item.partition("=") for item in config.get("Env") or ())))
+            env=tuple((name, value) for name, _, value in (item.partition("=") for item in config.get("Env") or ())),
+            entrypoint=tuple(config.get("Entrypoint") or ()), cmd=tuple(config.get("Cmd") or ()))
 
     def save_stream(self, ref: str) -> Iterator[bytes]:
         with _refusals(f"cannot save {ref}"):

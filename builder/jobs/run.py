@@ -3,7 +3,8 @@
 `run_job` starts the replicas of one job as containers (`replicas.ReplicaRunner`) with exactly the env the chosen
 platform injects (`runtime.topology`), each running ``trainimg-launch [--nproc-per-node N] -- CMD...`` so chief
 and workers also get ``MASTER_ADDR``/``MASTER_PORT``/``WORLD_SIZE``/``RANK`` (ps and evaluators get only
-``TF_CONFIG``/``TRAINIMG_ROLE`` from the launcher):
+``TF_CONFIG``/``TRAINIMG_ROLE`` from the launcher). CMD is the user's, or, without one, the image's own ENTRYPOINT
+and CMD (`own_program`: what `docker run IMAGE` runs), so a team image whose ENTRYPOINT is its trainer runs as is:
 
 * ``vertex``: workerpool0 one chief, workerpool1 ``replicas - 1`` workers, workerpool2 ``ps``, workerpool3
   ``evaluators``; ``CLUSTER_SPEC`` everywhere, ``TF_CONFIG`` only when the job has more than one replica.
@@ -39,7 +40,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from ..conformance import inimage
-from ..engine.base import Engine
+from ..engine.base import Engine, ImageInfo
 from ..errors import UserInputError
 from ..options import ENV_NAME, LOCAL, NO_TIMEOUT, JobOptions
 from ..conformance.replicas import ReplicaJob, ReplicaResult, ReplicaRunner
@@ -210,11 +211,21 @@ def _specs(platform: str, opts: JobOptions, framework: str, runner: ReplicaRunne
         raise UserInputError(str(exc), where="--replicas") from None
 
 
-def image_id_of(engine: Engine, image: str, verb: str) -> str:
+def image_of(engine: Engine, image: str, verb: str) -> ImageInfo:
     info = engine.image(image)
     if info is None:
         raise UserInputError(f"no image {image!r} on this engine: build it (`trainimg build`) or pull it", where=verb)
-    return info.id
+    return info
+
+
+def own_program(info: ImageInfo, image: str) -> tuple[str, ...]:
+    """What `docker run IMAGE` runs: the image's ENTRYPOINT, then its CMD (a Dockerfile's ENTRYPOINT clears the CMD
+    it inherited, and the engine's config says so). An image with neither has no program to run."""
+    program = (*info.entrypoint, *info.cmd)
+    if not program:
+        raise UserInputError(f"{image} sets no ENTRYPOINT or CMD: give the program after `--`, e.g. -- python "
+                             "train.py", where="command")
+    return program
 
 
 def serialized(on_log: OnLog | None, prefix: str = "") -> OnLog | None:
@@ -236,8 +247,10 @@ def run_job(engine: Engine, image: str, opts: JobOptions, *, on_log: OnLog | Non
     Raises UserInputError for bad input, EngineError when the engine refuses a container; a failing command is
     not an error but a non-zero `JobResult.exit_code`."""
     platform = check_shape(opts)
-    image_id = image_id_of(engine, image, "run")
-    return run_replicas(engine, image_id, image, opts, platform=platform, on_log=serialized(on_log), state=state)
+    info = image_of(engine, image, "run")
+    if not opts.command:  # the image's own program, under the launcher and the platform's env as any CMD
+        opts = replace(opts, command=own_program(info, image))
+    return run_replicas(engine, info.id, image, opts, platform=platform, on_log=serialized(on_log), state=state)
 
 
 def run_replicas(engine: Engine, image_id: str, image: str, opts: JobOptions, *, platform: str,

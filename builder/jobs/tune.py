@@ -33,7 +33,7 @@ from ..engine.base import Engine
 from ..errors import EngineError, UserInputError
 from ..options import LOCAL, TuneOptions
 from ..state import state_dir
-from .run import Cancelled, JobResult, JobRunner, OnLog, check_shape, image_id_of, run_replicas, serialized
+from .run import Cancelled, JobResult, JobRunner, OnLog, check_shape, image_of, run_replicas, serialized
 
 HYPERTUNE_DIR = "/tmp/hypertune"
 METRIC_FILE = f"{HYPERTUNE_DIR}/output.metrics"
@@ -188,7 +188,7 @@ def tune(engine: Engine, image: str, opts: TuneOptions, *, on_log: OnLog | None 
     line)` gets names like ``trial-2/worker-0``; `on_trial(trial)` is called as each trial ends. On Ctrl-C every
     trial's containers are removed, then KeyboardInterrupt propagates."""
     metric, platform = _check(opts)
-    image_id = image_id_of(engine, image, "tune")
+    image_id = image_of(engine, image, "tune").id
     trials = trials_for(opts.params)
     base = (state or state_dir(os.environ)) / "tune" / uuid.uuid4().hex[:10]
     base.mkdir(parents=True)

@@ -204,7 +204,7 @@ class JobOptions:
     `volumes` maps host paths to container paths (`jobs.run.parse_volumes` reads `SRC:DST` flags);
     `trial` sets the platform's ``task.trial`` and ``CLOUD_ML_TRIAL_ID``; no `platform` means one container."""
 
-    command: tuple[str, ...]
+    command: tuple[str, ...]  # empty: the image's own ENTRYPOINT and CMD (`run` without `-- CMD`, as `docker run`)
     platform: str | None = None
     replicas: int = 1
     ps: int | None = None
@@ -219,7 +219,7 @@ class JobOptions:
         object.__setattr__(self, "command", tuple(self.command))
         object.__setattr__(self, "env", MappingProxyType(dict(self.env)))
         object.__setattr__(self, "volumes", MappingProxyType(dict(self.volumes)))
-        if not self.command or not all(isinstance(a, str) for a in self.command) or not self.command[0]:
+        if not all(isinstance(a, str) for a in self.command) or (self.command and not self.command[0]):
             raise UserInputError("give the command to run after `--`, e.g. -- python train.py", where="command")
         if self.platform is not None and self.platform not in PLATFORMS:
             raise UserInputError(f"{self.platform!r} is not one of {', '.join(PLATFORMS)}", where="--platform")
@@ -259,6 +259,8 @@ class TuneOptions:
         PARALLEL_TRIALS.check(self.parallel, "--parallel", " trials at once")
         if self.job.trial is not None:
             raise UserInputError("tune numbers the trials itself", where="--trial")
+        if not self.job.command:  # each trial's program gets the trial's --NAME=value flags
+            raise UserInputError("give the command to run after `--`, e.g. -- python train.py", where="command")
 
 
 @dataclass(frozen=True, kw_only=True)
