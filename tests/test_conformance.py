@@ -144,12 +144,20 @@ def test_two_runs_at_once_on_different_platforms_both_pass(pinned_cpu_image: str
 
 
 def test_team_image_built_from_the_cpu_image_passes(images: TestImages, state_env: dict[str, str],
-                                                    tmp_path: Path) -> None:
+                                                    tmp_path: Path, client: docker.DockerClient) -> None:
+    """It passes, and the report, the JUnit suite and the summary line name the image tested, not the parent's
+    variant its labels carry."""
     tag = images.team_image()
+    assert client.images.get(tag).labels["trainimg.variant"] == "pytorch-2.13.0-cpu-py3.11"  # inherited
     r, report, junit = run_test(tag, tmp_path, state_env)
     assert r.returncode == 0, r.stderr[-3000:]
     assert_passing_reports(report, junit, "vertex", 2)
     assert report["suites"][0]["image_id"] == images.image_id(tag)
+    assert report["suites"][0]["name"] == tag and report["suites"][0]["image"] == tag
+    assert [ts.get("name") for ts in ET.parse(junit).getroot().findall("testsuite")] == [tag]
+    assert [line for line in r.stderr.splitlines() if line.startswith("trainimg: ")] == [
+        f"trainimg: {tag} passed ({report['suites'][0]['counts']['passed']} passed, 0 failed, "
+        f"{report['suites'][0]['counts']['skipped']} skipped, {report['suites'][0]['counts']['warning']} warnings)"]
 
 
 def test_image_without_the_runtime_is_probed_with_the_mounted_one(images: TestImages, state_env: dict[str, str],

@@ -28,7 +28,7 @@ from ..errors import UserInputError
 from ..options import TestOptions
 from ..recipe.compat import load_compat
 from ..runtime.cause import reason as cause_of
-from ..runtime.contract import PLATFORMS, VARIANT_LABEL
+from ..runtime.contract import PLATFORMS
 from ..runtime.expect import expectations as image_expectations
 from ..runtime.report import Check, Suite
 from ..runtime.gpus import gpu_count, too_many_processes
@@ -91,6 +91,9 @@ class Conformance:
         self.on_log = on_log
 
     def run(self, image: str, opts: TestOptions, name: str | None = None) -> Suite:
+        """The gate of `image`, its report named `name` (a variant's, or its architecture's key) or else `image`
+        itself: an image built FROM a trainimg tag inherits the parent's variant label, and its report must name
+        what was tested, not the parent."""
         info = self.engine.image(image)
         if info is None:
             raise UserInputError(f"no image {image!r} on this engine: build it (`trainimg build`) or pull it")
@@ -103,8 +106,7 @@ class Conformance:
         ranks = local_ranks(process_start(opts.platform, framework, opts.nproc_per_node).per_node, 0)
         expect = {**expect, "local_ranks": ranks, "platform": opts.platform, "shm_replayed": True}
         shm = gate_shm(opts.platform, ranks, opts.shm_size)
-        suite = Suite(name or info.labels.get(VARIANT_LABEL) or image, image, info.id, opts.platform,
-                      opts.replicas)
+        suite = Suite(name or image, image, info.id, opts.platform, opts.replicas)
         suite.checks.append(image_env_check(info))
         # The in-image checks run in a container of their own beside the replicas' all-reduce: neither reads the
         # other, and a gate waits for the longer of the two, not their sum (a TensorFlow image: 22 s -> 14 s here).
