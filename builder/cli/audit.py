@@ -41,9 +41,9 @@ def audit_flags(verb: str) -> Callable[[Callback], Callback]:
                           f"{DEFAULT_MAX_AGE_DAYS}): a folder's newest record, a service's stated date."),
     ]
     if skippable:
+        recorded = "the conformance report, the release record and the SBOM" if verb == "release" else "the SBOM"
         flags.append(click.option("--skip-audit", "skip_audit", is_flag=True,
-                                  help=f"{verb.capitalize()} without the audit, on purpose; written into the "
-                                       "conformance report, the release record and the SBOM."))
+                                  help=f"{verb.capitalize()} without the audit, on purpose; written into {recorded}."))
 
     def decorate(fn: Callback) -> Callback:
         for deco in reversed(flags):
