@@ -79,7 +79,9 @@ def audit_cmd(c: Ctx, variants: tuple[str, ...], advisories: str | None, waivers
         raise UserInputError("give --advisories DIR|URL", where="--advisories")
     recipes = c.recipes()
     names = [v.name for v in recipes.with_parents(recipes.select(list(variants)))]
-    result = run_audit(c, list(variants), audit_options(advisories, waivers, max_age, skip_audit))
+    opts = audit_options(advisories, waivers, max_age, skip_audit)
+    c.checked()
+    result = run_audit(c, list(variants), opts)
     write_reports(result.suites(names), json_path, junit_path)
     refuse(result)
     checked = sum(result.pins.values())

@@ -109,7 +109,9 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
         recipes = c.recipes()
         chosen = recipes.with_parents(recipes.select(list(variants)))
         left = left_out(chosen, lock_states(chosen, load_compat(), c.root))  # no job builds what no build makes
-        write_text(pipeline(recipes, opts, left), output)
+        text = pipeline(recipes, opts, left)
+        c.checked()
+        write_text(text, output)
 
     command.__doc__ = (f"Write {what} that releases VARIANTS (default: all) across runners.\n\n"
                        "Reads the recipes only: no engine, no registry.\n\n\b\nExamples:\n"
@@ -132,7 +134,8 @@ for _system, _what, _where in zip(CI_SYSTEMS, ("a GitHub Actions workflow", "a .
               show_default=True, help="Markdown (a README, a job summary) or a self-contained HTML page.")
 @click.option("--output", type=click.Path(path_type=Path), default=None, metavar="FILE",
               help="Write the page here (default: stdout).")
-def matrix(lock_path: str | None, fmt: str, output: Path | None) -> None:
+@pass_ctx
+def matrix(c: Ctx, lock_path: str | None, fmt: str, output: Path | None) -> None:
     """The support matrix: every released variant, its tags and digest, versions read back, size, conformance.
 
     Reads the lockfile only: no engine, no registry.
@@ -145,4 +148,6 @@ def matrix(lock_path: str | None, fmt: str, output: Path | None) -> None:
     from ..publish.matrix import render_matrix
 
     opts = MatrixOptions(lock_path=lock_path, format=fmt)
-    write_text(render_matrix(opts.lock_path, opts.format), output)
+    text = render_matrix(opts.lock_path, opts.format)
+    c.checked()
+    write_text(text, output)
