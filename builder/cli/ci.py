@@ -116,7 +116,7 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
     command.__doc__ = (f"Write {what} that releases VARIANTS (default: all) across runners.\n\n"
                        "Reads the recipes only: no engine, no registry.\n\n\b\nExamples:\n"
                        f"  trainimg ci {system} --registry ghcr.io/team --output {where}\n"
-                       f"  trainimg ci {system} 'pytorch-*' --registry localhost:5000 --runner gpu\n"
+                       f"  trainimg ci {system} 'pytorch-*' --registry ghcr.io/team --runner gpu\n"
                        f"  trainimg ci {system} --registry ghcr.io/team --sign-key-var TRAINIMG_SIGN_KEY\n"
                        f"  trainimg ci {system} --registry ghcr.io/team --schedule '17 4 * * 1' --output {where}\n")
     return click.command(system)(command)
