@@ -52,6 +52,8 @@ MARK = re.compile(r"^\s*<!--\s*check:\s*(?P<marks>[\w\s-]+?)\s*-->\s*$")
 INLINE = re.compile(r"(?<!`)(`+)(?!`)(.+?)(?<!`)\1(?!`)")
 ATTR = re.compile(r'(\w+)="([^"]*)"')
 CONTROL = {"|", "||", "&&", ";", "&", "(", ")", ";;", "|&"}
+#: Blocks in these languages hold no command to check (program output, data, code of another language).
+NOT_SHELL = {"text", "txt", "output", "log", "json", "xml", "python", "py", "pycon", "jinja", "html", "css", "diff"}
 #: Words after which `trainimg` starts a command (besides the start of a line, a control operator, `VAR=value`).
 COMMAND_PREFIXES = {"run:", "script:", "-", "sudo", "exec", "then", "do", "else", "time", "RUN", "$", "env"}
 EXTRA_PLACEHOLDERS = {"REGISTRY", "R", "VARIANT", "VARIANTS", "IMAGE", "REF", "FILE", "DIR", "LOCK_DIR", "KEY",
@@ -79,8 +81,10 @@ SAMPLES = {
 # --- pages ---------------------------------------------------------------------------------------------------------
 
 def pages() -> list[Path]:
-    """README.md and every Markdown page of the site (not the generator's folder)."""
-    return [ROOT / "README.md", *sorted(p for p in DOCS.rglob("*.md") if "gen" not in p.relative_to(DOCS).parts)]
+    """README.md, CONTRIBUTING.md (the site includes it) and every Markdown page of the site (not the generator's
+    folder)."""
+    front = [p for p in (ROOT / "README.md", ROOT / "CONTRIBUTING.md") if p.is_file()]
+    return [*front, *sorted(p for p in DOCS.rglob("*.md") if "gen" not in p.relative_to(DOCS).parts)]
 
 
 def shown(path: Path) -> str:
@@ -174,8 +178,9 @@ def split(text: str) -> list[str]:
 
 
 def trainimg_calls(text: str) -> list[tuple[str, ...]]:
-    """The arguments of each `trainimg` a shell line runs (up to its first operator or redirection)."""
-    words = split(text)
+    """The arguments of each `trainimg` a shell line runs (up to its first operator or redirection); a Makefile's
+    `$(NAME)` reads as `$NAME`; `trainimg VERB: ...` is a line trainimg printed, not a command."""
+    words = split(re.sub(r"\$[({]([A-Za-z_][A-Za-z0-9_]*)[)}]", r"$\1", text))
     calls = []
     for i, word in enumerate(words):
         if word != "trainimg":
@@ -191,7 +196,8 @@ def trainimg_calls(text: str) -> list[tuple[str, ...]]:
                     args.pop()  # `2>&1`: the 2 is the redirection's
                 break
             args.append(arg)
-        calls.append(tuple(args))
+        if not (args and args[0].endswith(":")):
+            calls.append(tuple(args))
     return calls
 
 
@@ -201,6 +207,8 @@ def is_synopsis(text: str) -> bool:
 
 
 def block_commands(block: Block) -> list[Command]:
+    if block.lang.lower() in NOT_SHELL:
+        return []
     prompted = any(text.startswith("$ ") for _, text in block.lines)
     chosen = _with_continuations(block.lines) if prompted else block.lines  # prompted: the rest is output
     out = []

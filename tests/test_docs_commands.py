@@ -116,6 +116,15 @@ def test_shell_around_a_command_is_understood() -> None:
     assert docscheck.trainimg_calls("pip install trainimg") == []
     assert docscheck.trainimg_calls("  - name: trainimg launcher from the base") == []
     assert docscheck.trainimg_calls("      run: trainimg release --all") == [("release", "--all")]
+    assert docscheck.trainimg_calls("\ttrainimg release $(VARIANT) --base-image ${BASE}") == [
+        ("release", "$VARIANT", "--base-image", "$BASE")]
+    assert docscheck.trainimg_calls("trainimg release: give --advisories DIR|URL") == []  # what it printed
+
+
+def test_output_blocks_hold_no_command(tmp_path: Path) -> None:
+    assert page(tmp_path, "```text\ntrainimg build --nope\n```\n\n```json\n{\"run\": \"trainimg x\"}\n```\n") == []
+    (command,) = page(tmp_path, "```\n$ trainimg validate\ntrainimg validate: 1 mistake\ntrainimg lock x\n```\n")
+    assert command.words == ("validate",)  # under a prompt, the other lines are output
 
 
 def test_mentions_and_synopses_check_names_only(tmp_path: Path, in_sandbox: Path) -> None:
