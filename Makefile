@@ -14,7 +14,8 @@ SKIP_AUDIT ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test test-quick lint setup install render check registry-start registry-stop clean bench stress
+.PHONY: demo test test-quick lint setup install render check registry-start registry-stop clean bench stress \
+  docs docs-build docs-reference
 
 demo: setup install
 	trainimg validate
@@ -45,10 +46,12 @@ test-quick: setup install
 lint: install
 	@rc=0; \
 	$(PYTHON) -m mypy builder || rc=1; \
-	$(PYTHON) -m ruff check --quiet --output-format concise builder tests benchmarks .ci || rc=1; \
+	$(PYTHON) -m mypy docs/gen || rc=1; \
+	$(PYTHON) -m ruff check --quiet --output-format concise builder tests benchmarks .ci docs/gen || rc=1; \
 	$(PYTHON) .ci/lint_layers.py || rc=1; \
 	$(PYTHON) .ci/lint_sizes.py || rc=1; \
 	$(PYTHON) .ci/lint_sizes.py benchmarks || rc=1; \
+	$(PYTHON) .ci/lint_sizes.py docs/gen || rc=1; \
 	if [ $$rc -eq 0 ]; then echo "lint: clean"; else echo "lint: violations above"; fi; \
 	exit $$rc
 
@@ -69,6 +72,19 @@ install:
 	  sys.exit(not (s and s.origin and s.origin.startswith("$(CURDIR)/")))' 2>/dev/null \
 	  && [ .install.stamp -nt pyproject.toml ] \
 	  || { $(PYTHON) -m pip install -q -e '.[test]' && touch .install.stamp; }
+
+# The documentation site (mkdocs.yml, docs/): `make docs` serves it on localhost:8000 and rebuilds on each edit;
+# `make docs-build` writes it to site/ (strict: a broken link, anchor or page missing from the nav fails);
+# `make docs-reference` writes the generated pages (docs/reference/, docs/project/benchmarks.md) from the code.
+MKDOCS = NO_MKDOCS_2_WARNING=1 DISABLE_MKDOCS_2_WARNING=true $(PYTHON) -m mkdocs
+docs: install
+	$(MKDOCS) serve
+
+docs-build: install
+	$(MKDOCS) build --strict --site-dir site
+
+docs-reference: install
+	$(PYTHON) docs/gen/reference.py
 
 render: install
 	trainimg render

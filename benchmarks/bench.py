@@ -2,8 +2,9 @@
 """trainimg's benchmarks, measured on this machine in one run.
 
 Prints one ``name: value`` line per figure on stdout (the names are a contract), how each figure was measured
-and any ``goal missed: NAME`` on stderr, writes the same to ``reports/bench.json`` and updates the table between
-``<!-- bench:start -->`` and ``<!-- bench:end -->`` in README.md.
+and any ``goal missed: NAME`` on stderr, writes the same to ``reports/bench.json`` and the run's results file to
+``benchmarks/results/bench/<date>.json`` (benchmarks/records.py), from which `make docs-reference` renders the
+documentation site's benchmarks page.
 
 "Cold" means cold: before every cold build the BuildKit cache is pruned (``docker builder prune -af``) and the
 bench images (tags starting ``trainimg-bench/``, no others) are removed. One cold build is noise on a shared
@@ -11,12 +12,13 @@ machine (``matrix_build_ratio`` read 0.44, 0.53 and 0.72 on the same code), so e
 ``COLD_RUNS`` times and its median is used, with the spread printed. That slows every other build on the engine,
 so ``--quick`` prunes nothing: it skips the builds that need a cold cache (each variant built alone and the naive
 baseline) and ``ci_rebuild_ratio``, prints their figures as ``skipped``, and writes ``reports/bench-quick.json``
-without touching README.md. ``ci_rebuild_ratio`` plays ephemeral CI runners on engines of their own
+and no results file. ``ci_rebuild_ratio`` plays ephemeral CI runners on engines of their own
 (benchmarks/runner.py: this machine's dockerd stopped, one on an empty data root in its place, then it again).
 
 The figures come in families (benchmarks/harness.py's FAMILIES, measured in that order: the matrix figures in
 benchmarks/core.py, the install figures in benchmarks/installs.py, the CI fleet in benchmarks/cifleet.py, ...,
-then ``ci_rebuild_ratio`` in benchmarks/runner.py); this module is the command line, the printed lines, the report and the README table.
+then ``ci_rebuild_ratio`` in benchmarks/runner.py); this module is the command line, the printed lines, the report and the
+results file.
 
 ``ci_noop_release``, ``ci_noop_layer_bytes`` and ``ci_one_change`` (benchmarks/cifleet.py) release a small fleet to
 a private registry with its access log on, empty the runner (by default only the bench's own images and new cache
@@ -38,11 +40,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from figures import FIGURES, GOALS, format_goal, format_value, machine_line, render_table, update_readme
+from figures import FIGURES, GOALS, format_goal, format_value, machine_line
 from harness import FAMILIES, FAMILY, ROOT, Harness, StepFailed, log, machine_info
 from installs import INSTALLS_VARIANT, run_installs
+from records import run_record, write_run
 
-README = ROOT / "README.md"
 REPORT = ROOT / "reports" / "bench.json"
 QUICK_REPORT = ROOT / "reports" / "bench-quick.json"
 # The families measured alone by a flag of their own name (--ci-rebuild: ci_rebuild), and whether that run keeps
@@ -55,7 +57,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     parser.add_argument("--quick", action="store_true",
                         help="prune nothing; skip the alone-cold and naive builds (their figures print `skipped`); "
-                             "write reports/bench-quick.json and leave README.md alone")
+                             "write reports/bench-quick.json and no results file")
     parser.add_argument("--keep-images", action="store_true", help="keep the trainimg-bench/* images at the end")
     parser.add_argument("--gpu", action="store_true",
                         help="also build, gate and push the GPU image of each framework and report its size, "
@@ -142,7 +144,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.gpu:
         report["gpu"] = gpu_rows
         failed += [f"gpu.{name}" for name, row in gpu_rows.items() if "error" in row]
-    write_outputs(bench, report, args.quick, gpu_rows if args.gpu else None, date, machine, total)
+    write_outputs(report, args.quick, run_record(bench.figures, date, machine, total, gpu_rows if args.gpu else None),
+                  total)
     return 1 if failed else 0
 
 
@@ -199,24 +202,18 @@ def print_figures(bench: Harness, quick: bool,
     return missed, failed
 
 
-def write_outputs(bench: Harness, report: Mapping[str, Any], quick: bool,
-                  gpu_rows: Mapping[str, Mapping[str, Any]] | None, date: str, machine: Mapping[str, Any],
-                  total: float) -> None:
-    """reports/bench.json (bench-quick.json under --quick), and the README table unless --quick."""
+def write_outputs(report: Mapping[str, Any], quick: bool, record: Mapping[str, Any], total: float) -> None:
+    """reports/bench.json (bench-quick.json under --quick), and the run's results file unless --quick (a quick run
+    measures nothing cold: it is no result)."""
     path = QUICK_REPORT if quick else REPORT
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(report, indent=2, sort_keys=True) + "\n", encoding="utf-8")
     log(f"bench: wrote {path.relative_to(ROOT)} in {total:.0f} s total")
     if not quick:
-        table = render_table(bench.figures, date, machine)
-        if gpu_rows is not None:
-            from gpu import render_gpu_table
-
-            table += "\n\n" + render_gpu_table(gpu_rows)
-        README.write_text(update_readme(README.read_text(encoding="utf-8"), table), encoding="utf-8")
-        log("bench: README.md table updated")
+        written = write_run(record)
+        log(f"bench: wrote {written.relative_to(ROOT)}; `make docs-reference` renders it into the benchmarks page")
     else:
-        log("bench: --quick leaves README.md alone")
+        log("bench: --quick writes no results file")
 
 
 def installs_only(variants: Sequence[str]) -> int:
@@ -229,7 +226,7 @@ def installs_only(variants: Sequence[str]) -> int:
 def figures_only(names: Sequence[str], what: str, measure: Callable[[Harness], None], path: Path,
                  extra: Mapping[str, Any], keep_images: bool) -> int:
     """Some figures alone (`what`: the option that asked, for the log): measured by `measure`, printed, written
-    to `path` with `extra`; README.md is left alone; the trainimg-bench/* images removed unless `keep_images`.
+    to `path` with `extra` (no results file: a full run is one); the trainimg-bench/* images removed unless `keep_images`.
     Exit status as main's."""
     os.chdir(ROOT)
     sys.path.insert(0, str(ROOT))

@@ -1,5 +1,6 @@
 """The figures `make bench` reports and the pure helpers around them: their goals, how each value is printed, the
-median and spread of cold runs, the README table, and the parsers of what the measured commands print.
+median and spread of cold runs, and the parsers of what the measured commands print (a run's results file and
+its tables are benchmarks/records.py).
 
 Kept apart from bench.py (which runs the engine) so tests/test_bench_units.py checks them without an engine, and so
 the figure names, a contract other checks read, live in one place.
@@ -13,7 +14,6 @@ from dataclasses import dataclass
 from typing import Any
 
 BENCH_PREFIX = "trainimg-bench/"
-START_MARKER, END_MARKER = "<!-- bench:start -->", "<!-- bench:end -->"
 
 
 @dataclass(frozen=True)
@@ -114,10 +114,14 @@ def goal_met(name: str, value: float | int | None) -> bool | None:
 
 
 def format_goal(name: str) -> str:
-    fig = GOALS[name]
-    if fig.unit in ("bytes", "count"):
-        return f"{int(fig.goal)}"
-    return f"≤ {fig.goal:g}"
+    return goal_text(GOALS[name].goal, GOALS[name].unit)
+
+
+def goal_text(goal: float, unit: str) -> str:
+    """A goal as the tables print it: an exact count or byte figure, else an upper bound."""
+    if unit in ("bytes", "count"):
+        return f"{int(goal)}"
+    return f"≤ {goal:g}"
 
 
 _PUSH_RE = re.compile(r"^pushed \S+ \((\d+) bytes uploaded\)\s*$", re.MULTILINE)
@@ -173,38 +177,6 @@ def machine_line(machine: Mapping[str, Any]) -> str:
     return (f"{machine.get('nproc', '?')} CPUs (nproc), {mem_text} memory, Docker engine "
             f"{machine.get('docker_server', '?')} (client {machine.get('docker_client', '?')}), "
             f"{machine.get('kernel', '?')}")
-
-
-def render_table(figures: Mapping[str, Mapping[str, Any]], date: str, machine: Mapping[str, Any],
-                 quick: bool = False) -> str:
-    """The Markdown that goes between the README markers: when and where, then one row per figure."""
-    lines = [f"Measured {date} on {machine_line(machine)} by `make bench`"
-             + (" (`--quick`: nothing cold)" if quick else "") + ".", "",
-             "| figure | value | goal | met | what |", "|---|---|---|---|---|"]
-    for fig in FIGURES:
-        row = figures.get(fig.name, {})
-        value = format_value(row.get("value"), fig.unit, row.get("status", "skipped"))
-        met = row.get("met")
-        met_text = "yes" if met is True else "**no**" if met is False else "–"
-        lines.append(f"| `{fig.name}` | {value} | {format_goal(fig.name)} | {met_text} | {fig.what} |")
-    return "\n".join(lines)
-
-
-def update_readme(text: str, table: str) -> str:
-    """`text` with everything between the bench markers replaced by `table`; when the markers are missing, a
-    "## Benchmarks" section holding them is appended at the end."""
-    starts, ends = text.count(START_MARKER), text.count(END_MARKER)
-    block = f"{START_MARKER}\n{table.strip()}\n{END_MARKER}"
-    if starts == 0 and ends == 0:
-        return text.rstrip("\n") + "\n\n## Benchmarks\n\n" + block + "\n"
-    if starts != 1 or ends != 1:
-        raise ValueError(f"README needs exactly one {START_MARKER} and one {END_MARKER}")
-    head, rest = text.split(START_MARKER, 1)
-    inner, tail = rest.split(END_MARKER, 1)
-    if END_MARKER in head:
-        raise ValueError(f"{END_MARKER} comes before {START_MARKER} in README")
-    del inner
-    return head + block + tail
 
 
 def bench_refs(listing: str, prefix: str = BENCH_PREFIX) -> list[str]:

@@ -34,7 +34,7 @@ def figure_lines(rows: Mapping[str, Mapping[str, Any]]) -> list[str]:
 
 
 def render_gpu_table(rows: Mapping[str, Mapping[str, Any]]) -> str:
-    """The Markdown table of the --gpu figures, appended under the bench table in README.md."""
+    """The Markdown table of a run's --gpu figures, under its table on the benchmarks page (docs/gen/benchpage.py)."""
     lines = ["GPU images (`--gpu`), built on the local Debian base with `--allow-missing google-reduction-server`:",
              "", "| image | size | pushed (compressed) | size ÷ (base + payload) | NCCL | cuDNN | CUDA runtime |",
              "|---|---|---|---|---|---|---|"]

@@ -1,9 +1,11 @@
-"""The pure helpers of benchmarks/bench.py (benchmarks/figures.py): formatting, goals, README table, push output, recipe pin change.
+"""The pure helpers of benchmarks/bench.py (benchmarks/figures.py, records.py): formatting, goals, a run's results file and its
+tables, push output, recipe pin change.
 No engine needed; the bench itself (`make bench`) is never run from here."""
 
 from __future__ import annotations
 
 import importlib.util
+import json
 import sys
 from pathlib import Path
 
@@ -14,6 +16,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # as when bench.py runs: its own f
 import core  # noqa: E402
 import figures  # noqa: E402
 import harness  # noqa: E402
+import records  # noqa: E402
 
 _spec = importlib.util.spec_from_file_location("trainimg_bench", ROOT / "benchmarks" / "bench.py")
 bench = importlib.util.module_from_spec(_spec)
@@ -135,16 +138,30 @@ MACHINE = {"nproc": 2, "memory_bytes": 25 * 2**30, "docker_server": "20.10.24", 
 
 
 def _figures() -> dict:
-    figs = {name: {"value": None, "status": "skipped", "met": None} for name in figures.FIGURE_NAMES}
-    figs["matrix_build_ratio"] = {"value": 0.42, "status": "ok", "met": True}
-    figs["size_overhead"] = {"value": 1.25, "status": "ok", "met": False}
-    figs["repush_bytes"] = {"value": 0, "status": "ok", "met": True}
-    figs["allreduce_4_vs_1"] = {"value": None, "status": "failed", "met": None}
+    figs = {name: {"value": None, "status": "skipped", "met": None, "how": ""} for name in figures.FIGURE_NAMES}
+    figs["matrix_build_ratio"] = {"value": 0.42, "status": "ok", "met": True, "how": "cold, median of 3"}
+    figs["size_overhead"] = {"value": 1.25, "status": "ok", "met": False, "how": "du"}
+    figs["repush_bytes"] = {"value": 0, "status": "ok", "met": True, "how": "push twice"}
+    figs["allreduce_4_vs_1"] = {"value": None, "status": "failed", "met": None, "how": "engine gone"}
     return figs
 
 
-def test_render_table_has_every_figure_the_date_and_the_machine() -> None:
-    table = figures.render_table(_figures(), "2026-01-02 03:04 UTC", MACHINE)
+def test_a_run_record_holds_every_figure_with_its_goal_and_the_machine(tmp_path: Path) -> None:
+    record = records.run_record(_figures(), "2026-01-02 03:04 UTC", MACHINE, 1234.56)
+    assert record["date"] == "2026-01-02 03:04 UTC" and record["machine"] == MACHINE
+    assert record["total_seconds"] == 1234.6 and record["command"] == "make bench"
+    assert list(record["figures"]) == list(figures.FIGURE_NAMES)
+    assert record["figures"]["size_overhead"] == {"value": 1.25, "status": "ok", "met": False, "how": "du",
+                                                   "goal": 1.1, "unit": "ratio",
+                                                   "what": figures.GOALS["size_overhead"].what}
+    path = records.write_run(record, tmp_path)
+    assert path.name == "2026-01-02T0304Z.json" and records.read_runs(tmp_path) == [json.loads(path.read_text())]
+    with pytest.raises(FileExistsError):  # a run's results are kept as written
+        records.write_run(record, tmp_path)
+
+
+def test_run_table_has_every_figure_the_date_and_the_machine() -> None:
+    table = records.run_table(records.run_record(_figures(), "2026-01-02 03:04 UTC", MACHINE))
     assert "2026-01-02 03:04 UTC" in table
     assert "2 CPUs (nproc)" in table and "25.0 GiB" in table and "20.10.24" in table
     for name in figures.FIGURE_NAMES:
@@ -156,34 +173,25 @@ def test_render_table_has_every_figure_the_date_and_the_machine() -> None:
     assert "| `size_vs_naive` | skipped |" in table
 
 
-def test_update_readme_replaces_only_between_the_markers() -> None:
-    text = "# x\n\nintro\n\n## Benchmarks\n\nprose\n\n<!-- bench:start -->\nold table\n<!-- bench:end -->\n\nafter\n"
-    new = figures.update_readme(text, "NEW TABLE\n")
-    assert new == ("# x\n\nintro\n\n## Benchmarks\n\nprose\n\n<!-- bench:start -->\nNEW TABLE\n<!-- bench:end -->"
-                   "\n\nafter\n")
-    assert figures.update_readme(new, "NEW TABLE") == new  # idempotent
+def test_history_puts_the_newest_run_first_and_a_missed_goal_in_bold() -> None:
+    old = records.run_record(_figures(), "2026-01-01 00:00 UTC", MACHINE)
+    new = records.run_record({**_figures(), "size_overhead": {"value": 1.05, "status": "ok", "met": True, "how": ""}},
+                             "2026-02-01 00:00 UTC", MACHINE)
+    del old["figures"]["repush_bytes"]  # an older run measured fewer figures
+    table = records.history_table([old, new])
+    assert table.splitlines()[0] == "| figure | 2026-02-01 00:00 | 2026-01-01 00:00 |"
+    assert "| `size_overhead` | 1.050 | **1.250** |" in table
+    assert "| `repush_bytes` | 0 | – |" in table
 
 
-def test_update_readme_appends_a_section_when_markers_are_missing() -> None:
-    new = figures.update_readme("# x\n\ntext\n", "T")
-    assert new == "# x\n\ntext\n\n## Benchmarks\n\n<!-- bench:start -->\nT\n<!-- bench:end -->\n"
-
-
-@pytest.mark.parametrize("text", [
-    "<!-- bench:start -->\n", "<!-- bench:end -->\n",
-    "<!-- bench:start -->a<!-- bench:end --><!-- bench:start -->b<!-- bench:end -->",
-    "<!-- bench:end -->x<!-- bench:start -->",
-])
-def test_update_readme_refuses_broken_markers(text) -> None:
-    with pytest.raises(ValueError):
-        figures.update_readme(text, "T")
-
-
-def test_the_repository_readme_has_the_markers_once() -> None:
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    assert text.count(figures.START_MARKER) == 1 and text.count(figures.END_MARKER) == 1
-    updated = figures.update_readme(text, figures.render_table(_figures(), "d", MACHINE))
-    assert updated.split(figures.START_MARKER)[0] == text.split(figures.START_MARKER)[0]
+def test_the_repository_results_are_runs_the_page_can_render() -> None:
+    """benchmarks/results/bench/: each file is named by its run's date and has what the page reads."""
+    runs = records.read_runs()
+    assert runs and [r["date"] for r in runs] == sorted(r["date"] for r in runs)
+    for run in runs:
+        assert run["figures"] and records.run_table(run)
+        for row in run["figures"].values():
+            assert {"value", "goal", "unit", "met", "what"} <= set(row)
 
 
 def test_the_bench_matrix_shares_the_shipped_parents() -> None:

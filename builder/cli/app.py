@@ -14,9 +14,9 @@ from pathlib import Path
 import click
 
 from ..errors import TrainimgError
-from ..runtime.contract import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_USAGE
+from ..runtime.contract import EXIT_INTERNAL, EXIT_INTERRUPTED, EXIT_OK, EXIT_USAGE
 from . import audit, ci, fleet, gate, images, jobs, locks, registry, trust, upstream
-from .context import Ctx
+from .context import CHECK_ONLY, CommandChecked, Ctx
 from .group import TrainimgGroup
 from .sbom import sbom_cmd
 from .verify import verify_cmd
@@ -44,7 +44,7 @@ def cli(ctx: click.Context, recipes: Path | None) -> None:
         click.echo(ctx.get_help())
         ctx.exit(0)
     env = dict(os.environ)
-    ctx.obj = Ctx(recipes or Path(env.get("TRAINIMG_RECIPES", "recipes")), env)
+    ctx.obj = Ctx(recipes or Path(env.get("TRAINIMG_RECIPES", "recipes")), env, check_only=ctx.obj == CHECK_ONLY)
 
 
 for _command in (images.list_cmd, images.validate, images.render, locks.lock, images.build, images.bake, gate.test_cmd,
@@ -54,13 +54,24 @@ for _command in (images.list_cmd, images.validate, images.render, locks.lock, im
     cli.add_command(_command)
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: run the CLI, map every error to its exit code and one line on stderr."""
+def main(argv: list[str] | None = None, *, check_only: bool = False) -> int:
+    """Entry point: run the CLI, map every error to its exit code and one line on stderr.
+
+    With `check_only` the verb runs up to its checkpoint (`Ctx.checked`), after its checks of the command line and
+    before its first action, and stops there with exit 0; a command line it refuses exits as it always would (2
+    and its one line). The documentation's checker calls this for every command the docs show."""
     debug = os.environ.get("TRAINIMG_DEBUG") == "1"
     try:
         # Without standalone mode click returns (not raises) the code of a click.exceptions.Exit.
-        code = cli.main(args=argv, prog_name="trainimg", standalone_mode=False)
+        code = cli.main(args=argv, prog_name="trainimg", standalone_mode=False,
+                        obj=CHECK_ONLY if check_only else None)
+        if check_only:  # the verb ran to its end: it has no checkpoint, and it acted
+            click.echo(f"trainimg: internal error: {' '.join(argv or [])!r} ran to its end in check-only mode: its "
+                       "verb never calls Ctx.checked()", err=True)
+            return EXIT_INTERNAL
         return code if isinstance(code, int) else 0
+    except CommandChecked:
+        return EXIT_OK
     except TrainimgError as err:
         if debug:
             raise

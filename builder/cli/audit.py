@@ -121,9 +121,10 @@ def audit_cmd(c: Ctx, variants: tuple[str, ...], advisories: str | None, waivers
 
     recipes = c.recipes()
     names = [v.name for v in recipes.with_parents(recipes.select(list(variants)))]
+    opts = audit_options("audit", advisories, waivers, max_age)
+    c.checked()
     with default_source_choices("audit"):
-        result = run_audit(c, list(variants), audit_options("audit", advisories, waivers, max_age),
-                           default_wheelhouses(c.env))
+        result = run_audit(c, list(variants), opts, default_wheelhouses(c.env))
     write_reports(result.suites(names), json_path, junit_path)
     refuse(result)
     checked = sum(result.pins.values())

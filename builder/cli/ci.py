@@ -112,12 +112,14 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
         recipes = c.recipes()
         chosen = recipes.with_parents(recipes.select(list(variants)))
         left = left_out(chosen, lock_states(chosen, load_compat(), c.root))  # no job builds what no build makes
-        write_text(pipeline(recipes, opts, left), output)
+        text = pipeline(recipes, opts, left)
+        c.checked()
+        write_text(text, output)
 
     command.__doc__ = (f"Write {what} that releases VARIANTS (default: all) across runners.\n\n"
                        "Reads the recipes only: no engine, no registry.\n\n\b\nExamples:\n"
                        f"  trainimg ci {system} --registry ghcr.io/team --output {where}\n"
-                       f"  trainimg ci {system} 'pytorch-*' --registry localhost:5000 --runner gpu\n"
+                       f"  trainimg ci {system} 'pytorch-*' --registry ghcr.io/team --runner gpu\n"
                        f"  trainimg ci {system} --registry ghcr.io/team --sign-key-var TRAINIMG_SIGN_KEY\n"
                        f"  trainimg ci {system} --registry ghcr.io/team --schedule '17 4 * * 1' --output {where}\n")
     return click.command(system)(command)
@@ -135,7 +137,8 @@ for _system, _what, _where in zip(CI_SYSTEMS, ("a GitHub Actions workflow", "a .
               show_default=True, help="Markdown (a README, a job summary) or a self-contained HTML page.")
 @click.option("--output", type=click.Path(path_type=Path), default=None, metavar="FILE",
               help="Write the page here (default: stdout).")
-def matrix(lock_path: str | None, fmt: str, output: Path | None) -> None:
+@pass_ctx
+def matrix(c: Ctx, lock_path: str | None, fmt: str, output: Path | None) -> None:
     """The support matrix: every released variant, its tags and digest, versions read back, size, conformance.
 
     Reads the lockfile only: no engine, no registry.
@@ -148,4 +151,6 @@ def matrix(lock_path: str | None, fmt: str, output: Path | None) -> None:
     from ..publish.matrix import render_matrix
 
     opts = MatrixOptions(lock_path=lock_path, format=fmt)
-    write_text(render_matrix(opts.lock_path, opts.format), output)
+    text = render_matrix(opts.lock_path, opts.format)
+    c.checked()
+    write_text(text, output)

@@ -26,13 +26,32 @@ if TYPE_CHECKING:
     from ..recipe.variant import RecipeSet
 
 
+class CommandChecked(Exception):
+    """Raised by `Ctx.checked` in check-only mode: the command line passed every check of its verb. Not an error:
+    `app.main` turns it into exit 0."""
+
+
+#: What `app.main(check_only=True)` hands the root command as its object: the `Ctx` it makes is in check-only mode.
+CHECK_ONLY = "check-only"
+
+
 class Ctx:
     """What every verb shares: the recipes folder, the repository root beside it, the environment."""
 
-    def __init__(self, recipes: Path, env: Mapping[str, str]) -> None:
+    def __init__(self, recipes: Path, env: Mapping[str, str], *, check_only: bool = False) -> None:
         self.recipes_dir = recipes
         self.root = recipes.resolve().parent
         self.env = env
+        self.check_only = check_only
+
+    def checked(self) -> None:
+        """The verb has checked its command line (flags, values, their combinations, the files it names) and acts
+        from here on: builds, starts, reaches an engine or a network, reads a key or stdin, writes. Every verb
+        calls this once, before its first action. In check-only mode (`app.main(check_only=True)`: the
+        documentation's command checker) the run stops here, so a command line is judged by the verb's own
+        checks without running it."""
+        if self.check_only:
+            raise CommandChecked()
 
     def recipes(self, paths: tuple[Path, ...] = ()) -> RecipeSet:
         from ..recipe.loading import load_recipes

@@ -47,6 +47,7 @@ def promote(c: Ctx, lock_dir: Path, variants: tuple[str, ...], registry: str, us
 
     opts = PromoteOptions(lock_dir=lock_dir, variants=variants, lock_path=lock_path, sign_key=sign_key)
     target = RegistryTarget.parse(registry)
+    c.checked()
     sign = signer(c, opts.sign_key, click.echo)
     recipes = c.recipes()
     api = RegistryAPI(reachable_target(docker_engine(), target), credentials(target, username, password_stdin, c.env))
@@ -94,6 +95,7 @@ def prune(c: Ctx, labels: tuple[str, ...], dry_run: bool) -> None:
             raise UserInputError(f"{text!r}: use KEY=VALUE", where="--label")
         pairs[key] = value
     opts = PruneOptions(labels=pairs, dry_run=dry_run)
+    c.checked()
     engine = docker_engine()
     found = prunable(engine, opts.labels)
     if opts.dry_run:

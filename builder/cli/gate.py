@@ -128,6 +128,7 @@ def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: i
     images = [i for i in variant_images(c, image) if not arches or i[2] in arches]
     if not images:
         raise UserInputError(f"{image} is not built for {' or '.join(arches)}", where="--arch")
+    c.checked()
     engine = docker_engine()
     _built_on(engine, images, base_image)
     suites = test_images(engine, [(tag, name) for tag, name, _ in images], opts, c.env, progress, _print_suite)
@@ -181,6 +182,7 @@ def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str
     from ..registry.registryapi import RegistryAPI
 
     target = RegistryTarget.parse(registry)
+    c.checked()
     creds = credentials(target, username, password_stdin, c.env)
     sign = signer(c, sign_key, click.echo)
     engine = docker_engine()
@@ -305,6 +307,7 @@ def release(c: Ctx, variants: tuple[str, ...], all_: bool, base_image: tuple[str
                           compression=Compression.parse(compression),
                           audit=audit_options("release", advisories, waivers, max_age, skip_audit, os_fixes),
                           sign_key=sign_key)
+    c.checked()
     creds = credentials(target, username, password_stdin, c.env)
     to_err = json_path == STDOUT  # stdout holds the JSON report then; what release says goes to stderr
 
@@ -351,6 +354,7 @@ def diff_cmd(c: Ctx, a: str, b: str | None, lock_path: str | None, json_path: st
         a, b, json_path = str(json_path), a, STDOUT
     if b is None:
         raise click.UsageError("Missing argument 'B'.")
+    c.checked()
     engine = docker_engine()
     d = diff_images(*(load_side(engine, image_ref(c, ref)[0], lock_path) for ref in (a, b)))
     note("diff: read each image's SBOM in a short-lived container", progress)

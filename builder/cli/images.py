@@ -36,6 +36,7 @@ def list_cmd(c: Ctx, json_path: str | None) -> None:
     from ..plan.stages import plans, static_labels
     from ..recipe.compat import load_compat
 
+    c.checked()
     recipes = c.recipes()
     rows = []
     installed = _installed(recipes.variants) if json_path else {}
@@ -96,6 +97,7 @@ def validate(c: Ctx, paths: tuple[Path, ...]) -> None:
     """
     from ..recipe.loading import given_files, recipe_files, shown_path
 
+    c.checked()
     recipes = c.recipes(paths)
     files = given_files(paths) if paths else recipe_files(c.recipes_dir)
     shown = {shown_path(f, c.recipes_dir) for f in files}
@@ -124,6 +126,7 @@ def render(c: Ctx, out: Path | None, check: bool) -> None:
     from ..recipe.compat import load_compat
     from ..render.dockerfile import HAND_WRITTEN, check as drift_of, render_all, write
 
+    c.checked()
     recipes = c.recipes()
     files = render_all(recipes)
     root = out or c.root
@@ -281,6 +284,7 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: tuple[str, ...], arches
     opts = dataclasses.replace(_build_options(c, base_image, ca_bundle, wheelhouse, allow_missing, jobs, cache_from,
                                               installer, arches), no_cache=no_cache)
     audit = audit_options("build", advisories, waivers, max_age, skip_audit)
+    c.checked()
     recipes = c.recipes()
     if audit.advisories or audit.skip:
         from ..audit.gate import refuse
@@ -341,10 +345,12 @@ def bake(c: Ctx, variants: tuple[str, ...], out: str, clean: bool) -> None:
     if clean:
         if variants or out != "-":
             raise UserInputError("--clean takes no variants and no --output", where="--clean")
+        c.checked()
         removed = b.clean(c.env)
         click.echo(f"removed {removed}" if removed else "nothing to remove", err=True)
         return
     check_writable(out)  # before the locks are compiled and the folder written
+    c.checked()
     emit_json(b.write_bake(c.recipes(), list(variants), c.env, c.root, lambda line: click.echo(line, err=True)), out)
     click.echo(f"trainimg: context, Dockerfiles and secrets in {b.bake_dir(c.env)} (remove them with "
                f"`trainimg bake --clean`); build with `docker buildx bake -f {'-' if out == '-' else out}`",

@@ -55,6 +55,7 @@ def cluster(c: Ctx, json_path: str | None, nproc_per_node: int | None, reduction
     from ..runtime.world import ClusterError
 
     opts = ClusterOptions(nproc_per_node=nproc_per_node, reduction_server=reduction_server, platform=platform)
+    c.checked()
     try:
         info = parse_cluster(c.env, opts.nproc_per_node, reduction_server=opts.reduction_server,
                              platform=opts.platform)
@@ -78,8 +79,8 @@ def spec(c: Ctx, **flags: Any) -> None:
 
     \b
     Examples:
-      trainimg spec --platform vertex --image ... --replicas 2 --machine-type n1-standard-8 -- python train.py
-      trainimg spec --platform jobset --image ... --replicas 4 --gpus 8 --conformance
+      trainimg spec --platform vertex --image pytorch-2.13.0-cpu-py3.11 --registry ghcr.io/team --replicas 2 --machine-type n1-standard-8 -- python train.py
+      trainimg spec --platform jobset --image pytorch-2.14.1-cu130-py3.11 --registry ghcr.io/team --replicas 4 --gpus 8 --conformance
     """
     from ..jobs.clusterspec import cluster_job
     from ..jobs.spec import job_spec, notes
@@ -91,12 +92,14 @@ def spec(c: Ctx, **flags: Any) -> None:
     opts = spec_options(flags, image=ref, facts=facts)
     if platform not in CLOUD_PLATFORMS:
         text, said = cluster_job(opts)
+        c.checked()
         for note in said:
             click.echo(f"trainimg: {note}", err=True)
         click.echo(text, nl=False)
         return
     form = flags["form"] or "rest"
     body = job_spec(opts, form)
+    c.checked()
     for note in notes(opts, body):
         click.echo(f"trainimg: {note}", err=True)
     if form == "gcloud":
@@ -186,6 +189,7 @@ def run(c: Ctx, image: str, platform: str, replicas: int, ps: int | None, evalua
     opts = JobOptions(command=command, platform=platform, replicas=replicas, ps=ps, evaluators=evaluators,
                       nproc_per_node=nproc_per_node, env=parse_env(envs), volumes=parse_volumes(volumes),
                       timeout=timeout, trial=trial)
+    c.checked()
     result = run_job(docker_engine(), image_ref(c, image)[0], opts, on_log=log_printer(progress, c.env))
     click.echo(result.summary(), err=True)
     if json_path:
@@ -230,6 +234,7 @@ def tune(c: Ctx, image: str, params: tuple[str, ...], metric: str | None, goal: 
                      nproc_per_node=nproc_per_node, env=parse_env(envs), volumes=parse_volumes(volumes),
                      timeout=timeout)
     opts = TuneOptions(params=parse_params(params), job=job, metric=metric, goal=goal, parallel=parallel)
+    c.checked()
     result = run_tune(docker_engine(), image_ref(c, image)[0], opts, on_log=log_printer(progress, c.env))
     click.echo(result.table(), err=json_path == STDOUT)  # stdout holds the JSON then
     if json_path:

@@ -36,5 +36,6 @@ def lock(c: Ctx, variants: tuple[str, ...], upgrade: bool, upgrade_packages: tup
 
     opts = LockOptions(wheelhouses=wheelhouse or default_wheelhouses(c.env), upgrade=upgrade,
                        upgrade_packages=upgrade_packages)
+    c.checked()
     written = lock_variants(c.recipes(), list(variants), c.root, opts, c.env, click.echo)
     click.echo(f"{len(written)} locks written")

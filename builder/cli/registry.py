@@ -52,6 +52,7 @@ def registry_start(c: Ctx, port: int, login: bool) -> None:
       trainimg registry start
       trainimg registry start --port 5001 --login
     """
+    c.checked()
     info = _local_registry(c, port).start()
     if login:
         from ..engine.docker import DockerEngine
@@ -70,6 +71,7 @@ def registry_stop(c: Ctx, port: int) -> None:
     Examples:
       trainimg registry stop
     """
+    c.checked()
     _local_registry(c, port).stop()
     click.echo("registry stopped (data kept)")
 
@@ -84,6 +86,7 @@ def registry_status(c: Ctx, port: int) -> None:
     Examples:
       trainimg registry status
     """
+    c.checked()
     st = _local_registry(c, port).status()
     click.echo(f"registry {st.host}: {'running' if st.running else 'stopped'} ({st.backend}, data {st.data_dir})")
     if not st.running:

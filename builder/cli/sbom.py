@@ -36,11 +36,12 @@ def sbom_cmd(c: Ctx, image: str, registry: str | None, username: str | None, pas
     from ..publish.sbom import local_sbom, registry_sbom
 
     ref = image_ref(c, image)[0]
-    if registry is None:
+    target = None if registry is None else RegistryTarget.parse(registry)
+    c.checked()
+    if target is None:
         data = local_sbom(docker_engine(), ref)
         note(f"sbom: read the SBOM of {ref} in a short-lived container", progress)
     else:
-        target = RegistryTarget.parse(registry)
         creds = credentials(target, username, password_stdin, c.env)
         data = registry_sbom(RegistryAPI(reachable_target(docker_engine(), target), creds), ref)
         note(f"sbom: read the SBOM of {ref} from {registry}", progress)

@@ -32,7 +32,8 @@ def option(flag: Flag, *, common: bool) -> click.Option:
         kwargs.update(is_flag=True, default=bool(flag.default), show_default=flag.negation is not None)
     else:
         kwargs["type"] = click.Choice(flag.choices) if flag.choices else flag.kind
-        kwargs["default"] = () if flag.multiple else flag.default
+        if flag.multiple or flag.default is not None:  # click >= 8.2 takes an explicit None for a value given:
+            kwargs["default"] = () if flag.multiple else flag.default  # a required flag would pass unset
         kwargs["show_default"] = flag.default is not None
     return click.Option(decls, **kwargs)
 

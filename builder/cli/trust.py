@@ -48,6 +48,7 @@ def keygen(c: Ctx, prefix: Path) -> None:
     from ..trust.keys import passphrase, write_pair
 
     opts = KeygenOptions(prefix=prefix)
+    c.checked()
     password = passphrase(c.env, "trainimg trust keygen")
     if not password:
         raise UserInputError("the passphrase is empty: a key on disk needs one (TRAINIMG_SIGN_PASSWORD)")
@@ -91,4 +92,6 @@ def policy(c: Ctx, kind: str, variants: tuple[str, ...], registry: str, key: Pat
     public = public_pem(load_public_key(opts.key)).decode("ascii")
     chosen = c.recipes().select(list(opts.variants))
     identities = sorted({f"{target.host}/{target.repository(v.repository)}" for v in chosen})
-    write_text(dump_yaml([WRITERS[opts.kind](opts.name, identities, public)]), output)
+    text = dump_yaml([WRITERS[opts.kind](opts.name, identities, public)])
+    c.checked()
+    write_text(text, output)

@@ -59,6 +59,7 @@ def compat_add(c: Ctx, request: str, index_url: str | None, dry_run: bool, no_ar
     opts = CompatAddOptions(index_url=chosen_index(index_url, c.env), dry_run=dry_run, archs=not no_archs)
     compat_data = load_compat()
     framework, version = parse_request(request, compat_data)
+    c.checked()
     index = SimpleIndex(opts.index_url)
     d = derive(index, framework, version, archs=opts.archs)
     agreements = compare(d, compat_data)
@@ -117,13 +118,15 @@ def outdated_cmd(c: Ctx, json_path: str | None, index_url: str | None, lock_path
 
     opts = OutdatedOptions(index_url=chosen_index(index_url, c.env), lock_path=lock_path, warn_days=warn_days)
     check_writable(json_path)
+    archives_given = _pairs(archives, "--security-archive")
+    c.checked()
     start = time.monotonic()
     index = SimpleIndex(opts.index_url)
     lock = Path(opts.lock_path or DEFAULT_LOCK)
     released = released_sboms(lock, c.env) if lock.is_file() else []
     if not lock.is_file():
         click.echo(f"trainimg: no {lock}: the OS packages of released images were not checked", err=True)
-    archive = SecurityArchive(index.http, {**SECURITY_ARCHIVES, **_pairs(archives, "--security-archive")})
+    archive = SecurityArchive(index.http, {**SECURITY_ARCHIVES, **archives_given})
     items = outdated(c.recipes(), load_compat(), c.root, index, datetime.date.today(), opts.warn_days, released,
                      archive)
     if json_path:
@@ -184,6 +187,7 @@ def bump_cmd(c: Ctx, variants: tuple[str, ...], mode: str, index_url: str | None
     opts = BumpOptions(variants=variants, mode=mode, index_url=chosen_index(index_url, c.env),
                        lock=LockOptions(wheelhouses=wheelhouse or default_wheelhouses(c.env)), summary=summary)
     check_writable(json_path)
+    c.checked()
     today = datetime.date.today()
     steps = Bumper(c.recipes_dir, compat_file(), opts, c.env, lambda line: click.echo(line, err=True), today).run()
     text = summary_of(steps, opts.index_url, today)
@@ -229,6 +233,7 @@ def mirror_cmd(c: Ctx, variants: tuple[str, ...], registry: str, lock_path: str 
     if not Path(lock).is_file():
         raise UserInputError(f"no {lock}: release the variants first (their bases are recorded there)",
                              where="--lock")
+    c.checked()
     mirror = Mirror(docker_engine(), target, credentials(target, username, password_stdin, c.env), c.env,
                     click.echo)
     copied = mirror.run(lock, variants)

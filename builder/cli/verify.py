@@ -103,6 +103,7 @@ def verify_rebuilt(c: Ctx, variant: str, registry: str, creds: Any, opts: BuildO
         raise UserInputError(f"{variant!r} names {len(chosen)} variants; name one", where="variant")
     v = chosen[0]
     target = RegistryTarget.parse(registry)
+    c.checked()
     engine = docker_engine()
     api = RegistryAPI(reachable_target(engine, target), creds(target, username, password_stdin, c.env))
     name, tag = split_tag(v.tag)
@@ -169,6 +170,7 @@ def verify_signed(c: Ctx, text: str, key_path: Path, username: str | None, passw
     from ..trust.verifier import verify
 
     ref = PushedRef.parse(text, "REF")
+    c.checked()
     public = load_public_key(key_path)
     api = RegistryAPI(reachable_target(docker_engine(), ref.target),  # the engine's insecure-registries: http
                       credentials(ref.target, username, password_stdin, c.env))

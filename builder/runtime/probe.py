@@ -59,6 +59,7 @@ DEFAULT_EXPECT: dict = {
 
 
 def check_python(expect: dict) -> tuple[str, str, dict]:
+    """The interpreter on PATH is the Python major.minor the recipe asks for."""
     want = expect.get("python")
     have = f"{sys.version_info.major}.{sys.version_info.minor}"
     details = {"version": sys.version.split()[0], "executable": sys.executable, "expected": want}
@@ -82,6 +83,7 @@ def _framework_cuda_plugin_jax() -> list[str]:
 
 
 def check_framework(expect: dict) -> tuple[str, str, dict]:
+    """The framework imports, at the recipe's version, built for the base's CUDA (or CPU-only for a CPU variant)."""
     framework = (expect.get("framework") or "none").lower()
     want = expect.get("framework_version")
     cuda = expect.get("cuda")
@@ -168,6 +170,8 @@ def _against(kind: str, version: str, path: str, want: str | None, built: str | 
 
 
 def check_nccl(expect: dict) -> tuple[str, str, dict]:
+    """The NCCL the loader finds, by its own version call, against the recipe's pin or range, the version the build
+    recorded and the Reduction Server's floor; a CPU variant has none to check."""
     want = expect.get("nccl")
     minimum = expect.get("nccl_minimum")
     if not want and not _gpu_variant(expect):
@@ -185,6 +189,8 @@ def check_nccl(expect: dict) -> tuple[str, str, dict]:
 
 
 def check_cudnn(expect: dict) -> tuple[str, str, dict]:
+    """The cuDNN the loader finds, by its own version call, against the recipe's pin or range and the version the
+    build recorded."""
     want = expect.get("cudnn")
     if not want:
         return SKIPPED, "no cuDNN expected" + (" (CPU variant)" if not _gpu_variant(expect) else ""), {}

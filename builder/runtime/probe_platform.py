@@ -65,6 +65,8 @@ def reduction_server_state() -> dict:
 
 
 def check_reduction_server(expect: dict) -> tuple[str, str, dict]:
+    """google-reduction-server's files are installed where the variant wants it, or declared absent by the build
+    (`--allow-missing`): absence is never taken for a pass."""
     want = (expect.get("reduction_server") or "none").lower()
     if want == "none":
         return SKIPPED, f"this variant does not use {REDUCTION_SERVER_PACKAGE}", {"present": None}
@@ -106,6 +108,8 @@ print(json.dumps({"version": version, "module": getattr(hypertune, "__file__", N
 
 
 def check_hypertune(expect: dict) -> tuple[str, str, dict]:
+    """cloudml-hypertune really reports a metric: a random value written through it is read back from the metric
+    file, as the tuning service reads it."""
     want = expect.get("hypertune")
     rng = random.SystemRandom()
     value = round(rng.uniform(0.001, 1000.0), 6)
@@ -162,6 +166,8 @@ def check_hypertune(expect: dict) -> tuple[str, str, dict]:
 
 
 def check_cluster_parsing(expect: dict) -> tuple[str, str, dict]:
+    """The image's runtime parses every platform's sample environment (`platforms.samples`) into the world the
+    platform means (role, ranks, rendezvous)."""
     try:
         from .cluster import parse_cluster  # noqa: PLC0415 - written alongside; imported only here
         from .platforms import elsewhere, samples  # noqa: PLC0415
@@ -292,6 +298,8 @@ def _shm_fix(row: NodeShm | None, platform: str | None, ranks: int) -> str:
 
 
 def check_duplicate_libs(expect: dict, roots: list[str] | None = None) -> tuple[str, str, dict]:
+    """No CUDA library (soname) lies in several directories, where two copies can load side by side; a warning
+    names them and the bytes they waste."""
     scan = libs.scan_duplicates(roots)
     dups = scan["duplicates"]
     if not dups:
