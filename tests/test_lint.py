@@ -138,12 +138,13 @@ def test_stats_give_the_before_after_figures(tmp_path: Path) -> None:
                            "longest function: 2 lines (builder/a.py:f)\n")
 
 
-def test_the_readme_layout_names_every_module() -> None:
-    """`ls builder/` plus the README's Layout table show every stage: each module of the package is named there (as
-    `name`, `name.py`, or a call form), so a module added without its line fails here, not in a reader's head."""
+def test_the_contributing_layout_names_every_module() -> None:
+    """`ls builder/` plus CONTRIBUTING.md's Layout table show every stage: each module of the package is named there
+    (as `name`, `name.py`, or a call form), so a module added without its line fails here, not in a reader's head."""
     root = CI.parent
-    text = (root / "README.md").read_text(encoding="utf-8")
-    layout = text[text.index("## Layout"):text.index("## Benchmarks")]
+    text = (root / "CONTRIBUTING.md").read_text(encoding="utf-8")
+    start = text.index("## Layout")
+    layout = text[start:text.index("\n## ", start + 1)]
     unnamed = [str(p.relative_to(root)) for p in sorted((root / "builder").rglob("*.py"))
                if p.stem != "__init__" and not any(form in layout for form in
                                                    (f"`{p.stem}`", f"`{p.stem}.py`", f"`{p.stem} ", f"`{p.stem}("))]

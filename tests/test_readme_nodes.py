@@ -1,11 +1,12 @@
-"""The README's `spec` synopsis and its node tables, generated from the declarations and tables they show.
+"""The documentation's `spec` synopsis and its node tables, generated from the declarations and tables they show.
 
-* Every ``trainimg spec --platform P ...`` command the README writes (the synopsis, the examples) uses only flags
-  that P declares (`jobs.specflags`), for each platform a ``P|Q`` alternative names: the README's old `spec` line
-  offered ``--reduction-servers`` to ``aiplatform``, which `spec` refuses.
-* The synopsis block (one line per platform) and the three node tables (each platform's /dev/shm, a node's NCCL and
-  network variables, the driver per CUDA major) are rendered here from the same data the code reads and must be the
-  README's text between their markers; ``TRAINIMG_UPDATE_README=1`` rewrites them.
+* Every ``trainimg spec --platform P ...`` command the README and the pages under docs/ write (the synopsis, the
+  examples) uses only flags that P declares (`jobs.specflags`), for each platform a ``P|Q`` alternative names: the
+  README's old `spec` line offered ``--reduction-servers`` to ``aiplatform``, which `spec` refuses.
+* The synopsis block (one line per platform, in docs/how-to/job-specs.md) and the three node tables (each
+  platform's /dev/shm, a node's NCCL and network variables, the driver per CUDA major, in
+  docs/explanation/image-and-node.md) are rendered here from the same data the code reads and must be the page's
+  text between their markers; ``TRAINIMG_UPDATE_README=1`` rewrites them.
 
 In-process.
 """
@@ -26,7 +27,9 @@ from trainimg.runtime.contract import PLATFORMS
 from trainimg.runtime.platforms import BY_NAME
 from trainimg.runtime.shm import show, size_for
 
-README = Path(__file__).resolve().parent.parent / "README.md"
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DOCS = ROOT / "docs"
 UPDATE = os.environ.get("TRAINIMG_UPDATE_README") == "1"
 _COMMAND = re.compile(r"trainimg spec --platform ((?:[a-z]+(?:\\?\|)?)+)(.*?)(?:`|$)", re.M)
 
@@ -83,26 +86,34 @@ def node_tables() -> str:
     ])
 
 
-BLOCKS = {"spec-synopsis": synopsis, "node-tables": node_tables}
+BLOCKS = {"spec-synopsis": (DOCS / "how-to" / "job-specs.md", synopsis),
+          "node-tables": (DOCS / "explanation" / "image-and-node.md", node_tables)}
 
 
 @pytest.mark.parametrize("marker", sorted(BLOCKS))
-def test_generated_blocks_are_the_readmes(marker: str) -> None:
-    text = README.read_text(encoding="utf-8")
+def test_generated_blocks_are_the_pages(marker: str) -> None:
+    page, render = BLOCKS[marker]
+    text = page.read_text(encoding="utf-8")
     start, end = f"<!-- {marker}:start -->\n", f"<!-- {marker}:end -->"
     assert start in text and end in text, marker
     head, rest = text.split(start, 1)
     body, tail = rest.split(end, 1)
-    want = BLOCKS[marker]() + "\n"
+    want = render() + "\n"
     if UPDATE:
-        README.write_text(head + start + want + end + tail, encoding="utf-8")
+        page.write_text(head + start + want + end + tail, encoding="utf-8")
         return
-    assert body == want, f"README's {marker} block differs: run with TRAINIMG_UPDATE_README=1 and review it"
+    assert body == want, f"{page}'s {marker} block differs: run with TRAINIMG_UPDATE_README=1 and review it"
+
+
+def documentation() -> list[Path]:
+    """The README and every page under docs/."""
+    return [README, *sorted(DOCS.rglob("*.md"))]
 
 
 def commands() -> list[tuple[str, set[str]]]:
-    """(platform, flags) of every `trainimg spec --platform ...` the README writes, continuation lines joined."""
-    text = README.read_text(encoding="utf-8").replace("\\\n", " ")
+    """(platform, flags) of every `trainimg spec --platform ...` the documentation writes, continuation lines
+    joined."""
+    text = "\n".join(p.read_text(encoding="utf-8") for p in documentation()).replace("\\\n", " ")
     found = []
     for match in _COMMAND.finditer(text):
         flags = set(re.findall(r"(?<![\w-])--[a-z][a-z-]*", match.group(2).split(" -- ", 1)[0]))
@@ -111,7 +122,7 @@ def commands() -> list[tuple[str, set[str]]]:
     return found
 
 
-def test_every_spec_command_in_the_readme_uses_its_platforms_flags() -> None:
+def test_every_spec_command_in_the_documentation_uses_its_platforms_flags() -> None:
     found = commands()
     assert {platform for platform, _ in found} >= set(SPEC_PLATFORMS), found
     for platform, flags in found:

