@@ -187,14 +187,11 @@ def test_pytorch_wrong_sum_exits_1(framework_venv, runtime_path, tmp_path):
 
 def test_pytorch_hung_peer_exits_3(framework_venv, runtime_path):
     python = framework_venv("torch")
-    began = time.monotonic()
     results = finish(torch_ranks(python, runtime_path, 3, [0, 1], 6), 600)
-    elapsed = time.monotonic() - began
-    for rc, lines, stderr in results:
+    for rc, lines, stderr in results:  # ended by the 6 s timeout, each rank saying so; `finish` fails a hang
         assert rc == 3, stderr[-2000:]
         assert "timed out after 6 s" in stderr
         assert lines == [] or (lines[0]["ok"] is False and lines[0]["error"] == "timeout")
-    assert elapsed < 300  # ended by the 6 s timeout (torch's import is most of it on a loaded machine), not hung
 
 
 def test_tensorflow_multiworker_with_ps(framework_venv, runtime_path, tmp_path):
@@ -234,13 +231,11 @@ def test_tensorflow_hung_peer_exits_3(framework_venv, runtime_path):
     ports = free_ports(3)
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
     procs = []
-    began = time.monotonic()
     for role, index in (("chief", 0), ("worker", 0)):  # worker 1 never starts
         env = {**base_env(runtime_path),
                "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})}
         procs.append(start(python, "tensorflow", env, "--timeout", "10"))
-    results = finish(procs, 600)
-    assert time.monotonic() - began < 300  # ended by the 10 s timeout (TF's import is most of it), not hung
+    results = finish(procs, 600)  # fails a hang
     for rc, lines, stderr in results:
         assert rc == 3, stderr[-2000:]
         assert lines[0]["error"] == "timeout" and lines[0]["ok"] is False

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from trainimg.errors import UserInputError
-from trainimg.registry.references import RegistryTarget, split_tag
+from trainimg.registry.references import split_tag
 from trainimg.recipe.grammar import is_reference
 
 BENCHMARKS = Path(__file__).resolve().parent.parent / "benchmarks"
