@@ -34,13 +34,20 @@ FIXED_AT_LEAST = "0.26.5-5+deb12u1"  # bookworm-security's version on 2026-12-02
 REPOSITORY = "trainimg-test/osfix"
 
 
-def security_version(packages_xz: bytes, package: str = PACKAGE) -> str | None:
-    """The version a Packages index (xz) lists for `package`: read stanza by stanza, apart from trainimg's parser."""
+def index_versions(packages_xz: bytes) -> dict[str, str]:
+    """Package -> version of a Packages index (xz), read stanza by stanza, apart from trainimg's parser (an index of
+    one suite and architecture lists one version of each package)."""
+    out = {}
     for stanza in lzma.decompress(packages_xz).decode("utf-8", "replace").split("\n\n"):
         fields = dict(line.split(": ", 1) for line in stanza.splitlines() if ": " in line)
-        if fields.get("Package") == package:
-            return fields.get("Version")
-    return None
+        if "Package" in fields and "Version" in fields:
+            out[fields["Package"]] = fields["Version"]
+    return out
+
+
+def security_version(packages_xz: bytes, package: str = PACKAGE) -> str | None:
+    """The version a Packages index (xz) lists for `package`."""
+    return index_versions(packages_xz).get(package)
 
 
 def _context(base: str) -> bytes:
