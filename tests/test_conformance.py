@@ -44,8 +44,9 @@ def start(*args: str, env: dict[str, str]) -> subprocess.Popen[str]:
                             text=True, preexec_fn=default_sigint)
 
 
-def wait_for_replicas(client: docker.DockerClient, proc: subprocess.Popen[str], timeout: float = 90) -> list[str]:
-    """Block until `proc` has started at least one replica container; returns what it owns."""
+def wait_for_replicas(client: docker.DockerClient, proc: subprocess.Popen[str], timeout: float = 600) -> list[str]:
+    """Block until `proc` has started at least one replica container; returns what it owns. `timeout` is a hang
+    guard: it returns as soon as one runs, however loaded the machine."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         found = [x for x in owned_by(client, proc.pid, checks=False) if x.startswith("container")]

@@ -55,7 +55,7 @@ TRAIN = textwrap.dedent("""\
             json.dump(info, f)
         if role == "chief":  # wait for every node's ps to have written its file (UAI layout test)
             want = int(os.environ.get("WAIT_PS", "0"))
-            deadline = time.time() + 60
+            deadline = time.time() + 600  # a hang guard: the loop ends once every ps wrote
             while len([n for n in os.listdir(out) if n.startswith("ps-")]) < want and time.time() < deadline:
                 time.sleep(0.2)
     dist.barrier()
@@ -269,7 +269,7 @@ def _interrupt_and_check(engine: DockerEngine, code: str, want: int) -> None:
     owner = f"{socket.gethostname()}:{proc.pid}"
     flt = {"label": f"{OWNER_LABEL}={owner}"}
     try:
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + 600  # a hang guard: it returns once they run (a loaded machine is slow)
         while time.monotonic() < deadline:
             running = engine.client.api.containers(filters={**flt, "status": "running"})
             if len(running) >= want:

@@ -234,7 +234,7 @@ def test_sigterm_is_forwarded_to_local_processes(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     child = (
         "import os, pathlib, time; "
-        f"pathlib.Path({str(ready)!r} + os.environ['LOCAL_RANK']).touch(); time.sleep(60)"
+        f"pathlib.Path({str(ready)!r} + os.environ['LOCAL_RANK']).touch(); time.sleep(600)"
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "trainimg.runtime", "launch", "--nproc-per-node", "2", "--framework", "jax", "--"]
@@ -243,7 +243,7 @@ def test_sigterm_is_forwarded_to_local_processes(tmp_path: Path) -> None:
         env=launcher_env(),
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 300  # a hang guard: both children start in a second unless the machine is loaded
     while not (Path(f"{ready}0").exists() and Path(f"{ready}1").exists()):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.05)
