@@ -18,7 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from test_platform_clients import read, run_client
+
 from trainimg.runtime import allreduce_bench, allreduce_result
+from trainimg.runtime.launch import launch_env
+from trainimg.runtime.topology import PLATFORMS, refusal, replica_specs
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME = REPO / "builder" / "runtime"
@@ -120,11 +124,6 @@ def test_the_tf_worker_joins_as_tensorflow_reads_each_platforms_tf_config() -> N
     tf_rank, on the environment the launcher execs it with) is the one TensorFlow's own TFConfigClusterResolver and
     multi_worker_util read from that TF_CONFIG, whatever TRAINIMG_ROLE says: Slurm's and JobSet's workers-only
     TF_CONFIG have no chief, though TRAINIMG_ROLE names node 0 the chief there. Every job's ranks are 0..N-1."""
-    from test_platform_clients import read, run_client
-
-    from trainimg.runtime.launch import launch_env
-    from trainimg.runtime.topology import PLATFORMS, refusal, replica_specs
-
     jobs: list[tuple[str, list[dict[str, str]]]] = []
     for platform in (p for p in PLATFORMS if refusal(p, "tensorflow") is None):
         for replicas in (1, 2, 3):
