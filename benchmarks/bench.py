@@ -50,7 +50,7 @@ QUICK_REPORT = ROOT / "reports" / "bench-quick.json"
 # The families measured alone by a flag of their own name (--ci-rebuild: ci_rebuild), and whether that run keeps
 # the trainimg-bench/* images (the CI fleet removes its own, so another bench's stay).
 ALONE: tuple[tuple[str, bool], ...] = (("arm64", False), ("audit", True), ("signing", True), ("ci_rebuild", True),
-                                       ("ci", True))
+                                       ("ci", True), ("grammar", True))
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -85,6 +85,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--signing", action="store_true",
                         help="measure only sign_s_per_variant (benchmarks/signing.py; a local registry, no build); "
                              "writes reports/bench-signing.json")
+    parser.add_argument("--grammar", action="store_true",
+                        help="measure only registry_refusal_ms and reference_near_miss_ms (benchmarks/grammar.py; "
+                             "in-process, no engine); writes reports/bench-grammar.json")
     parser.add_argument("--ci-rebuild", action="store_true",
                         help="measure only ci_rebuild_ratio (benchmarks/runner.py: stops this machine's dockerd and "
                              "builds on empty engines in its place, then starts it again); writes "

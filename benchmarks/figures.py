@@ -56,6 +56,10 @@ FIGURES: tuple[Figure, ...] = (
            "the JAX CPU variant's arm64 build under emulation / its amd64 build, every step anew"),
     Figure("arm64_gate_ratio", 5.0, "ratio", "its arm64 gate (`trainimg test`) under emulation / its amd64 gate"),
     Figure("arm64_layer_diffs", 0, "count", "layers differing between two arm64 builds without cache"),
+    Figure("registry_refusal_ms", 10.0, "ms",
+           "refusing a hostile `--registry` value (1000 of them, each its best of 5): the slowest"),
+    Figure("reference_near_miss_ms", 50.0, "ms",
+           "the reference grammar on a 100,000-character near miss, best of 5: the slowest of 4"),
 )
 FIGURE_NAMES = tuple(f.name for f in FIGURES)
 GOALS = {f.name: f for f in FIGURES}

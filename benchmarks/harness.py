@@ -77,6 +77,7 @@ FAMILIES: tuple[Family, ...] = (
     Family("audit", ("audit_s_per_variant",), "audit:measure"),
     Family("signing", ("sign_s_per_variant",), "signing:measure"),
     Family("arm64", ("arm64_build_ratio", "arm64_gate_ratio", "arm64_layer_diffs"), "arm64:measure"),
+    Family("grammar", ("registry_refusal_ms", "reference_near_miss_ms"), "grammar:measure"),
     Family("ci_rebuild", ("ci_rebuild_ratio",), "runner:measure"),
 )
 FAMILY = {f.name: f for f in FAMILIES}

@@ -32,7 +32,7 @@ def chromium(*args: str, profile: Path) -> subprocess.CompletedProcess[str]:
 def render_in_chromium(page: Path, screenshot: Path, profile: Path) -> str:
     """Load `page`: save a screenshot at `screenshot` (its path printed), return the DOM as rendered."""
     if CHROMIUM is None:
-        pytest.skip("chromium is not installed (.ci/setup-host installs it)")
+        pytest.fail("chromium is not installed (.ci/setup-host installs it)")
     screenshot.parent.mkdir(parents=True, exist_ok=True)
     shot = chromium(f"--screenshot={screenshot}", "--window-size=1800,500", page.as_uri(), profile=profile)
     assert screenshot.is_file() and screenshot.stat().st_size > 0, shot.stderr[-2000:]

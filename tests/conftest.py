@@ -41,6 +41,7 @@ from conftest_images import LOCAL_BASE
 from conftest_registry import *  # noqa: F401,F403  (the registry fixtures: registry, fault_proxy, ...)
 from conftest_runner import *  # noqa: F401,F403  (ephemeral_runner: the engine as an empty CI runner sees it)
 from onceperrun import built_once
+from osfixture import osfix_base, osfix_cpu_image  # noqa: F401  (images with a known pending OS fix)
 from slurmcluster import slurm_cluster  # noqa: F401  (a real one-machine Slurm, session-scoped)
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -2,7 +2,7 @@
 
 It sits between the Docker engine (or `requests`) and a real registry and, for requests whose `"METHOD /path"`
 matches a regex, can answer an HTTP error instead of forwarding, cut the connection after N bytes of the request
-body (a blob upload dying mid-way), or hold the request for S seconds without answering and then hang up.
+body (a blob upload dying mid-way), or hold the request for S seconds without answering and then hang up (noting whether the client hung up first).
 Each fault fires a bounded number of times; everything else is forwarded byte for byte.
 
 It parses only request framing (Content-Length or chunked bodies), which is all it needs: clients send the next
@@ -16,8 +16,10 @@ from __future__ import annotations
 
 import json
 import re
+import select
 import socket
 import threading
+import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
@@ -70,6 +72,18 @@ class FaultProxy:
         """How many times faults of `kind` actually hit a request."""
         with self._lock:
             return sum(f.fired for f in self._faults if f.kind == kind)
+
+    def stall_outcomes(self, wait: float = 60.0) -> list[str]:
+        """How each stall that fired ended ("ended by the client" or "waited out"), once every one has (a client
+        that gave up may close its connection a moment after its call returned); `wait` bounds that moment."""
+        deadline = time.monotonic() + wait
+        while True:
+            with self._lock:
+                outcomes = [e.split(" ", 1)[1].rsplit(" ", 2)[0] for e in self.events
+                            if e.startswith(("stall ended", "stall waited"))]
+            if len(outcomes) >= self.fired("stall") or time.monotonic() > deadline:
+                return outcomes
+            time.sleep(0.05)
 
     def _add(self, fault: Fault) -> None:
         with self._lock:
@@ -192,7 +206,7 @@ class FaultProxy:
             return False
         if fault is not None and fault.kind == "stall":
             self._note(f"stall {fault.seconds:g}s {line}")
-            self._stopped.wait(fault.seconds)
+            self._note(f"stall {'ended by the client' if _hung_up(client, fault.seconds) else 'waited out'} {line}")
             return False
         upstream.sendall(head)
         sent = 0
@@ -224,6 +238,25 @@ class FaultProxy:
         finally:
             _close(sink)
             _close(source)
+
+
+def _hung_up(client: socket.socket, seconds: float) -> bool:
+    """Hold `client` without an answer for up to `seconds` (what it still sends is read and dropped); True when it
+    hung up first (its own timeout ended the wait), False when the whole stall was waited out."""
+    deadline = time.monotonic() + seconds
+    while (left := deadline - time.monotonic()) > 0:
+        try:
+            ready, _, _ = select.select([client], [], [], left)
+        except (OSError, ValueError):  # the proxy stopped under the stall (its sockets closed)
+            return False
+        if not ready:
+            return False
+        try:
+            if not client.recv(_CHUNK):
+                return True
+        except OSError:  # reset by the client
+            return True
+    return False
 
 
 class _Reader:

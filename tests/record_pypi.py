@@ -12,8 +12,9 @@ What is recorded, all through trainimg's own client (so the ranges are exactly t
 * the byte ranges `compat add` read of those wheels (zip tails, directory heads, METADATA and build_info.py
   members), each gzipped as `ranges/<wheel>/<start>-<end>.gz` with the wheel's `size`, for every release in
   compat.yaml (`reads_archs` says which with their GPU architectures);
-* Debian's bookworm-security Packages index (amd64) cut to the packages of the CPU PyTorch image's SBOM, and that
-  SBOM's dpkg components, under `raw/`.
+* Debian's bookworm-security Packages index (amd64) cut to the packages of the CPU PyTorch image's SBOM and the
+  OS-fix fixture's package (tests/osfixture.py), and that SBOM's dpkg components, under `raw/`
+  (`python3 tests/record_pypi.py --security-index` records the index alone, for the committed SBOM).
 """
 
 from __future__ import annotations
@@ -122,21 +123,33 @@ def record_security() -> None:
                           check=True, capture_output=True, text=True, timeout=300).stdout
     sbom = json.loads(text)
     sbom["components"] = [c for c in sbom["components"] if str(c.get("purl", "")).startswith("pkg:deb/")]
-    packages = deb_packages(sbom)
-    url = SECURITY_ARCHIVES["debian"].format(codename=packages[0].codename, arch=packages[0].arch)
-    index = lzma.decompress(Http().get(url)).decode()
-    names = {p.name for p in packages}
-    stanzas = [s for s in index.split("\n\n") if s.startswith("Package: ") and s.split("\n", 1)[0][9:] in names]
     raw = OUT / "raw"
     raw.mkdir(parents=True, exist_ok=True)
     (raw / "sbom.cdx.json").write_text(json.dumps(sbom, indent=1, sort_keys=True) + "\n")
+    record_security_index(sbom)
+
+
+def record_security_index(sbom: dict[str, Any]) -> None:
+    """The security suite's Packages index of the image's architecture (where its `all` packages are listed too),
+    cut to the stanzas of the SBOM's packages and of the pending fix tests/osfixture.py installs."""
+    from osfixture import PACKAGE
+
+    packages = deb_packages(sbom)
+    url = SECURITY_ARCHIVES["debian"].format(codename=packages[0].codename, arch=packages[0].index_arch)
+    index = lzma.decompress(Http().get(url)).decode()
+    names = {p.name for p in packages} | {PACKAGE}
+    stanzas = [s for s in index.split("\n\n") if s.startswith("Package: ") and s.split("\n", 1)[0][9:] in names]
+    raw = OUT / "raw"
     (raw / "Packages.xz").write_bytes(lzma.compress(("\n\n".join(stanzas) + "\n").encode()))
     (raw / "SOURCES").write_text(f"sbom.cdx.json: /etc/trainimg/sbom.cdx.json of {SBOM_IMAGE}, dpkg components only\n"
-                                 f"Packages.xz: {url}, the stanzas of those packages, read "
-                                 f"{datetime.date.today()}\n")
+                                 f"Packages.xz: {url}, the stanzas of those packages and of {PACKAGE} "
+                                 f"(tests/osfixture.py), read {datetime.date.today()}\n")
 
 
 def main() -> None:
+    if sys.argv[1:] == ["--security-index"]:
+        record_security_index(json.loads((OUT / "raw" / "sbom.cdx.json").read_text()))
+        return
     keep = record_index()
     record_security()
     versions = {k: sorted(v, key=Version) for k, v in sorted(keep.items())}

@@ -18,7 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from test_platform_clients import read, run_client
+
 from trainimg.runtime import allreduce_bench, allreduce_result
+from trainimg.runtime.launch import launch_env
+from trainimg.runtime.topology import PLATFORMS, refusal, replica_specs
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME = REPO / "builder" / "runtime"
@@ -115,6 +119,41 @@ def test_benchmark_result_command_and_parsing():
         allreduce_bench.parse_benchmark_output('{"ok": true}\n')
 
 
+def test_the_tf_worker_joins_as_tensorflow_reads_each_platforms_tf_config() -> None:
+    """On every platform that runs TensorFlow, the task the all-reduce worker joins as (allreduce_result.tf_task and
+    tf_rank, on the environment the launcher execs it with) is the one TensorFlow's own TFConfigClusterResolver and
+    multi_worker_util read from that TF_CONFIG, whatever TRAINIMG_ROLE says: Slurm's and JobSet's workers-only
+    TF_CONFIG have no chief, though TRAINIMG_ROLE names node 0 the chief there. Every job's ranks are 0..N-1."""
+    jobs: list[tuple[str, list[dict[str, str]]]] = []
+    for platform in (p for p in PLATFORMS if refusal(p, "tensorflow") is None):
+        for replicas in (1, 2, 3):
+            specs = replica_specs(platform, replicas, framework="tensorflow",
+                                  nproc_per_node=2 if platform == "slurm" else 1)
+            launched = [launch_env(info, spec.env) for spec in specs for info in [read(spec.env)]
+                        if not isinstance(info, dict) and info.role in ("chief", "worker")]
+            jobs.append((f"{platform} x{replicas}", [env for env in launched if "TF_CONFIG" in env]))
+    assert {name.split()[0] for name, envs in jobs if envs} >= {"vertex", "slurm", "tfjob", "jobset"}, jobs
+    envs = [env for _, job in jobs for env in job]
+    answers = iter(run_client("tf", "tf_client.py", [{"mode": "tf_config", "env": {"TF_CONFIG": env["TF_CONFIG"]}}
+                                                     for env in envs]))
+    wrong = []
+    for name, job in jobs:
+        ranks = []
+        for env in job:
+            cluster, role, index = allreduce_result.tf_task(env)
+            rank, world = allreduce_result.tf_rank(cluster, role, index)
+            theirs = next(answers)
+            mine = {"task_type": role, "task_id": index, "id_in_cluster": rank, "worker_count": world}
+            if mine != {k: theirs.get(k) for k in mine}:
+                wrong.append((name, env["TRAINIMG_ROLE"], mine, theirs))
+            ranks.append(rank)
+        if sorted(ranks) != list(range(len(job))):
+            wrong.append((name, "ranks", ranks))
+    assert not wrong, wrong[:5]
+    print(f"{len(envs)} TensorFlow tasks of {len(jobs)} jobs on "
+          f"{len({name.split()[0] for name, _ in jobs})} platforms join as TensorFlow reads them")
+
+
 def test_tf_task_and_rank():
     cluster = {"chief": ["a:1"], "worker": ["b:1", "c:1"], "ps": ["d:1"]}
     env = {"TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": "worker", "index": 1}})}
@@ -187,14 +226,11 @@ def test_pytorch_wrong_sum_exits_1(framework_venv, runtime_path, tmp_path):
 
 def test_pytorch_hung_peer_exits_3(framework_venv, runtime_path):
     python = framework_venv("torch")
-    began = time.monotonic()
     results = finish(torch_ranks(python, runtime_path, 3, [0, 1], 6), 600)
-    elapsed = time.monotonic() - began
-    for rc, lines, stderr in results:
+    for rc, lines, stderr in results:  # ended by the 6 s timeout, each rank saying so; `finish` fails a hang
         assert rc == 3, stderr[-2000:]
         assert "timed out after 6 s" in stderr
         assert lines == [] or (lines[0]["ok"] is False and lines[0]["error"] == "timeout")
-    assert elapsed < 300  # ended by the 6 s timeout (torch's import is most of it on a loaded machine), not hung
 
 
 def test_tensorflow_multiworker_with_ps(framework_venv, runtime_path, tmp_path):
@@ -234,13 +270,11 @@ def test_tensorflow_hung_peer_exits_3(framework_venv, runtime_path):
     ports = free_ports(3)
     cluster = {"chief": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{p}" for p in ports[1:]]}
     procs = []
-    began = time.monotonic()
     for role, index in (("chief", 0), ("worker", 0)):  # worker 1 never starts
         env = {**base_env(runtime_path),
                "TF_CONFIG": json.dumps({"cluster": cluster, "task": {"type": role, "index": index}})}
         procs.append(start(python, "tensorflow", env, "--timeout", "10"))
-    results = finish(procs, 600)
-    assert time.monotonic() - began < 300  # ended by the 10 s timeout (TF's import is most of it), not hung
+    results = finish(procs, 600)  # fails a hang
     for rc, lines, stderr in results:
         assert rc == 3, stderr[-2000:]
         assert lines[0]["error"] == "timeout" and lines[0]["ok"] is False

@@ -2,7 +2,8 @@
 the table: every framework release line x CPU and each CUDA build x arm64), what the shipped recipes list, and what
 another architecture changes in the plan, the lock and the rendered Dockerfile (and what it leaves alone: amd64's).
 
-In process, no engine: the real CLI (`trainimg.cli.app.main`) on recipes written to a fresh folder, and the library.
+In process, no engine: the real CLI (`trainimg.cli.app.main`) on recipes written to a fresh folder, and the library;
+the signing of a two-architecture release against Debian's registry binary, checked by trainimg verify and cosign.
 """
 
 from __future__ import annotations
@@ -13,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from trustworld import TOOLS
+
 from trainimg.cli.app import main
 from trainimg.plan.installer import UV_SHA256_BY_ARCH
 from trainimg.plan.requirements import LOCK_NAME, lock_path, variant_requirements
@@ -20,6 +23,7 @@ from trainimg.plan.stages import plans
 from trainimg.recipe.arches import ARCHES, arch_key, local_tag, split_key
 from trainimg.recipe.compat import load_compat
 from trainimg.recipe.loading import load_recipes
+from trainimg.registry.registryapi import sha256_digest
 from trainimg.render.dockerfile import render_plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -363,36 +367,78 @@ def test_diff_of_a_variants_two_architectures_says_so(tmp_path):
     assert "architecture: amd64 -> arm64" in render_diff(d).splitlines()
 
 
-def test_a_signed_release_of_an_index_signs_each_manifest_and_the_index():
-    """`release --sign-key` of a variant of two architectures: each architecture's manifest (its own lock and
-    Dockerfile in the provenance) and the index the tag names; a kept architecture's manifest and its index too."""
+def test_a_signed_release_of_an_index_signs_each_manifest_and_the_index(tmp_path, host_tool):
+    """`release --sign-key` of a variant of two architectures: what it signs (release_images: each architecture's
+    manifest, with its own lock and Dockerfile in the provenance, and the index the tag names; a kept
+    architecture's manifest and its index too), signed by the release's code (sign_all) in a real registry and
+    each signature and provenance verified by trainimg verify and cosign (verify, verify-attestation)."""
+    import base64
+
     from memory_engine import MemoryEngine
+    from trustworld import world_of
 
     from trainimg.engine.base import ImageInfo
     from trainimg.imagebuild.builder import VariantBuild
     from trainimg.publish.push import PushResult
-    from trainimg.publish.signing import release_images
+    from trainimg.publish.signing import release_images, sign_all
     from trainimg.publish.skip import Decision
+    from trainimg.registry.imageindex import INDEX_TYPE, Platformed, index_body
     from trainimg.registry.references import RegistryTarget
+    from trainimg.registry.referrers import OCI_MANIFEST
+    from trainimg.runtime.contract import RECIPE_LABEL, VARIANT_LABEL
+    from trainimg.trust import keys, provenance
+    from trainimg.trust.signer import Signer
 
+    host_tool("docker-registry")
     recipes = load_recipes(ROOT / "recipes")
-    name, tag = "jax-0.10.2-cpu-py3.11", "trainimg/jax:0.10.2-cpu-py3.11"
+    name = next(v.name for v in recipes.variants if v.framework == "jax" and not v.gpu and "arm64" in v.arch)
+    tag = recipes.by_name[name].tag
     engine = MemoryEngine(images={"local/debian:bookworm": ImageInfo("sha256:" + "1" * 64, {}),
                                   "local/debian:bookworm-arm64": ImageInfo("sha256:" + "2" * 64, {})})
-    target = RegistryTarget.parse("localhost:5000/team")
-    digests = {"amd64": "sha256:" + "a" * 64, "arm64": "sha256:" + "b" * 64, "index": "sha256:" + "c" * 64}
-    builds = [VariantBuild(name, local_tag(tag, arch), "sha256:" + "d" * 64, 1, 1.0, 1, 0, [], base, [], {},
-                           dockerfile="sha256:" + "e" * 64, arch=arch, variant_tag=tag)
-              for arch, base in (("amd64", "local/debian:bookworm"), ("arm64", "local/debian:bookworm-arm64"))]
-    pushed = {tag: PushResult(f"localhost:5000/team/{tag}", digests["index"], 0, 1, index=True,
-                              manifests={"amd64": digests["amd64"], "arm64": digests["arm64"]})}
-    signed = release_images(engine, recipes, ROOT, target, builds, pushed, [], "2026-01-01T00:00:00Z")
-    assert [(s.repository, s.digest, s.arch) for s in signed] == [
-        ("team/trainimg/jax", digests["amd64"], "amd64"), ("team/trainimg/jax", digests["arm64"], "arm64"),
-        ("team/trainimg/jax", digests["index"], "amd64")]
-    assert [r.name for r in signed[1].made_from] == ["recipes/jax.yaml", f"images/{name}/arm64/Dockerfile"]
-    assert signed[1].base_digest == "sha256:" + "2" * 64
-    kept = Decision(name, tag, True, "unchanged", digest=digests["arm64"], arch="arm64", tag_digest=digests["index"])
-    again = release_images(engine, recipes, ROOT, target, builds[:1], {tag: pushed[tag]}, [kept], "t")
-    assert {(s.digest, s.arch) for s in again} == {(digests["amd64"], "amd64"), (digests["index"], "amd64"),
-                                                   (digests["arm64"], "arm64")}
+    with world_of(tmp_path) as world:
+        target = RegistryTarget.parse(f"{world.host}/team")
+        repository = target.repository(tag.split(":")[0])
+        labels = {VARIANT_LABEL: name, RECIPE_LABEL: recipes.by_name[name].source}
+        digests, sizes = {}, {}
+        for arch in ("amd64", "arm64"):
+            layer = f"{name} {arch} layer".encode()
+            config = json.dumps({"architecture": arch, "os": "linux", "config": {"Labels": labels},
+                                 "rootfs": {"type": "layers", "diff_ids": [sha256_digest(layer)]}}).encode()
+            digests[arch] = world.push_manifest(repository, f"{arch}-only", config, layer)
+            sizes[arch] = len(world.api.manifest_json(repository, digests[arch])[0])
+        digests["index"] = world.api.put_manifest(repository, tag.split(":")[1], index_body(
+            [Platformed(arch, digests[arch], sizes[arch], OCI_MANIFEST) for arch in ("amd64", "arm64")]), INDEX_TYPE)
+        builds = [VariantBuild(name, local_tag(tag, arch), "sha256:" + "d" * 64, 1, 1.0, 1, 0, [], base, [], {},
+                               dockerfile="sha256:" + "e" * 64, arch=arch, variant_tag=tag)
+                  for arch, base in (("amd64", "local/debian:bookworm"), ("arm64", "local/debian:bookworm-arm64"))]
+        pushed = {tag: PushResult(target.ref(tag), digests["index"], 0, 1, index=True,
+                                  manifests={"amd64": digests["amd64"], "arm64": digests["arm64"]})}
+        signed = release_images(engine, recipes, ROOT, target, builds, pushed, [], "2026-01-01T00:00:00Z")
+        assert [(s.repository, s.digest, s.arch) for s in signed] == [
+            (repository, digests["amd64"], "amd64"), (repository, digests["arm64"], "arm64"),
+            (repository, digests["index"], "amd64")]
+        assert signed[1].base_digest == "sha256:" + "2" * 64
+        kept = Decision(name, tag, True, "unchanged", digest=digests["arm64"], arch="arm64",
+                        tag_digest=digests["index"])
+        again = release_images(engine, recipes, ROOT, target, builds[:1], {tag: pushed[tag]}, [kept], "t")
+        assert {(s.digest, s.arch) for s in again} == {(digests["amd64"], "amd64"), (digests["index"], "amd64"),
+                                                       (digests["arm64"], "arm64")}
+
+        sign_all(Signer(keys.load_signing_key(world.ours[0], world.env), world.env), world.api, signed)
+        for image in signed:
+            ref = f"{world.host}/{image.repository}@{image.digest}"
+            verdicts = world.verdicts(ref, world.ours[1], only=("trainimg", "cosign", "cosign-attestation"))
+            assert all(ok for ok, _ in verdicts.values()), (ref, verdicts)
+            r = world.run(str(TOOLS / "cosign"), "verify-attestation", "--type", provenance.COSIGN_TYPE, "--key",
+                          str(world.ours[1]), "--insecure-ignore-tlog=true", "--allow-http-registry", ref)
+            statement = json.loads(base64.b64decode(json.loads(r.stdout.splitlines()[0])["payload"]))
+            assert statement["subject"][0]["digest"] == {"sha256": image.digest.split(":")[1]}
+            made_from = [d.get("uri") or d.get("name") for d in
+                         statement["predicate"]["buildDefinition"]["resolvedDependencies"]]
+            if image.digest != digests["index"]:  # each architecture's own Dockerfile; the index has none
+                dockerfile = f"images/{name}/Dockerfile" if image.arch == "amd64" else \
+                    f"images/{name}/{image.arch}/Dockerfile"
+                assert dockerfile in made_from, (image.arch, made_from)
+        unsigned = world.push(repository, "unsigned")  # the consumers refuse what the release did not sign
+        assert not world.verdicts(f"{world.host}/{repository}@{unsigned}", world.ours[1],
+                                  only=("cosign",))["cosign"][0]

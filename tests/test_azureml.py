@@ -45,17 +45,18 @@ def test_tensorflow_distribution_reads_tf_config() -> None:
     assert info.tf_config["cluster"]["ps"] == ["10.0.0.6:2222"]
 
 
-@pytest.mark.parametrize("env", [PYTORCH_PROCESS, TF_WORKER], ids=["pytorch", "tensorflow"])
-def test_the_azureml_claim_is_a_strict_superset(env: dict[str, str]) -> None:
-    """Without the run's markers the same variables are the plain env:// or TF_CONFIG world; with them, Azure ML's."""
-    plain = {k: v for k, v in env.items() if k not in azureml.MARKERS}
-    assert set(azureml.claims(env)) > set(envworld.claims(env)) | set(tfconfig.claims(env))
-    assert azureml.claims(plain) == ()
-    assert parse_cluster(env).platform == "azureml"
-    try:  # the plain reading: an env:// world has no node count to say LOCAL_RANK's world, so it refuses it
-        assert parse_cluster(plain).platform in (envworld.NAME, tfconfig.NAME)
-    except ClusterError as err:
-        assert err.variable == "LOCAL_RANK"
+def test_the_azureml_claim_is_a_strict_superset() -> None:
+    """Without the run's markers the same variables are the plain env:// or TF_CONFIG world; with them, Azure ML's.
+    The plain env:// reading of the PyTorch process refuses its LOCAL_RANK: without Azure ML's node count it has
+    no LOCAL_WORLD_SIZE beyond 1 to place local rank 2 in."""
+    for env in (PYTORCH_PROCESS, TF_WORKER):
+        assert set(azureml.claims(env)) > set(envworld.claims(env)) | set(tfconfig.claims(env))
+        assert azureml.claims({k: v for k, v in env.items() if k not in azureml.MARKERS}) == ()
+        assert parse_cluster(env).platform == "azureml"
+    with pytest.raises(ClusterError) as refused:
+        parse_cluster({k: v for k, v in PYTORCH_PROCESS.items() if k not in azureml.MARKERS})
+    assert refused.value.variable == "LOCAL_RANK" and "outside the world of 1" in str(refused.value)
+    assert parse_cluster({k: v for k, v in TF_WORKER.items() if k not in azureml.MARKERS}).platform == tfconfig.NAME
 
 
 def test_platform_azureml_forces_the_reading() -> None:

@@ -42,7 +42,7 @@ def test_figure_names_are_the_contract() -> None:
         "uv_vs_pip_warm", "reproducible_package_diffs", "ci_noop_release", "ci_noop_layer_bytes", "ci_one_change",
         "cold_import_ratio", "node_start_zstd_vs_gzip", "audit_s_per_variant", "sign_s_per_variant",
         "arm64_build_ratio", "arm64_gate_ratio",
-        "arm64_layer_diffs")
+        "arm64_layer_diffs", "registry_refusal_ms", "reference_near_miss_ms")
 
 
 @pytest.mark.parametrize("num, den, expected", [

@@ -130,7 +130,7 @@ class Checkout:
 def checkouts(tmp_path_factory: pytest.TempPathFactory, registry: RegistryLogin, state_env: dict[str, str],
               cpu_image: str, client: docker.DockerClient) -> Iterator[dict[str, Checkout]]:
     if GITLAB_CI_LOCAL is None:
-        pytest.skip("gitlab-ci-local is not installed (.ci/setup-host installs it with npm)")
+        pytest.fail("gitlab-ci-local is not installed (.ci/setup-host installs it with npm)")
     base = tmp_path_factory.mktemp("gitlab-ci-local")
     made = {case: Checkout(base / case, case, registry, state_env) for case in ("pass", "fail")}
     yield made

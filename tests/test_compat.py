@@ -208,7 +208,7 @@ def test_torch_2_14_1_is_cuda_13_0_build(compat: Compat) -> None:
     assert cu130.pip_index is None  # the PyPI default build
     meta = _wheel_metadata("torch-2.14.1-*.whl", "/opt/pypi-more/files")
     if meta is None:
-        pytest.skip("torch 2.14.1 wheel not on this machine")
+        pytest.fail("torch 2.14.1 wheel not on this machine: CI's machines ship it")
     assert meta["Version"] == ["2.14.1"]
     assert _pin(meta["Requires-Dist"], "nvidia-cudnn-cu13") == as_constraint(cu130.cudnn)
     assert _pin(meta["Requires-Dist"], "nvidia-nccl-cu13") == as_constraint(cu130.nccl)
@@ -220,7 +220,7 @@ def test_torch_2_13_cpu_wheel(compat: Compat) -> None:
     assert rel.cpu_pip_index == "https://download.pytorch.org/whl/cpu"
     meta = _wheel_metadata("torch-2.13.0+cpu-*.whl", "/opt/wheels")
     if meta is None:
-        pytest.skip("torch 2.13.0+cpu wheel not on this machine")
+        pytest.fail("torch 2.13.0+cpu wheel not on this machine: CI's machines ship it")
     assert meta["Version"] == ["2.13.0+cpu"]
     assert not any(r.startswith("nvidia-") for r in meta["Requires-Dist"])
     assert Version("3.11") in rel.python_spec
@@ -233,7 +233,7 @@ def test_tensorflow_cpu_2_21_for_python_3_11(compat: Compat) -> None:
     assert Version("3.11") in rel.python_spec
     meta = _wheel_metadata("tensorflow_cpu-2.21.0-cp311-*.whl", "/opt/pypi/files")
     if meta is None:
-        pytest.skip("tensorflow-cpu 2.21.0 wheel not on this machine")
+        pytest.fail("tensorflow-cpu 2.21.0 wheel not on this machine: CI's machines ship it")
     assert meta["Version"] == ["2.21.0"]
     # the and-cuda ranges recorded for 2.21 are the wheel's own, bounds and all
     variant = rel.cuda["12.5"]
@@ -254,7 +254,7 @@ def test_jax_0_10_2_for_python_3_11(compat: Compat) -> None:
     for pattern in ("jax-0.10.2-*.whl", "jaxlib-0.10.2-cp311-*.whl"):
         meta = _wheel_metadata(pattern, "/opt/pypi/files")
         if meta is None:
-            pytest.skip(f"{pattern} not on this machine")
+            pytest.fail(f"{pattern} not on this machine: CI's machines ship it")
         assert meta["Version"] == ["0.10.2"]
         assert Version("3.11") in SpecifierSet(meta["Requires-Python"][0])
 

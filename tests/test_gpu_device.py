@@ -9,9 +9,9 @@ itself runs in its dry mode (every step's command and check, nothing run) and pa
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -116,8 +116,7 @@ def test_the_script_dry_run_covers_the_whole_device_run(tmp_path: Path) -> None:
     assert (REPO / "benchmarks/results/2026-11-26-h100/platforms/train_ddp.py").is_file()
 
 
-@pytest.mark.skipif(shutil.which("shellcheck") is None, reason="shellcheck is not installed (apt install shellcheck)")
-def test_shellcheck() -> None:
-    proc = subprocess.run(["shellcheck", "benchmarks/gpu_device.sh", "benchmarks/gpu_selftest.sh"], cwd=REPO,
+def test_shellcheck(host_tool: Callable[[str], str]) -> None:
+    proc = subprocess.run([host_tool("shellcheck"), "benchmarks/gpu_device.sh", "benchmarks/gpu_selftest.sh"], cwd=REPO,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stdout

@@ -225,17 +225,16 @@ def test_two_nodes_two_processes_each_make_ranks_0_to_3() -> None:
 
 def test_one_failing_local_process_fails_the_replica() -> None:
     child = "import os, sys, time; sys.exit(3) if os.environ['LOCAL_RANK'] == '1' else time.sleep(600)"
-    started = time.monotonic()
+    # The sibling sleeps 600 s, past the 400 s this launch may take: terminated, not waited for.
     result = launch(["--nproc-per-node", "2", "--framework", "jax", "--", sys.executable, "-c", child], timeout=400)
     assert result.returncode == 3, result.stderr
-    assert time.monotonic() - started < 300  # the sleeping sibling (600 s) was terminated, not waited for
 
 
 def test_sigterm_is_forwarded_to_local_processes(tmp_path: Path) -> None:
     ready = tmp_path / "ready"
     child = (
         "import os, pathlib, time; "
-        f"pathlib.Path({str(ready)!r} + os.environ['LOCAL_RANK']).touch(); time.sleep(60)"
+        f"pathlib.Path({str(ready)!r} + os.environ['LOCAL_RANK']).touch(); time.sleep(600)"
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "trainimg.runtime", "launch", "--nproc-per-node", "2", "--framework", "jax", "--"]
@@ -244,7 +243,7 @@ def test_sigterm_is_forwarded_to_local_processes(tmp_path: Path) -> None:
         env=launcher_env(),
         stderr=subprocess.DEVNULL,
     )
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 300  # a hang guard: both children start in a second unless the machine is loaded
     while not (Path(f"{ready}0").exists() and Path(f"{ready}1").exists()):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.05)

@@ -73,7 +73,7 @@ def page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, str]:
 
 def _layout(folder: Path, text: str, name: str, width: int) -> tuple[dict[str, object], str]:
     if CHROMIUM is None:
-        pytest.skip("chromium is not installed (.ci/setup-host installs it)")
+        pytest.fail("chromium is not installed (.ci/setup-host installs it)")
     measured = folder / f"{name}.html"
     inner = html.escape(text.replace("</body>", MEASURE + "\n</body>"), quote=True)
     measured.write_text(FRAME.format(width=width, page=inner), encoding="utf-8")

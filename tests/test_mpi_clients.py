@@ -1,6 +1,6 @@
 """trainimg's reading of the environment ``mpirun`` gives its ranks, checked against JAX's own ``OmpiCluster``
 (``jax._src.clusters``, through ``ClusterEnv.auto_detect_unset_distributed_params`` as ``jax.distributed.initialize()``
-runs it) and against the ``OMPI_*`` source itself for the ``env://`` values the launcher hands torch.
+runs it) and against torch.distributed's own ``env://`` rendezvous on the environment the launcher hands the program.
 
 Every environment is generated (seeded) from a job: nodes with names and addresses, processes per node, where
 ``mpirun`` runs (on the first node, as a plain ``mpirun`` or the Trainer's DeepSpeed runtime with its launcher as a
@@ -111,19 +111,30 @@ def test_jax_ompi_cluster_agrees(tmp_path: Path) -> None:
 
 
 def test_launcher_hands_torch_the_ompi_ranks(tmp_path: Path) -> None:
-    """RANK, WORLD_SIZE, LOCAL_RANK as mpirun set them, MASTER_ADDR on rank 0's node, nothing started twice."""
-    rows = []
-    for i, (facts, env) in enumerate(batch(tmp_path)):
-        info = read(env)
-        assert isinstance(info, ClusterInfo) and info.started_by == mpi.NAME, (env, info)
-        mine = launch_env(info, {})
-        source = {"RANK": env[mpi.RANK], "WORLD_SIZE": env[mpi.SIZE], "LOCAL_RANK": env[mpi.LOCAL_RANK],
-                  "LOCAL_WORLD_SIZE": env[mpi.LOCAL_SIZE], "master_node": 0,
-                  "MASTER_PORT": env.get("MASTER_PORT", "29500"), "node": facts["node"]}
-        own = {**{k: mine[k] for k in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_PORT")},
-               "master_node": facts["reach"].get(mine["MASTER_ADDR"]), "node": int(mine["TRAINIMG_NODE_RANK"])}
-        rows.append(Row(f"mpi-{i} {facts['shape']}", own, source, source))
-    judge("Open MPI: torch env:// from OMPI_COMM_WORLD_*", rows)
+    """What torch itself reads from the environment the launcher execs the program with (torch.distributed's
+    ``env://`` rendezvous handler: RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) is what mpirun set in OMPI_COMM_WORLD_*,
+    with the store on rank 0's node; the local figures the program reads itself (LOCAL_RANK, LOCAL_WORLD_SIZE) and
+    the node are mpirun's too; nothing is started twice."""
+    cases = batch(tmp_path)
+    infos = [read(env) for _, env in cases]
+    assert all(isinstance(i, ClusterInfo) and i.started_by == mpi.NAME for i in infos), infos
+    launched = [launch_env(info, env) for info, (_, env) in zip(infos, cases)]
+    answers = run_client("torch", "torch_env_client.py", [{"env": env} for env in launched])
+    rows, local = [], []
+    for i, ((facts, env), mine, theirs) in enumerate(zip(cases, launched, answers)):
+        truth = {"rank": int(env[mpi.RANK]), "world_size": int(env[mpi.SIZE]), "master_node": 0,
+                 "master_port": int(env.get("MASTER_PORT", "29500"))}
+        own = {"rank": int(mine["RANK"]), "world_size": int(mine["WORLD_SIZE"]),
+               "master_node": facts["reach"].get(mine["MASTER_ADDR"]), "master_port": int(mine["MASTER_PORT"])}
+        torch_read = {"rank": theirs.get("rank"), "world_size": theirs.get("world_size"),
+                      "master_node": facts["reach"].get(theirs.get("master_addr", "")),
+                      "master_port": theirs.get("master_port"), **({"error": theirs["error"]} if "error" in theirs
+                                                                   else {})}
+        rows.append(Row(f"mpi-{i} {facts['shape']}", own, torch_read, truth))
+        local.append(((mine["LOCAL_RANK"], mine["LOCAL_WORLD_SIZE"], mine["TRAINIMG_NODE_RANK"]),
+                      (env[mpi.LOCAL_RANK], env[mpi.LOCAL_SIZE], str(facts["node"]))))
+    judge("Open MPI: torch env:// on the launcher's env, against OMPI_COMM_WORLD_*", rows)
+    assert [mine for mine, _ in local] == [source for _, source in local]
 
 
 def azure_ml(facts: dict[str, Any], env: dict[str, str], rng: random.Random) -> dict[str, str]:

@@ -346,20 +346,25 @@ def test_slurm_jax_detection_agrees(slurm_batch: list[SlurmTask], slurm_jax: lis
 
 def test_slurm_launcher_keeps_srun_ranks_and_jax_coordinator(slurm_batch: list[SlurmTask],
                                                               slurm_jax: list[dict[str, Any]]) -> None:
-    """The launcher's env for an srun task: Slurm's own ranks, and the coordinator JAX itself would pick (what
-    ``jax.distributed.initialize`` reads from it, checked by JAX's own initialize)."""
-    ranks, jax_rows = [], []
-    for task, initialized in zip(slurm_batch, slurm_jax[len(slurm_batch):]):
-        out = launcher_env(task.env)
-        srun = {"RANK": task.env["SLURM_PROCID"], "WORLD_SIZE": task.env["SLURM_NTASKS"],
-                "LOCAL_RANK": task.env["SLURM_LOCALID"]}
-        ranks.append(Row(task.name, {k: out[k] for k in srun}, srun,
-                         {"RANK": str(task.procid), "WORLD_SIZE": str(task.ntasks), "LOCAL_RANK": str(task.local)}))
+    """The launcher's env for an srun task: Slurm's own ranks, as torch itself reads them from it (torch.distributed's
+    ``env://`` rendezvous: RANK and WORLD_SIZE; LOCAL_RANK, which the program reads itself, against the job), and
+    the coordinator JAX itself would pick (what ``jax.distributed.initialize`` reads from it, checked by JAX's own
+    initialize)."""
+    launched = [launcher_env(task.env) for task in slurm_batch]
+    torch_read = run_client("torch", "torch_env_client.py", [{"env": env} for env in launched])
+    ranks, jax_rows, local = [], [], []
+    for task, out, torch_answer, initialized in zip(slurm_batch, launched, torch_read,
+                                                    slurm_jax[len(slurm_batch):]):
+        ranks.append(Row(task.name, {"rank": int(out["RANK"]), "world_size": int(out["WORLD_SIZE"])},
+                         {k: torch_answer.get(k, torch_answer.get("error")) for k in ("rank", "world_size")},
+                         {"rank": task.procid, "world_size": task.ntasks}))
+        local.append((out["LOCAL_RANK"], str(task.local)))
         mine = {"coordinator": out["JAX_COORDINATOR_ADDRESS"], "num_processes": int(out["JAX_NUM_PROCESSES"]),
                 "process_id": int(out["JAX_PROCESS_ID"])}
         theirs = {k: initialized.get(k, initialized.get("error")) for k in mine}
         jax_rows.append(Row(task.name, mine, theirs, {k: v for k, v in jax_truth(task).items() if k in mine}))
-    judge("slurm / launch_env RANK, WORLD_SIZE, LOCAL_RANK vs SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID", ranks)
+    judge("slurm / torch env:// on the launcher's env vs the job's SLURM_PROCID, SLURM_NTASKS", ranks)
+    assert [mine for mine, _ in local] == [job for _, job in local]  # LOCAL_RANK: the task's SLURM_LOCALID
     judge("slurm / jax.distributed.initialize under the launcher's env", jax_rows)
 
 

@@ -79,7 +79,7 @@ def nccl_dir() -> Path:
     """A directory with the real libnccl.so.2 from the nvidia-nccl-cu13 2.30.7 wheel."""
     found = _extract(NCCL_WHEELS, ["nvidia/nccl/lib/libnccl.so.2"], LIB_CACHE / "nccl")
     if found is None:
-        pytest.skip(f"no wheel matching {NCCL_WHEELS}")
+        pytest.fail(f"no wheel matching {NCCL_WHEELS}: CI's machines ship it")
     return found
 
 
@@ -89,7 +89,7 @@ def cudnn_dir() -> Path:
     found = _extract(CUDNN_WHEELS, ["nvidia/cudnn/lib/libcudnn.so.9", "nvidia/cudnn/lib/libcudnn_graph.so.9"],
                      LIB_CACHE / "cudnn")
     if found is None:
-        pytest.skip(f"no wheel matching {CUDNN_WHEELS}")
+        pytest.fail(f"no wheel matching {CUDNN_WHEELS}: CI's machines ship it")
     return found
 
 
@@ -368,7 +368,7 @@ def test_framework_none_is_skipped():
 
 def test_gpu_absent_is_skipped():
     if shutil.which("nvidia-smi"):
-        pytest.skip("this machine has nvidia-smi")
+        pytest.skip("this machine has nvidia-smi: the no-GPU answer cannot be checked on a GPU machine")
     [result] = probe.run_checks({}, {"gpu"})
     assert result["status"] == "skipped" and result["reason"] == "no GPU"
 

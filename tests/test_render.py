@@ -1,4 +1,5 @@
-"""Rendering: golden text per building block, deterministic Dockerfiles, drift checks, shared stages, hadolint.
+"""Rendering: golden text per building block, deterministic Dockerfiles, drift checks, shared stages, and what
+consumes the Dockerfiles: BuildKit (every shape parsed, the CPU variant's first stages built) and hadolint.
 
 Golden files live in tests/golden/<name>.txt. After an intended template change, regenerate them with
 ``TRAINIMG_UPDATE_GOLDEN=1 python -m pytest tests/test_render.py`` and read the diff before committing it.
@@ -14,10 +15,11 @@ import subprocess
 import textwrap
 from pathlib import Path
 
+import docker
 import pytest
 
 from trainimg.plan import blocks
-from trainimg.plan.reproducible import SEAL_BEGIN, SEAL_END
+from trainimg.plan.reproducible import BASE_FILES, SEAL_BEGIN, SEAL_END
 from trainimg.cli.app import main
 from trainimg.recipe.compat import load_compat
 from trainimg.plan.stages import make_plan, static_labels
@@ -207,10 +209,57 @@ def test_block_labels(rs, compat):
     assert lines[-1] == '      maintainer="trainimg"'
 
 
+# Every shape a plan takes (CPU, GPU with its comms stage, an extending child, framework none): their goldens.
+WHOLE = ("pytorch-2.13.0-cpu-py3.11", "pytorch-2.14.1-cu130-py3.12", "my-trainer", "base-base-cu126-py3.11")
+PARSE_ONLY = "trainimg-parse-only"  # a stage no Dockerfile has: BuildKit parses every stage, then says it is missing
+
+
+def whole_dockerfile(rs, compat, name: str) -> str:
+    v = rs.by_name[name]
+    return render_plan(make_plan(v, compat, rs.by_name.get(v.extends or "")))
+
+
 def test_whole_dockerfiles_golden(rs, compat):
-    for name in ("pytorch-2.13.0-cpu-py3.11", "pytorch-2.14.1-cu130-py3.12", "my-trainer", "base-base-cu126-py3.11"):
-        v = rs.by_name[name]
-        golden(f"dockerfile_{name}", render_plan(make_plan(v, compat, rs.by_name.get(v.extends or ""))).rstrip("\n"))
+    for name in WHOLE:
+        golden(f"dockerfile_{name}", whole_dockerfile(rs, compat, name).rstrip("\n"))
+
+
+def _buildkit(docker_cli: str, dockerfile: Path, context: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([docker_cli, "build", "--progress", "plain", "-f", str(dockerfile), *args, str(context)],
+                          env={**os.environ, "DOCKER_BUILDKIT": "1"}, capture_output=True, text=True, timeout=1200)
+
+
+def test_buildkit_parses_every_shape_and_builds_the_cpu_variants_first_stages(rs, compat, tmp_path, docker_cli,
+                                                                             docker_engine, client):
+    """Beside the goldens (the renderer's own text), what consumes it: BuildKit's Dockerfile frontend converts every
+    stage of each rendered shape (each instruction, flag and mount) before it looks for the target, so asked for a
+    stage none has it fails saying only that; then the CPU variant's first stages (base, python) are built for real
+    on the local base (the suite's CPU builds have them cached) and give a venv Python of the recipe's version."""
+    from conftest import LOCAL_BASE
+
+    context = tmp_path / "context"
+    (context / "builder" / "plan").mkdir(parents=True)
+    shutil.copy(REPO / BASE_FILES, context / BASE_FILES)  # what the early stages ADD; the rest is mounted later
+    for name in WHOLE:
+        dockerfile = tmp_path / f"{name}.Dockerfile"
+        dockerfile.write_text(whole_dockerfile(rs, compat, name), encoding="utf-8")
+        r = _buildkit(docker_cli, dockerfile, context, "--target", PARSE_ONLY)
+        said = r.stderr.strip().splitlines()[-1]
+        assert r.returncode == 1 and said.endswith(f"target stage {PARSE_ONLY} could not be found"), (name, said)
+    iid = tmp_path / "python.iid"
+    r = _buildkit(docker_cli, tmp_path / f"{WHOLE[0]}.Dockerfile", context, "--target", "python", "--build-arg",
+                  f"BASE_IMAGE={LOCAL_BASE}", "--iidfile", str(iid))
+    assert r.returncode == 0, r.stderr[-3000:]
+    image = iid.read_text().strip()
+    try:
+        out = client.containers.run(image, ["python", "-c", "import sys; print(sys.prefix, sys.version[:4])"],
+                                    remove=True)
+        assert out.decode().split() == ["/opt/venv", rs.by_name[WHOLE[0]].python], out
+    finally:
+        try:
+            client.api.remove_image(image)
+        except docker.errors.APIError:
+            pass  # named or used elsewhere (another run's identical stage): kept, as `docker rmi` keeps it
 
 
 def test_golden_files_are_all_used():

@@ -196,21 +196,17 @@ def test_selftest_in_each_cpu_image(framework: str, cpu_images: dict[str, str], 
 EMULATIONS = [("pytorch", "slurm", "started by slurm"), ("pytorch", "trainjob", "started by torchrun"),
               *(("pytorch", p, "via torchrun") for p in ("pytorchjob", "tfjob", "jaxjob")),
               ("jax", "trainjob", "via spawn"), ("tensorflow", "slurm", "started by slurm")]
-# A known defect outside selftest: the TF all-reduce worker (allreduce_result.tf_task) prefers TRAINIMG_ROLE ("chief"
-# on Slurm's node 0) over the task type of Slurm's worker-only TF_CONFIG. Only that failure is expected.
-TF_WORKERS_ONLY = "'chief' not found in cluster_spec"
 
 
 @pytest.mark.parametrize(("framework", "platform", "started"), EMULATIONS)
 def test_selftest_emulates_each_platform(framework: str, platform: str, started: str, cpu_images: dict[str, str],
                                          client: docker.DockerClient, tmp_path: Path) -> None:
     """2 local processes under the platform's own env on 127.0.0.1, started as it starts them: Slurm's 2 tasks of
-    one node (TensorFlow's ports 8888 + local id), a TrainJob's torchrun (its JAX runtime: the launcher's two)."""
+    one node (TensorFlow's ports 8888 + local id, its workers-only TF_CONFIG: TensorFlow's all-reduce joins as the
+    worker TF_CONFIG names, not as TRAINIMG_ROLE's chief), a TrainJob's torchrun (its JAX runtime: the launcher's two)."""
     code, logs = selftest(client, cpu_images[framework], tmp_path, "--platform", platform, "--nproc-per-node", "2",
                           "--json", "/out/r.json")
     check = checks_of(json.loads((tmp_path / "r.json").read_text()))[f"allreduce_gloo_{platform}_x1x2"]
-    if check["status"] == "failed" and TF_WORKERS_ONLY in check["reason"]:
-        pytest.xfail(f"the TF all-reduce worker reads TRAINIMG_ROLE=chief: {check['reason'][:200]}")
     assert code == 0, logs[-3000:]
     assert check["status"] == "passed" and check["reason"] == "sum 3 on all 2 ranks", check
     launched = [line for line in logs.splitlines() if "trainimg-launch: " in line]

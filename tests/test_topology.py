@@ -285,9 +285,7 @@ def test_slurm_tasks_share_their_node() -> None:
 def test_slurm_variables_are_a_real_sruns() -> None:
     """Every variable the replay writes is one a real ``srun --ntasks-per-node 2`` task had, with the same value
     wherever the value does not name this machine's host or job."""
-    samples = DATA / "slurm_env_samples.json"
-    if not samples.exists():
-        pytest.skip(f"{samples.name} is not recorded in this checkout")
+    samples = DATA / "slurm_env_samples.json"  # recorded from a real srun, committed
     real = json.loads(samples.read_text())["srun_n2_ntasks_per_node2"]
     ours = replica_specs("slurm", 1, job="vm", nproc_per_node=2)
     naming = {"SLURM_JOB_ID", "SLURM_JOBID", "SLURM_JOB_NAME", "SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST",

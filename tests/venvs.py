@@ -37,7 +37,12 @@ def _venv_python(name: str) -> str | None:
 
 
 def _make(directory: str, python: str, requirements: list[str], modules: list[str], name: str) -> str | None:
-    if os.path.exists(python) and subprocess.run([python, "-c", _CHECK, *modules]).returncode == 0:
+    # The stamp is written once pip finished: an install cut short (a killed run) leaves importable packages with
+    # files missing ("No module named 'tensorflow.python'"), which find_spec alone would take for a venv.
+    stamp = os.path.join(directory, ".trainimg-installed")
+    wanted = "\n".join(requirements) + "\n"
+    if os.path.exists(python) and _read(stamp) == wanted and \
+            subprocess.run([python, "-c", _CHECK, *modules]).returncode == 0:
         return python
     try:
         if not os.path.exists(python):
@@ -47,7 +52,19 @@ def _make(directory: str, python: str, requirements: list[str], modules: list[st
     except (subprocess.SubprocessError, OSError) as err:
         _FAILURES[name] = f"could not make {directory} with {' '.join(requirements)}: {err}"
         return None
-    return python if subprocess.run([python, "-c", _CHECK, *modules]).returncode == 0 else None
+    if subprocess.run([python, "-c", _CHECK, *modules]).returncode != 0:
+        return None
+    with open(stamp, "w", encoding="utf-8") as fh:
+        fh.write(wanted)
+    return python
+
+
+def _read(path: str) -> str | None:
+    try:
+        with open(path, encoding="utf-8") as fh:
+            return fh.read()
+    except OSError:
+        return None
 
 
 def venv(name: str) -> str:

@@ -6,6 +6,11 @@ archive offers is its `Packages` index for `<codename>-security` (one file per O
 package whose security version is newer than the installed one, by dpkg's ordering (`debian_compare`), is pending:
 a rebuild on a base that carries it, or an upgrade step, would take it.
 
+An ``Architecture: all`` package is looked up in the index of the image's own architecture (the one its other
+packages name), as apt looks it up: the security suite's Release lists no ``all`` architecture, and the
+``binary-all`` file it still serves is not complete (bookworm-security's lacked 84 of the 1107 ``all`` packages of
+its binary-amd64 index on 2026-12-02, kitty-terminfo's fix among them), so reading it would miss pending fixes.
+
 The version ordering is dpkg's (Debian Policy 5.6.12, "Version"): epoch, then upstream version and revision, each
 compared as alternating non-digit parts (letters before non-letters, `~` before everything, even the end) and
 numbers.
@@ -15,8 +20,9 @@ from __future__ import annotations
 
 import lzma
 import re
+from collections import Counter
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
@@ -90,13 +96,24 @@ def debian_compare(a: str, b: str) -> int:
 class DebPackage:
     os: str
     codename: str
-    arch: str
+    arch: str  # the package's own: a machine's, or "all"
     name: str
     version: str
+    machine: str = ""  # the image's architecture (its other packages'): the index an "all" package is listed in
+
+    @property
+    def index_arch(self) -> str:
+        """The architecture of the Packages index that lists this package (see the module doc)."""
+        if self.arch != "all":
+            return self.arch
+        if not self.machine:
+            raise IndexUnreadable(f"{self.name} is an Architecture: all package and the SBOM names no package of "
+                                  "the image's own architecture: no security index can be chosen for it")
+        return self.machine
 
 
 def deb_packages(sbom: Mapping[str, Any]) -> list[DebPackage]:
-    """The dpkg packages an SBOM lists."""
+    """The dpkg packages an SBOM lists, each with the image's architecture (the one most of them name)."""
     found = []
     for component in sbom.get("components") or []:
         match = _PURL.match(str(component.get("purl", ""))) if isinstance(component, dict) else None
@@ -106,7 +123,8 @@ def deb_packages(sbom: Mapping[str, Any]) -> list[DebPackage]:
         if query.get("distro") and query.get("arch"):
             found.append(DebPackage(match["os"], unquote(query["distro"]), unquote(query["arch"]),
                                     unquote(match["name"]), unquote(match["version"])))
-    return found
+    machines = Counter(p.arch for p in found if p.arch != "all").most_common(1)
+    return [replace(p, machine=machines[0][0]) for p in found] if machines else found
 
 
 def parse_packages(text: str) -> dict[str, str]:
@@ -132,7 +150,7 @@ class SecurityArchive:
         if template is None:
             raise IndexUnreadable(f"no security archive known for {pkg.os} (trainimg knows "
                                   f"{', '.join(sorted(self.archives))}): its packages cannot be checked")
-        return template.format(codename=pkg.codename, arch=pkg.arch)
+        return template.format(codename=pkg.codename, arch=pkg.index_arch)
 
     def fixed(self, pkg: DebPackage) -> str | None:
         url = self.url(pkg)
