@@ -515,21 +515,26 @@ class Run:
     ran: int = 0
 
 
-def run_steps(steps: list[Step], folder: Path, env: Mapping[str, str], timeout: float = 600) -> Run:
+def run_steps(steps: list[Step], folder: Path, env: Mapping[str, str], timeout: float = 600,
+              stop_at_failure: bool = False) -> Run:
     """Run `steps` in `folder`, one bash per step, the shell's variables and directory carried from one to the
-    next (a page's `export` and `cd` hold for its later steps)."""
-    state = folder / ".docs-shell-state"
+    next (a page's `export` and `cd` hold for its later steps; a file it shows is written where its shell is, as
+    a reader who made a folder and went into it writes it there). `stop_at_failure`: as a reader stops at the
+    first step that fails (a tutorial's later steps build on it), the rest are one problem saying so."""
+    state, where = folder / ".docs-shell-state", folder / ".docs-shell-cwd"
     state.write_text(f"cd {shlex.quote(str(folder))}\n", encoding="utf-8")
+    where.write_text(str(folder), encoding="utf-8")
     run = Run()
     for step in steps:
         if step.kind == "file":
-            target = folder / step.path
+            target = Path(where.read_text(encoding="utf-8")) / step.path
             target.parent.mkdir(parents=True, exist_ok=True)
             target.write_text(step.text, encoding="utf-8")
             continue
         errexit = "set -e\n" if step.kind == "script" else ""  # a script stops at its first failure
         script = (f". {shlex.quote(str(state))}\nset -o pipefail\n{errexit}{step.text}\n__rc=$?\n"
-                  f"{{ export -p; printf 'cd %q\\n' \"$PWD\"; }} > {shlex.quote(str(state))}\nexit $__rc\n")
+                  f"{{ export -p; printf 'cd %q\\n' \"$PWD\"; }} > {shlex.quote(str(state))}\n"
+                  f"printf %s \"$PWD\" > {shlex.quote(str(where))}\nexit $__rc\n")
         done = subprocess.run(["bash", "-c", script], cwd=folder, env=dict(env), stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, timeout=timeout)
         run.ran += 1
@@ -539,4 +544,9 @@ def run_steps(steps: list[Step], folder: Path, env: Mapping[str, str], timeout: 
             diff = "\n".join(difflib.unified_diff(step.expected, done.stdout.splitlines(), "the page shows",
                                                   "the command printed", lineterm=""))
             run.problems.append(f"{step.where}: the output differs from the page ({step.text.strip()[:200]})\n{diff}")
+        if run.problems and stop_at_failure:
+            left = [s.where for s in steps[steps.index(step) + 1:] if s.kind != "file"]
+            if left:
+                run.problems.append(f"not run after that failure: {len(left)} later step(s), {', '.join(left)}")
+            break
     return run
