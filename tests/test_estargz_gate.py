@@ -17,7 +17,7 @@ from typing import Any
 
 import docker
 import pytest
-from conftest import trainimg
+from conftest import remove_image, trainimg
 from conftest_registry import RegistryLogin
 from estargzcheck import verify
 
@@ -59,9 +59,20 @@ def test_the_gates_order_goes_first_in_the_estargz_layers(pinned_cpu_image: str,
                                                           tmp_path: Path,
                                                           estargz_verify: Callable[..., dict[str, Any]]) -> None:
     env = {**state_env, "TRAINIMG_STATE_DIR": str(tmp_path / "state")}  # a record of this test's own
-    gated = trainimg("test", pinned_cpu_image, "--progress", "quiet", env=env, timeout=1200)
-    assert gated.returncode == 0, gated.stdout[-2000:] + gated.stderr[-3000:]
+    # A name of its own for the image: the pin is the machine's, and another run on this engine may move it.
     image_id = client.images.get(pinned_cpu_image).id
+    image = f"trainimg-test/estargz:{uuid.uuid4().hex[:8]}"
+    client.images.get(image_id).tag(image)
+    try:
+        _gate_and_push(image, image_id, env, registry, tmp_path, estargz_verify)
+    finally:
+        remove_image(client, image)
+
+
+def _gate_and_push(image: str, image_id: str, env: dict[str, str], registry: RegistryLogin, tmp_path: Path,
+                   estargz_verify: Callable[..., dict[str, Any]]) -> None:
+    gated = trainimg("test", image, "--progress", "quiet", env=env, timeout=1200)
+    assert gated.returncode == 0, gated.stdout[-2000:] + gated.stderr[-3000:]
     order = records.prefetch_order(image_id, env)
     torch_init = [p for p in order if TORCH_INIT.search(p)]
     libtorch = [p for p in order if LIBTORCH.search(p)]
@@ -72,12 +83,12 @@ def test_the_gates_order_goes_first_in_the_estargz_layers(pinned_cpu_image: str,
     where = f"{registry.host}/lazy{uuid.uuid4().hex[:8]}"
     target = RegistryTarget.parse(where)
     login = ("--username", registry.username, "--password-stdin")
-    pushed = trainimg("push", pinned_cpu_image, "--registry", where, "--compression", "estargz", *login, env=env,
+    pushed = trainimg("push", image, "--registry", where, "--compression", "estargz", *login, env=env,
                       input=registry.password, timeout=1800)
     assert pushed.returncode == 0, pushed.stderr[-3000:]
     assert "no prefetch order" not in pushed.stdout + pushed.stderr
     api = RegistryAPI(target, {"username": registry.username, "password": registry.password})
-    name, tag = pinned_cpu_image.rsplit(":", 1)
+    name, tag = image.rsplit(":", 1)
     repository = target.repository(name)
     wanted = [torch_init[0].lstrip("/"), libtorch[0].lstrip("/")]
     landmarks = []
@@ -94,7 +105,7 @@ def test_the_gates_order_goes_first_in_the_estargz_layers(pinned_cpu_image: str,
     record = json.loads(record_file.read_text())
     del record[records.PREFETCH]
     record_file.write_text(json.dumps(record))
-    again = trainimg("push", pinned_cpu_image, "--registry", f"{where}/old", "--compression", "estargz", *login,
+    again = trainimg("push", image, "--registry", f"{where}/old", "--compression", "estargz", *login,
                      env=env, input=registry.password, timeout=1800)
     assert again.returncode == 0, again.stderr[-3000:]
     lines = [line for line in again.stdout.splitlines() if "no prefetch order" in line]
