@@ -17,7 +17,7 @@ from typing import Any
 
 import docker
 import pytest
-from conftest import remove_image, trainimg
+from conftest import _cpu_row, remove_image, trainimg
 from conftest_registry import RegistryLogin
 from estargzcheck import verify
 
@@ -56,11 +56,12 @@ def _verified(api: RegistryAPI, repository: str, layer: dict[str, Any], folder: 
 
 def test_the_gates_order_goes_first_in_the_estargz_layers(pinned_cpu_image: str, client: docker.DockerClient,
                                                           registry: RegistryLogin, state_env: dict[str, str],
-                                                          tmp_path: Path,
+                                                          tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
                                                           estargz_verify: Callable[..., dict[str, Any]]) -> None:
     env = {**state_env, "TRAINIMG_STATE_DIR": str(tmp_path / "state")}  # a record of this test's own
-    # A name of its own for the image: the pin is the machine's, and another run on this engine may move it.
-    image_id = client.images.get(pinned_cpu_image).id
+    # This run's build, by ID, under a name of its own: the pin's name is the machine's, and another run on this
+    # engine may move it (to an image whose runtime records nothing, or another test's record).
+    image_id = str(_cpu_row(state_env, tmp_path_factory)["image_id"])
     image = f"trainimg-test/estargz:{uuid.uuid4().hex[:8]}"
     client.images.get(image_id).tag(image)
     try:

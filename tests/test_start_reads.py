@@ -38,13 +38,17 @@ def test_a_process_records_what_it_read_in_order(tmp_path: Path) -> None:
     bz2 = [i for i, p in enumerate(reads) if os.path.basename(p).startswith("libbz2.so")]  # mapped by the loader
     assert reads.index(python) < parser[0] < reads.index(source) < bz2[0], reads
     assert not [p for p in reads if p.startswith(("/proc", "/tmp"))]  # the kernel's; what the run writes
-    assert float(record["started"]) > 0
+    assert float(record["started"]) > 0 and record["node"] == os.uname().nodename
 
 
 def test_the_parts_merge_first_seen() -> None:
     """Each process's files in its start order; a later process's files add only what is new."""
     assert merge([{"started": 2.0, "reads": ["/b", "/c"]}, {"started": 1.0, "reads": ["/a", "/b"]},
                   {"started": 3.0, "reads": ["/a", "/d"]}]) == ["/a", "/b", "/c", "/d"]
+    # Node by node (a replica's host name: its role and index), whichever replica's process started first.
+    worker, chief = {"node": "job-worker-0", "started": 1.0, "reads": ["/w"]}, {"node": "job-chief-0", "started": 2.0,
+                                                                                  "reads": ["/c"]}
+    assert merge([worker, chief]) == merge([chief, {**worker, "started": 3.0}]) == ["/c", "/w"]
     with StartReads() as reads:
         assert reads.env == {READS_ENV: READS_MOUNT}
         for part, started, paths in (("probe", 0.5, ["/probe", "/shared"]), ("allreduce", 1.0, ["/torch", "/shared"]),
