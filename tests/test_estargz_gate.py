@@ -1,9 +1,9 @@
 """The prefetch order from the gate (issue 58, item 2) on the CPU PyTorch image: `trainimg test` records the image's
-files its start read (the framework import, the all-reduce, the in-image checks) in the conformance record, and
-`trainimg push --compression estargz` writes them first in their layers, before `.prefetch.landmark`: stargz-
-snapshotter's reader (tests/estargzcheck.py) finds torch's `__init__` and `libtorch_cpu.so` in the range it
-prefetches, and verifies every layer's TOC and chunks. A record without an order (one an earlier trainimg wrote)
-still pushes, saying so in one line, every layer with the no-prefetch landmark."""
+files its start read (the framework import, the all-reduce, the in-image checks) in the conformance record, and the
+same order again when gated again, and `trainimg push --compression estargz` writes them first in their layers,
+before `.prefetch.landmark`: stargz-snapshotter's reader (tests/estargzcheck.py) finds torch's `__init__` and
+`libtorch_cpu.so` in the range it prefetches, and verifies every layer's TOC and chunks. A record without an order
+(one an earlier trainimg wrote) still pushes, saying so in one line, every layer with the no-prefetch landmark."""
 
 from __future__ import annotations
 
@@ -80,6 +80,12 @@ def _gate_and_push(image: str, image_id: str, env: dict[str, str], registry: Reg
     assert torch_init and libtorch, order[:50]
     assert not [p for p in order if p.startswith(("/proc/", "/dev/", "/sys/", "/tmp/", "/run/", "/opt/trainimg-host/"))]
     assert any("/trainimg_runtime/" in p and "/allreduce." in p for p in order)  # the all-reduce's own code
+    # The same start read again gives the same order (libraries by name within an import, nodes by name), so a
+    # release that gates an unchanged image again pushes the same eStargz digest.
+    again_env = {**env, "TRAINIMG_STATE_DIR": str(tmp_path / "state-again")}
+    regated = trainimg("test", image, "--progress", "quiet", env=again_env, timeout=1200)
+    assert regated.returncode == 0, regated.stderr[-3000:]
+    assert records.prefetch_order(image_id, again_env) == order
 
     where = f"{registry.host}/lazy{uuid.uuid4().hex[:8]}"
     target = RegistryTarget.parse(where)

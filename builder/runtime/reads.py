@@ -69,14 +69,15 @@ class _Recorder:
             self.seen.setdefault(name if name.startswith("/") else os.path.join(os.getcwd(), name))
 
     def maps(self) -> None:
-        """Every file mapped now (the dynamic linker's loads since the last reading)."""
+        """Every file mapped now (the dynamic linker's loads since the last reading), those new since the last
+        reading by name: the maps list them by address, which changes from run to run (ASLR)."""
         self.busy = True
         try:
             with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as fh:
-                for line in fh:
-                    at = line.find("/")
-                    if at >= 0 and not line.rstrip("\n").endswith(" (deleted)"):
-                        self.seen.setdefault(line[at:].rstrip("\n"))
+                mapped = {line[line.find("/"):].rstrip("\n") for line in fh if "/" in line}
+            for path in sorted(mapped):
+                if not path.endswith(" (deleted)"):
+                    self.seen.setdefault(path)
         except OSError:
             pass
         finally:
