@@ -47,10 +47,10 @@ def list_cmd(c: Ctx, json_path: str | None) -> None:
         labels = dict(static_labels(v, compat))
         rows.append({
             "name": v.name, "tag": v.tag, "dockerfile": dockerfiles[v.name][v.arch[0]], "framework": v.framework,
-            "base": v.base_image, "extends": v.extends, "recipe": v.source, "gpu": v.gpu,
+            "base": v.base_image, "os": v.os, "extends": v.extends, "recipe": v.source, "gpu": v.gpu,
             "reduction_server": v.reduction_server, "versions": v.versions(), "extras": list(v.extras),
             "driver_min": labels.get(DRIVER_MIN_LABEL), "installed": installed.get(v.tag), "arch": list(v.arch),
-            "dockerfiles": dockerfiles[v.name],
+            "dockerfiles": dockerfiles[v.name], "held": [h.to_json() for h in v.held],
         })
     if json_path:
         emit_json(rows, json_path)

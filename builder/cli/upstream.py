@@ -74,8 +74,9 @@ def compat_add(c: Ctx, request: str, index_url: str | None, dry_run: bool, no_ar
         return
     path = compat_file()
     written = write_entry(path, d, compat_data)
-    click.echo(f"wrote {path}: {framework} {version}" + (f", {len(written.archs)} gpu_archs entry" if written.archs
-                                                          else ""))
+    click.echo(f"wrote {path}: {framework} {version}"
+               + (f", {len(written.archs)} gpu_archs entry" if written.archs else "")
+               + (f", {len(written.machines)} architectures entry" if written.machines else ""))
     load_compat.cache_clear()
 
 
@@ -98,7 +99,8 @@ def outdated_cmd(c: Ctx, json_path: str | None, index_url: str | None, lock_path
     Reads the package index (one page per project), the released images' SBOMs beside them in their registry
     (images.lock's pushes, by digest) and their OS's security archive; starts nothing. Exit 0 when nothing is new,
     1 when something is (each item with its source and date), 2 for bad input; an index that cannot be read fails
-    naming it (exit 1), never "nothing new".
+    naming it (exit 1), never "nothing new". An item the recipes hold back (a variant's `held`: reason, source,
+    until) is shown as held with its reason, and only held items left is exit 0.
 
     \b
     Examples:
@@ -133,9 +135,11 @@ def outdated_cmd(c: Ctx, json_path: str | None, index_url: str | None, lock_path
             click.echo(item.line())
             for line in item.detail:
                 click.echo(f"  {line}")
-    click.echo(f"trainimg outdated: {len(items)} item(s); read {index.http.fetched / 1e6:.1f} MB from "
-               f"{opts.index_url} and the archives in {time.monotonic() - start:.1f} s", err=True)
-    if items:
+    held = sum(1 for i in items if i.held)
+    click.echo(f"trainimg outdated: {len(items)} item(s), {held} held by the recipes; read "
+               f"{index.http.fetched / 1e6:.1f} MB from {opts.index_url} and the archives in "
+               f"{time.monotonic() - start:.1f} s", err=True)
+    if len(items) > held:
         click.get_current_context().exit(1)
 
 

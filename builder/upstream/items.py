@@ -1,6 +1,6 @@
 """One thing `trainimg outdated` found: what is newer (or ending) upstream, where it touches the recipes, its source
 and date, and what to run. The JSON form is the contract outside checks read (`outdated --json`: a list of these,
-each with its `source` URL)."""
+each with its `source` URL, and `held`: null, or why the recipes hold it back)."""
 
 from __future__ import annotations
 
@@ -25,6 +25,8 @@ class Item:
     action: str = ""  # what to run about it
     warning: bool = False  # an end-of-life or deletion date is near or past
     detail: tuple[str, ...] = field(default_factory=tuple)  # e.g. the packages with pending security fixes
+    # Held on purpose (the variants' recipe says why: recipe/holds.py): kind, reason, source, until. None: not held.
+    held: dict[str, Any] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data = asdict(self)
@@ -40,4 +42,7 @@ class Item:
         where = f": {', '.join(self.where)}" if self.where else ""
         action = f"; {self.action}" if self.action else ""
         mark = "warning: " if self.warning else ""
+        if self.held:
+            until = f" until {self.held['until']}" if self.held.get("until") else ""
+            mark, action = "held: ", f"; held{until}: {self.held['reason']} ({self.held['source']})"
         return f"{mark}{self.kind} {self.name} {change}{when}{where}{action} [{self.source}]"
