@@ -260,11 +260,16 @@ class Bumper:
             step.after = []
 
     def _remove_stale_locks(self, recipes: RecipeSet) -> None:
-        for lock in (self.root / "images").glob("*/requirements.lock"):
-            if lock.parent.name not in recipes.by_name and lock.read_text(encoding="utf-8").startswith(LOCK_MARK):
+        """The locks trainimg wrote for variants the recipes no longer make, every architecture's (an arm64 lock
+        lies in images/<variant>/arm64/), and the folders that leaves empty."""
+        images = self.root / "images"
+        for lock in [*images.glob("*/requirements.lock"), *images.glob("*/*/requirements.lock")]:
+            variant = lock.relative_to(images).parts[0]
+            if variant not in recipes.by_name and lock.read_text(encoding="utf-8").startswith(LOCK_MARK):
                 lock.unlink()
-                if not any(lock.parent.iterdir()):
-                    lock.parent.rmdir()
+                for folder in (lock.parent, images / variant):
+                    if folder.is_dir() and not any(folder.iterdir()):
+                        folder.rmdir()
 
     def _check(self, recipes: RecipeSet, compat: Compat, step: Step) -> None:
         """`render --check`'s questions about the result: no drift under images/, every new lock fresh (or saying
