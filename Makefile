@@ -4,7 +4,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 export TRAINIMG_DOCKER_CLI ?= /usr/bin/docker
 BASE ?= local/debian:bookworm
-VARIANT ?= pytorch-2.13.0-cpu-py3.11
+# The demo's variant: the CPU PyTorch variant on BASE's Debian release (`trainimg list`: name, tag, arches, base), read
+# from the recipes when the demo runs (after `install`), so a bump of the recipes changes no line here.
+VARIANT ?= $(shell trainimg list | awk '$$1 ~ /^pytorch-.*-cpu-/ && $$4 == "debian:$(lastword $(subst :, ,$(BASE)))-slim" \
+  { print $$1; exit }')
 REGISTRY ?= localhost:5000
 # OSV records (a folder or an OSV-compatible URL) the demo release audits every pin against; unset: --skip-audit
 ADVISORIES ?=
@@ -14,6 +17,7 @@ BENCH_ARGS ?=
 .PHONY: demo test test-quick lint setup install render check registry-start registry-stop clean bench stress
 
 demo: setup install
+	@test -n "$(VARIANT)" || { echo "demo: no CPU PyTorch variant on $(BASE)'s Debian in recipes/"; exit 2; }
 	trainimg validate
 	trainimg render --check
 	trainimg registry start --login

@@ -40,7 +40,9 @@ import pytest
 import requests
 import xmlschema
 from brokenimages import BREAKER, breaker_wheel
-from conftest import LOCAL_BASE, ROOT, cpu_recipe, remove_image, trainimg
+from conftest import CPU, LOCAL_BASE, ROOT, cpu_recipe, remove_image, trainimg
+from conftest_images import FRAMEWORK_BASE, FRAMEWORK_IMAGES, WHEELHOUSES
+from shipped import codename, shipped
 from conftest_registry import RegistryLogin
 from faultproxy import FaultProxy
 
@@ -54,7 +56,8 @@ from trainimg.runtime.sbom import MEDIA_TYPE as SBOM_MEDIA_TYPE
 from registryread import remote_tags
 
 RUN = uuid.uuid4().hex[:8]
-VERSION = "2.13.0-cpu-py3.11"
+VERSION = CPU.tag_version  # the shipped CPU PyTorch variant's (tests/shipped.py), which cpu_recipe copies
+MOVING = f"{'.'.join((CPU.version or '').split('.')[:2])}-cpu"  # its moving tag (publish/movingtags.py)
 RELEASED = ("rel-a", "rel-b", "rel-child")
 WHEELS = Path("/opt/wheels")
 
@@ -184,13 +187,14 @@ def test_b_release_pushes_both_and_locks_registry_digests(rel: Release, good_rel
         if name != "rel-child":  # the child is built on its parent, as the lockfile says
             assert entry.base_image == LOCAL_BASE
             assert entry.base_digest == client.images.get(LOCAL_BASE).id  # a local base has no RepoDigest
-        assert entry.versions["framework"] == "2.13.0+cpu" and entry.versions["python"].startswith("3.11")
+        assert entry.versions["framework"] == f"{CPU.version}+cpu"  # PyTorch's CPU build (its local label)
+        assert entry.versions["python"].startswith(f"{CPU.python}.")
         assert entry.versions["hypertune"], entry.versions
         assert entry.conformance["passed"] is True and entry.conformance["failed"] == []
         assert entry.conformance["platform"] == "vertex" and entry.conformance["replicas"] == 2
         # The immutable tag and the moving tag, each with the digest the registry serves (plain HEAD, basic auth).
         mt = moving_tag(tag)
-        assert mt == f"trainimg-test/{rel.repos[name]}:2.13-cpu"
+        assert mt == f"trainimg-test/{rel.repos[name]}:{MOVING}"
         assert set(entry.pushed) == {rel.target.ref(tag), rel.target.ref(mt)}
         immutable = rel.head(tag)
         assert immutable is not None
@@ -404,16 +408,57 @@ def test_i_a_failed_moving_tag_puts_back_what_moved_and_writes_no_lock(
         lock = tmp_path / "images.lock"
         lock.write_text(rel.lock.read_text(encoding="utf-8").replace(rel.registry.host, proxied), encoding="utf-8")
         lock_before = lock.read_bytes()
-        proxy.fail(rf"^PUT /v2/trainimg-test/{rel.repos['rel-a']}/manifests/2\.13-cpu$", status=503)
+        proxy.fail(rf"^PUT /v2/trainimg-test/{rel.repos['rel-a']}/manifests/{re.escape(MOVING)}$", status=503)
         r, _ = rel.release(*RELEASED, out="half", env=runner.env, host=proxied, lock=lock)
     assert r.returncode == 1, (r.returncode, r.stderr[-3000:])
     decisions = read_decisions(r.stdout + r.stderr)
     assert {n: skip for n, (skip, _) in decisions.items()} == {"rel-a": True, "rel-b": True, "rel-child": False}
     last = r.stderr.strip().splitlines()[-1]
-    assert f"{rel.repos['rel-a']}:2.13-cpu could not be set" in last and "503" in last, last
-    assert f"put back {proxied}/trainimg-test/{rel.repos['rel-child']}:2.13-cpu" in last, last
+    assert f"{rel.repos['rel-a']}:{MOVING} could not be set" in last and "503" in last, last
+    assert f"put back {proxied}/trainimg-test/{rel.repos['rel-child']}:{MOVING}" in last, last
     after = _registry_digests(rel)
     assert after["rel-child"][0] != before["rel-child"][0]  # the immutable tag was pushed: the new image is there
     assert {n: pair[1] for n, pair in after.items()} == {n: pair[1] for n, pair in before.items()}  # no tag moved
     assert lock.read_bytes() == lock_before
     assert not list(tmp_path.glob(".images.lock.*")), "the lockfile written beside it was left behind"
+
+
+# -- (j) the Debian 13 / Python 3.13 CPU images of TensorFlow and JAX, released from the shipped recipes ------------
+
+
+def test_j_the_debian13_framework_images_release(framework_images: dict[str, str], registry: RegistryLogin,
+                                                 state_env: dict[str, str], client: docker.DockerClient,
+                                                 tmp_path: Path) -> None:
+    """`trainimg release` of the shipped trixie CPU variants (built by the framework_images fixture: the release's
+    build is its cache): each passes the all-reduce on 2 replicas and is pushed, and the lockfile and the image say
+    Debian 13 and Python 3.13, what their recipes ask."""
+    names = [variant for variant, _ in FRAMEWORK_IMAGES.values()]
+    lock, report = tmp_path / "images.lock", tmp_path / "release.json"
+    env = {**state_env, "TRAINIMG_REGISTRY_PASSWORD": registry.password}
+    r = trainimg("release", *names, "--base-image", FRAMEWORK_BASE, "--arch", "amd64", *WHEELHOUSES,
+                 "--registry", registry.host, "--username", registry.username, "--replicas", "2", "--lock", str(lock),
+                 "--json", str(report), "--skip-audit", "--progress", "plain", env=env, timeout=1800)
+    try:
+        assert r.returncode == 0, r.stderr[-3000:]
+        _released_as_asked(names, lock, report, registry, client)
+    finally:  # the registry's names of the shipped tags, if the push left any in the engine (never the tags)
+        for name in names:
+            v = shipped().by_name[name]
+            for ref in (RegistryTarget.parse(registry.host).ref(t) for t in (v.tag, moving_tag(v.tag) or v.tag)):
+                remove_image(client, ref)
+
+
+def _released_as_asked(names: list[str], lock: Path, report: Path, registry: RegistryLogin,
+                       client: docker.DockerClient) -> None:
+    suites = {s["name"]: s for s in json.loads(report.read_text(encoding="utf-8"))["suites"]}
+    entries = read_lock(lock)
+    target = RegistryTarget.parse(registry.host)
+    for name in names:
+        v, entry = shipped().by_name[name], entries[name]
+        checks = {c["name"]: c["status"] for c in suites[name]["checks"]}
+        assert checks["framework"] == checks["allreduce_vertex_x2"] == "passed", checks
+        assert entry.base_image == FRAMEWORK_BASE and entry.versions["python"].startswith(f"{v.python}.")
+        assert entry.pushed[target.ref(v.tag)] is not None
+        release = client.containers.run(v.tag, ["cat", "/etc/os-release"], entrypoint=[], remove=True,
+                                        network_mode="none").decode()
+        assert f"VERSION_CODENAME={codename(v.os)}" in release, release

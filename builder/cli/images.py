@@ -258,7 +258,7 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: tuple[str, ...], arches
     
     Examples:
       trainimg build pytorch-2.13.0-cpu-py3.11 --base-image local/debian:bookworm
-      trainimg build jax-0.10.2-cpu-py3.11 --base-image local/debian:bookworm --base-image arm64=local/debian:bookworm-arm64
+      trainimg build jax-0.12.0.1-cpu-py3.13 --base-image local/debian:trixie --base-image arm64=local/debian:trixie-arm64
       trainimg build 'pytorch-*' --jobs 2 --progress plain --json build.json
       trainimg build --locked --lock images.lock
       trainimg build pytorch-2.13.0-cpu-py3.11 --no-cache

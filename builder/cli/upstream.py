@@ -222,7 +222,7 @@ def mirror_cmd(c: Ctx, variants: tuple[str, ...], registry: str, lock_path: str 
     \b
     Examples:
       trainimg mirror --registry registry.example/team/bases
-      trainimg mirror pytorch-2.14.1-cu130-py3.11 --registry localhost:5000/bases --lock images.lock
+      trainimg mirror pytorch-2.15.0-cu132-py3.11 --registry localhost:5000/bases --lock images.lock
     """
     from ..publish.lockfile import DEFAULT_LOCK
     from ..registry.references import RegistryTarget
