@@ -78,7 +78,7 @@ def test_a_bad_hold_is_one_line_at_its_key(held: str, where: str, said: str, tmp
     with pytest.raises(RecipeError) as err:
         load_recipes(folder(tmp_path, recipe(held)))
     (line,) = err.value.lines()
-    assert f"recipes/held.yaml:" in line and where in line and said in line, line
+    assert "recipes/held.yaml:" in line and where in line and said in line, line
 
 
 def test_a_hold_is_a_group_field_not_an_axis(tmp_path: Path) -> None:
@@ -108,7 +108,7 @@ def test_a_held_release_is_shown_held_and_only_held_items_are_exit_0(index: Loca
     capsys.readouterr()
     main(["outdated", "--recipes", str(recipes), "--index-url", index.url, "--warn-days", "0"])
     text = capsys.readouterr().out
-    assert f"held: framework torch 2.13.0 -> " in text and f"held: {HELD['reason']} ({HELD['source']})" in text, text
+    assert "held: framework torch 2.13.0 -> " in text and f"held: {HELD['reason']} ({HELD['source']})" in text, text
 
 
 def test_a_hold_past_its_until_is_an_item_again(index: LocalIndex, tmp_path: Path,

@@ -8,16 +8,18 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from functools import cache
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
 from conftest import CPU_VARIANT, ROOT, trainimg
 from shipped import pick, shipped
 from trainimg.plan.locktruth import NOT_LOCKABLE, build_major, lock_problems, not_lockable
 from trainimg.plan.requirements import lock_states, locked_input, pins, variant_requirements
-from trainimg.recipe.arches import ARCH_SEPARATOR, ARCHES, arch_key
+from trainimg.recipe.arches import ARCHES, arch_key
 from trainimg.recipe.compat import load_compat
 from trainimg.recipe.loading import Variant, load_recipes
 
@@ -154,3 +156,21 @@ def test_lock_fails_when_the_index_the_recipe_needs_is_unreachable(tmp_path: Pat
     assert lock.read_text(encoding="utf-8") == (ROOT / "images" / UNLOCKABLE / "requirements.lock").read_text(
         encoding="utf-8")  # the not-lockable file, as committed
     assert NOT_LOCKABLE in lock.read_text(encoding="utf-8")
+
+
+def test_a_glibc_newer_than_uv_names_is_locked_for_uvs_newest_manylinux() -> None:
+    """uv's --python-platform names manylinux platforms up to UV_MANYLINUX_NEWEST (read from the uv trainimg runs,
+    its own help); an OS whose glibc is newer (Debian 13: 2.41) is locked for that one, every other for its own."""
+    from trainimg.imagebuild.lockcompile import uv_binary
+    from trainimg.plan.installer import UV_MANYLINUX_NEWEST
+
+    said = subprocess.run([uv_binary(), "pip", "compile", "--help"], capture_output=True, text=True, timeout=60).stdout
+    named = {tuple(map(int, m)) for m in re.findall(r"x86_64-manylinux_(\d+)_(\d+)", said)}
+    assert max(named) == tuple(map(int, UV_MANYLINUX_NEWEST.split("."))), sorted(named)[-3:]
+    newer = [v for v in variants().values()
+             if Version(load_compat().operating_systems[v.os].glibc) > Version(UV_MANYLINUX_NEWEST)]
+    assert newer, "a shipped variant's OS has a glibc newer than uv names (Debian 13's 2.41)"
+    for v in variants().values():
+        glibc = min(load_compat().operating_systems[v.os].glibc, UV_MANYLINUX_NEWEST, key=Version)
+        platform = variant_requirements(v, load_compat()).platform
+        assert platform == f"x86_64-manylinux_{glibc.replace('.', '_')}", (v.name, platform)
