@@ -108,7 +108,7 @@ def test_a_held_release_is_shown_held_and_only_held_items_are_exit_0(index: Loca
     capsys.readouterr()
     main(["outdated", "--recipes", str(recipes), "--index-url", index.url, "--warn-days", "0"])
     text = capsys.readouterr().out
-    assert "held: framework torch 2.13.0 -> " in text and f"held: {HELD['reason']} ({HELD['source']})" in text, text
+    assert "held: framework torch 2.13.0 -> " in text and f"; {HELD['reason']} ({HELD['source']}) [" in text, text
 
 
 def test_a_hold_past_its_until_is_an_item_again(index: LocalIndex, tmp_path: Path,

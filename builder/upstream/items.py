@@ -42,7 +42,7 @@ class Item:
         where = f": {', '.join(self.where)}" if self.where else ""
         action = f"; {self.action}" if self.action else ""
         mark = "warning: " if self.warning else ""
-        if self.held:
-            until = f" until {self.held['until']}" if self.held.get("until") else ""
-            mark, action = "held: ", f"; held{until}: {self.held['reason']} ({self.held['source']})"
+        if self.held:  # why, in place of what to run: the recipe holds it back
+            until = f", until {self.held['until']}" if self.held.get("until") else ""
+            mark, action = "held: ", f"; {self.held['reason']} ({self.held['source']}{until})"
         return f"{mark}{self.kind} {self.name} {change}{when}{where}{action} [{self.source}]"
