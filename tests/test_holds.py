@@ -1,4 +1,4 @@
-"""A variant held back on purpose (the recipe's `held`: recipe/holds.py): the grammar refuses a bad hold in one line
+"""A variant held back on purpose (the recipe's `held`: recipe/fields.py `held`): the grammar refuses a bad hold in one line
 at its key; `trainimg outdated` shows a held item as held with its reason and source (exit 0 when only held items
 are left, 1 when one is not), an OS hold ends at that OS's end of long-term support at the latest (bases.yaml),
 `list --json` says each variant's OS and holds, `bump` leaves a held variant where it is; and the shipped recipes'
@@ -21,7 +21,7 @@ from localindex import LocalIndex
 from trainimg.cli.app import main
 from trainimg.errors import RecipeError
 from trainimg.recipe.compat import load_compat
-from trainimg.recipe.holds import HOLD_KINDS
+from trainimg.recipe.fields import HOLD_KINDS
 from trainimg.recipe.loading import load_recipes
 from trainimg.upstream.bases import eol_items, load_bases
 

@@ -42,7 +42,7 @@ FIELDS: dict[str, str] = {
 }
 # Fields whose value is the variant's whole: in a matrix group they are the group's, never an axis (one variant
 # holds every architecture under one tag; an axis would make a variant per architecture, with one name; `held` is a
-# mapping of reasons, recipe/holds.py).
+# mapping of reasons, recipe/fields.py `held`).
 GROUP_FIELDS = ("arch", "held")
 _FILE_KEYS = set(FIELDS) | {"matrix", "exclude"}
 _SOURCE_RE = re.compile(r"^[A-Za-z0-9 ._/@+=,()~-]{1,1024}\Z")  # a recipe file's path as shown

@@ -30,7 +30,7 @@ from .arches import ARCHES, DEFAULT_ARCHES
 from .compat import Compat, load_compat
 from .fields import _NAME_RE, _Fields, env_of, extras_of, labels_of
 from .grammar import REFERENCE_RE, REPOSITORY_RE
-from .holds import holds_of
+from .fields import holds_of
 from .rules import check_extras, check_variant
 from .expand import FIELDS, collect, expand, expand_file
 from .variant import RecipeSet, Variant

@@ -20,8 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..recipe.compat import Compat
 from ..recipe.variant import Variant
-from .held import held_by, hold_json
-from .items import Item
+from .items import Item, held_by, hold_json
 from .simpleapi import SimpleIndex
 
 

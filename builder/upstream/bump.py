@@ -51,7 +51,7 @@ class Step:
     source: str = ""
     refused: list[str] = field(default_factory=list)  # "VERSION: the gate's first line" per candidate refused
     cuda_moves: list[CudaMove] = field(default_factory=list)  # the CUDA lines moved with the version
-    held: str | None = None  # the recipe holds these variants' framework back: its reason (recipe/holds.py)
+    held: str | None = None  # the recipe holds these variants' framework back: its reason (recipe/fields.py `held`)
     compat_added: bool = False
     locks: list[str] = field(default_factory=list)  # "images/<v>/requirements.lock: changes"
     failed: str | None = None  # why the change was rolled back

@@ -21,8 +21,7 @@ from ..plan.requirements import lock_path, pins
 from ..recipe.compat import Compat, constraint_spec, is_pin
 from ..recipe.variant import RecipeSet, Variant
 from .bases import cuda_items, eol_items
-from .held import held_by, hold_json
-from .items import KINDS, Item
+from .items import KINDS, Item, held_by, hold_json
 from .ossecurity import SecurityArchive, security_item
 from .simpleapi import Project, SimpleIndex
 
