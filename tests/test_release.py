@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -423,42 +424,59 @@ def test_i_a_failed_moving_tag_puts_back_what_moved_and_writes_no_lock(
     assert not list(tmp_path.glob(".images.lock.*")), "the lockfile written beside it was left behind"
 
 
-# -- (j) the Debian 13 / Python 3.13 CPU images of TensorFlow and JAX, released from the shipped recipes ------------
+# -- (j) the Debian 13 / Python 3.13 CPU images of TensorFlow and JAX, released ----------------------------------------
 
 
 def test_j_the_debian13_framework_images_release(framework_images: dict[str, str], registry: RegistryLogin,
                                                  state_env: dict[str, str], client: docker.DockerClient,
                                                  tmp_path: Path) -> None:
-    """`trainimg release` of the shipped trixie CPU variants (built by the framework_images fixture: the release's
-    build is its cache): each passes the all-reduce on 2 replicas and is pushed, and the lockfile and the image say
-    Debian 13 and Python 3.13, what their recipes ask."""
-    names = [variant for variant, _ in FRAMEWORK_IMAGES.values()]
+    """The shipped trixie CPU variants of TensorFlow and JAX (tests/shipped.py), each copied under a test repository
+    with its committed lock (amd64: the session's framework_images build is the cache of every heavy step, and no
+    shipped tag moves), released: each passes the all-reduce on 2 replicas and is pushed, and the lockfile and the
+    image say the Debian release and Python their recipes ask."""
+    shipped_variants = {fw: shipped().by_name[variant] for fw, (variant, _) in FRAMEWORK_IMAGES.items()}
+    recipes, names = tmp_path / "recipes", {fw: f"rel-{fw}" for fw in shipped_variants}
+    recipes.mkdir()
+    for fw, v in shipped_variants.items():
+        (recipes / f"{fw}.yaml").write_text(
+            f"framework: {fw}\nname: {names[fw]}\nrepository: trainimg-test/rel-{fw}-{RUN}\nmatrix:\n"
+            f"  - version: [\"{v.version}\"]\n    os: [{v.os}]\n    python: [\"{v.python}\"]\n", encoding="utf-8")
+        (tmp_path / "images" / names[fw]).mkdir(parents=True)
+        shutil.copyfile(ROOT / "images" / v.name / "requirements.lock",
+                        tmp_path / "images" / names[fw] / "requirements.lock")
     lock, report = tmp_path / "images.lock", tmp_path / "release.json"
     env = {**state_env, "TRAINIMG_REGISTRY_PASSWORD": registry.password}
-    r = trainimg("release", *names, "--base-image", FRAMEWORK_BASE, "--arch", "amd64", *WHEELHOUSES,
-                 "--registry", registry.host, "--username", registry.username, "--replicas", "2", "--lock", str(lock),
-                 "--json", str(report), "--skip-audit", "--progress", "plain", env=env, timeout=1800)
-    try:
-        assert r.returncode == 0, r.stderr[-3000:]
-        _released_as_asked(names, lock, report, registry, client)
-    finally:  # the registry's names of the shipped tags, if the push left any in the engine (never the tags)
-        for name in names:
-            v = shipped().by_name[name]
-            for ref in (RegistryTarget.parse(registry.host).ref(t) for t in (v.tag, moving_tag(v.tag) or v.tag)):
-                remove_image(client, ref)
-
-
-def _released_as_asked(names: list[str], lock: Path, report: Path, registry: RegistryLogin,
-                       client: docker.DockerClient) -> None:
-    suites = {s["name"]: s for s in json.loads(report.read_text(encoding="utf-8"))["suites"]}
-    entries = read_lock(lock)
     target = RegistryTarget.parse(registry.host)
-    for name in names:
-        v, entry = shipped().by_name[name], entries[name]
-        checks = {c["name"]: c["status"] for c in suites[name]["checks"]}
-        assert checks["framework"] == checks["allreduce_vertex_x2"] == "passed", checks
-        assert entry.base_image == FRAMEWORK_BASE and entry.versions["python"].startswith(f"{v.python}.")
-        assert entry.pushed[target.ref(v.tag)] is not None
-        release = client.containers.run(v.tag, ["cat", "/etc/os-release"], entrypoint=[], remove=True,
-                                        network_mode="none").decode()
-        assert f"VERSION_CODENAME={codename(v.os)}" in release, release
+    tags = [f"trainimg-test/rel-{fw}-{RUN}:{v.tag_version}" for fw, v in shipped_variants.items()]
+    try:
+        r = trainimg("--recipes", str(recipes), "release", *names.values(), "--base-image", FRAMEWORK_BASE,
+                     *WHEELHOUSES, "--registry", registry.host, "--username", registry.username, "--replicas", "2",
+                     "--lock", str(lock), "--json", str(report), "--skip-audit", "--progress", "plain", env=env,
+                     timeout=1800)
+        assert r.returncode == 0, r.stderr[-3000:]
+        suites = {s["name"]: s for s in json.loads(report.read_text(encoding="utf-8"))["suites"]}
+        entries = read_lock(lock)
+        for (fw, v), tag in zip(shipped_variants.items(), tags):
+            checks = {c["name"]: c["status"] for c in suites[names[fw]]["checks"]}
+            assert checks["framework"] == checks["allreduce_vertex_x2"] == "passed", checks
+            entry = entries[names[fw]]
+            assert entry.base_image == FRAMEWORK_BASE and entry.versions["python"].startswith(f"{v.python}.")
+            assert entry.versions["framework"] == v.version, entry.versions
+            assert entry.pushed[target.ref(tag)] == registry_head(registry, tag)
+            release = client.containers.run(tag, ["cat", "/etc/os-release"], entrypoint=[], remove=True,
+                                            network_mode="none").decode()
+            assert f"VERSION_CODENAME={codename(v.os)}" in release, release
+    finally:  # what this test tagged: the variants' tags and their registry's names
+        for tag in tags:
+            for ref in (tag, moving_tag(tag) or tag):
+                remove_image(client, ref)
+                remove_image(client, target.ref(ref))
+
+
+def registry_head(registry: RegistryLogin, ref_tag: str) -> str | None:
+    """The digest the registry serves for `name:tag` (a plain HEAD with basic auth)."""
+    name, _, tag = ref_tag.rpartition(":")
+    resp = requests.head(f"http://{registry.host}/v2/{name}/manifests/{tag}",
+                         auth=(registry.username, registry.password),
+                         headers={"Accept": ", ".join(MANIFEST_TYPES)}, timeout=30)
+    return resp.headers.get("Docker-Content-Digest") if resp.status_code == 200 else None
