@@ -4,7 +4,10 @@ SHELL := /bin/bash
 PYTHON ?= python3
 export TRAINIMG_DOCKER_CLI ?= /usr/bin/docker
 BASE ?= local/debian:bookworm
-VARIANT ?= pytorch-2.13.0-cpu-py3.11
+# The demo's variant: the CPU PyTorch variant on BASE's Debian release (`trainimg list`: name, tag, arches, base), read
+# from the recipes when the demo runs (after `install`), so a bump of the recipes changes no line here.
+VARIANT ?= $(shell trainimg list | awk '$$1 ~ /^pytorch-.*-cpu-/ && $$4 == "debian:$(lastword $(subst :, ,$(BASE)))-slim" \
+  { print $$1; exit }')
 REGISTRY ?= localhost:5000
 # What the demo release audits every pin against: unset, release's default (OSV's public API, which needs the
 # internet); ADVISORIES=DIR|URL, a folder of OSV records or an OSV-compatible service; SKIP_AUDIT=1, no audit
@@ -18,6 +21,7 @@ BENCH_ARGS ?=
   docs docs-build docs-reference
 
 demo: setup install
+	@test -n "$(VARIANT)" || { echo "demo: no CPU PyTorch variant on $(BASE)'s Debian in recipes/"; exit 2; }
 	trainimg validate
 	trainimg render --check
 	trainimg registry start --login

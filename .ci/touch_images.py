@@ -20,10 +20,10 @@ sys.path.insert(0, str(Path("tests").resolve()))
 
 from conftest import CPU_BUILD  # noqa: E402
 from conftest_images import FRAMEWORK_BUILD, GPU_BUILD, WHEELHOUSES  # noqa: E402
-from test_arm64 import BASES, JAX  # noqa: E402
+from test_arm64 import JAX, JAX_BASES  # noqa: E402
 
 BUILDS = [CPU_BUILD, GPU_BUILD, FRAMEWORK_BUILD,
-          [JAX, "--arch", "arm64", *BASES, *WHEELHOUSES]]  # the last: test_arm64.jax_arm64
+          [JAX, "--arch", "arm64", *JAX_BASES, *WHEELHOUSES]]  # the last: test_arm64.jax_arm64
 
 
 def main() -> int:

@@ -2,8 +2,8 @@
 (qemu-aarch64, registered by .ci/setup-host) against the same variant's amd64 image, in one run, and whether two
 builds of the arm64 image without cache give the same layers.
 
-The variant is the suite's arm64 CPU variant, JAX's (`jax-0.10.2-cpu-py3.11`: jaxlib's aarch64 wheels are the CPU
-build), copied under trainimg-bench/ so no shipped tag moves. Each build runs every step anew (`--no-cache`: the
+The variant is the suite's arm64 CPU variant, the shipped JAX CPU one (read from recipes/ by its facts: jaxlib's
+aarch64 wheels are the CPU build), on its own OS's local bases, copied under trainimg-bench/ so no shipped tag moves. Each build runs every step anew (`--no-cache`: the
 engine's other users keep their cache, which a prune would take; the wheel cache mount stays, so the network
 weighs on neither architecture), amd64 and arm64 alternated; each gate is `trainimg test --arch A`, the in-image
 checks and the two-replica all-reduce.
@@ -20,10 +20,17 @@ import statistics
 from pathlib import Path
 
 from figures import ratio
-from harness import BASE_IMAGE, SHIPPED_RECIPES, Harness, log, step
+from harness import SHIPPED_RECIPES, Harness, log, step
 
-VARIANT = "jax-0.10.2-cpu-py3.11"
-ARM64_BASE = "local/debian:bookworm-arm64"
+from trainimg.recipe.compat import load_compat
+from trainimg.recipe.loading import load_recipes
+
+_JAX = next(v for v in load_recipes(SHIPPED_RECIPES).variants
+            if v.framework == "jax" and not v.gpu and "arm64" in v.arch and not v.extends)
+VARIANT = _JAX.name
+# The local bases .ci/setup-host makes for its OS: local/debian:<codename> and its -arm64 twin.
+BASE_IMAGE = "local/" + (load_compat().operating_systems[_JAX.os].cpu_image or "").split("-slim")[0]
+ARM64_BASE = f"{BASE_IMAGE}-arm64"
 SAMPLES = 2  # each build without cache; the arm64 one runs for minutes under emulation
 
 

@@ -11,11 +11,29 @@ on the cache) and must pass `trainimg test --replicas 2` before `push` takes it.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+from packaging.version import Version
 
 from trainimg.runtime.contract import REDUCTION_SERVER_PACKAGE
 
-GPU_VARIANTS = ("pytorch-2.14.1-cu130-py3.11", "tensorflow-2.21.0-cu125-py3.11", "jax-0.10.2-cu126-py3.11")
+def _gpu_variants() -> tuple[str, ...]:
+    """Per framework, the newest shipped GPU variant whose Python the bench's base (harness.BASE_IMAGE, Debian 12)
+    provides: the base the GPU images are built on here (NVIDIA's cannot be pulled)."""
+    from trainimg.recipe.compat import load_compat
+    from trainimg.recipe.loading import load_recipes
+
+    pythons = load_compat().operating_systems["debian12"].python
+    variants = [v for v in load_recipes(Path(__file__).resolve().parent.parent / "recipes").variants if v.gpu and not v.extends and v.python in pythons]
+    newest = {}
+    for v in variants:
+        if v.framework not in newest or Version(v.version or "0") > Version(newest[v.framework].version or "0"):
+            newest[v.framework] = v
+    return tuple(newest[fw].name for fw in ("pytorch", "tensorflow", "jax"))
+
+
+GPU_VARIANTS = _gpu_variants()
 # What `--allow-missing` names: the Reduction Server's Debian package (Google's apt repository is out of reach here).
 ALLOW_MISSING = REDUCTION_SERVER_PACKAGE
 GPU_UNITS = {"size_bytes": "bytes", "pushed_bytes": "bytes", "size_overhead": "ratio"}

@@ -42,10 +42,15 @@ from conftest_registry import *  # noqa: F401,F403  (the registry fixtures: regi
 from conftest_runner import *  # noqa: F401,F403  (ephemeral_runner: the engine as an empty CI runner sees it)
 from onceperrun import built_once
 from osfixture import osfix_base, osfix_cpu_image  # noqa: F401  (images with a known pending OS fix)
+from shipped import build_base, pick
 from slurmcluster import slurm_cluster  # noqa: F401  (a real one-machine Slurm, session-scoped)
 
 ROOT = Path(__file__).resolve().parent.parent
-CPU_VARIANT = "pytorch-2.13.0-cpu-py3.11"
+# The CPU PyTorch variant this machine can build (tests/shipped.py: its lock pins wheels the local indexes hold),
+# the demo's: the image most engine tests share.
+CPU = pick("pytorch", gpu=False)
+CPU_VARIANT = CPU.name
+assert build_base(CPU) == LOCAL_BASE, f"{CPU_VARIANT} builds on {build_base(CPU)}, not {LOCAL_BASE}"
 SUITE_BLOB_CACHE = "/tmp/trainimg-test-blobs"
 CPU_BUILD = [CPU_VARIANT, "--base-image", LOCAL_BASE]  # the cpu_image fixture's build (.ci/touch_images.py too)
 # `make test` runs under pytest-xdist with `--dist loadgroup`. The engine tests (tier 3 and up) are in two groups, so
@@ -132,17 +137,17 @@ def client(docker_engine: str) -> Iterator[docker.DockerClient]:
 
 
 def cpu_recipe(name: str, repository: str, extras: str = "") -> str:
-    """A test recipe: the shipped CPU PyTorch entry (recipes/pytorch.yaml) under another name and repository,
-    so its builds hit the shipped variant's cached stages."""
+    """A test recipe: the shipped CPU PyTorch entry (`CPU`, recipes/pytorch.yaml) under another name and
+    repository, so its builds hit the shipped variant's cached stages."""
     return f"""\
 framework: pytorch
 name: {name}
 repository: {repository}
 extras: [{extras}]
 matrix:
-  - version: ["2.13.0"]
-    os: [debian12]
-    python: ["3.11"]
+  - version: ["{CPU.version}"]
+    os: [{CPU.os}]
+    python: ["{CPU.python}"]
 """
 
 

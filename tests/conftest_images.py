@@ -15,29 +15,37 @@ from pathlib import Path
 import pytest
 
 from onceperrun import built_once
+from shipped import build_base, gpu_words, local_base, pick
 
-__all__ = ["CUDA_TAG", "CUDA_VARIANT", "FRAMEWORK_BUILD", "FRAMEWORK_IMAGES", "GPU_BUILD", "GPU_VARIANTS",
+#: The OS of the CPU variants of the other frameworks the suite builds and gates (FRAMEWORK_IMAGES).
+CPU_OS = "debian13"
+
+__all__ = ["CPU_OS", "CUDA_TAG", "CUDA_VARIANT", "FRAMEWORK_BASE", "FRAMEWORK_BUILD", "FRAMEWORK_IMAGES", "GPU_BUILD",
+           "GPU_VARIANTS",
            "LOCAL_BASE", "WHEELHOUSES", "cuda_image", "framework_images", "gpu_images", "image_matrix", "pinned_cuda_image",
            "pinned_framework_images"]
 
-# the base every fixture image is built on (.ci/setup-host makes it with debootstrap)
+# the base the CPU PyTorch and GPU fixture images are built on (.ci/setup-host makes it with debootstrap)
 LOCAL_BASE = os.environ.get("TRAINIMG_LOCAL_BASE", "local/debian:bookworm")
-CUDA_VARIANT = "pytorch-2.14.1-cu130-py3.11"
-CUDA_TAG = "trainimg/pytorch:2.14.1-cu130-py3.11"
+# The variants, chosen by what they are from recipes/ (tests/shipped.py), so a bump changes data only: the GPU
+# variant of each framework this machine can build (on a Debian base that has its Python), the GPU PyTorch one the
+# image the GPU tests share.
+_GPU = {fw: pick(fw, gpu=True) for fw in ("pytorch", "tensorflow", "jax")}
+assert {build_base(v) for v in _GPU.values()} == {LOCAL_BASE}, "the GPU variants build on one base (GPU_BUILD)"
+CUDA_VARIANT = _GPU["pytorch"].name
+CUDA_TAG = _GPU["pytorch"].tag
 # variant -> words its framework, NCCL and cuDNN checks must say (the CUDA build; the recipe's constraint)
-GPU_VARIANTS = {
-    CUDA_VARIANT: ("CUDA 13.0", "the recipe asks for 2.30.7", "the recipe asks for 9.24.0.43"),
-    "tensorflow-2.21.0-cu125-py3.11": ("CUDA 12.5", "the recipe asks for >= 2.27.7, < 3.0",
-                                       "the recipe asks for 9.3.0.75"),
-    "jax-0.10.2-cu126-py3.11": ("CUDA 12", "the recipe asks for >= 2.18.1", "the recipe asks for >= 9.8, < 10.0"),
-}
+GPU_VARIANTS = {v.name: gpu_words(v) for v in _GPU.values()}
 # this machine's local indexes: torch 2.13.0 CPU and 2.14.1 CUDA, tensorflow-cpu, jax (and what pip would fetch)
 WHEELHOUSES = ["--wheelhouse", "/opt/wheels", "--wheelhouse", "/opt/pypi", "--wheelhouse", "/opt/pypi-more"]
-FRAMEWORK_IMAGES = {"tensorflow": ("tensorflow-2.21.0-cpu-py3.11", "trainimg/tensorflow:2.21.0-cpu-py3.11"),
-                    "jax": ("jax-0.10.2-cpu-py3.11", "trainimg/jax:0.10.2-cpu-py3.11")}
+# The other frameworks' CPU variants: those on Debian 13 (trixie), the CPU base under regular security support, with
+# its Python 3.13.
+_FRAMEWORKS = {fw: pick(fw, gpu=False, os_name=CPU_OS) for fw in ("tensorflow", "jax")}
+FRAMEWORK_IMAGES = {fw: (v.name, v.tag) for fw, v in _FRAMEWORKS.items()}
+FRAMEWORK_BASE = local_base(CPU_OS)
 # The fixtures' `trainimg build` arguments (.ci/touch_images.py rebuilds the same from cache)
 GPU_BUILD = [*GPU_VARIANTS, "--base-image", LOCAL_BASE, "--allow-missing", "google-reduction-server", *WHEELHOUSES]
-FRAMEWORK_BUILD = [*(v for v, _ in FRAMEWORK_IMAGES.values()), "--base-image", LOCAL_BASE, "--arch", "amd64",
+FRAMEWORK_BUILD = [*(v for v, _ in FRAMEWORK_IMAGES.values()), "--base-image", FRAMEWORK_BASE, "--arch", "amd64",
                    *WHEELHOUSES]
 
 

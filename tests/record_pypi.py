@@ -3,6 +3,7 @@
 deb.debian.org answer, and commit tests/data/upstream/.
 
     python3 tests/record_pypi.py            # needs the engine's trainimg/pytorch:2.13.0-cpu-py3.11 for its SBOM
+    python3 tests/record_pypi.py --ranges-only   # only add the byte ranges a new read asks for
 
 What is recorded, all through trainimg's own client (so the ranges are exactly those it asks for):
 * the PEP 691 page of every project `outdated` and `compat add` read, trimmed to stay small but keep every answer
@@ -90,7 +91,7 @@ def trimmed(name: str, data: dict[str, Any], keep: set[str]) -> dict[str, Any]:
     return {**data, "files": [e for e in data["files"] if e.get("filename") in wanted]}
 
 
-def record_index() -> dict[str, set[str]]:
+def record_index(pages: bool = True) -> dict[str, set[str]]:
     http = RecordingHttp()
     index = SimpleIndex(http=http)
     compat = load_compat()
@@ -104,7 +105,7 @@ def record_index() -> dict[str, set[str]]:
                     keep.setdefault(project, set()).add(rel.version)
     for project in PROJECTS:
         index.project(project)
-    for name, data in http.pages.items():
+    for name, data in (http.pages.items() if pages else ()):
         page = gzip.compress(json.dumps(trimmed(name, data, keep.get(name, set())), sort_keys=True).encode(), mtime=0)
         (OUT / "pages").mkdir(parents=True, exist_ok=True)
         (OUT / "pages" / f"{name}.json.gz").write_bytes(page)
@@ -149,6 +150,9 @@ def record_security_index(sbom: dict[str, Any]) -> None:
 def main() -> None:
     if sys.argv[1:] == ["--security-index"]:
         record_security_index(json.loads((OUT / "raw" / "sbom.cdx.json").read_text()))
+        return
+    if sys.argv[1:] == ["--ranges-only"]:  # a new read of `compat add` (another wheel's METADATA): its ranges are
+        record_index(pages=False)  # added, the pages stay as recorded (the other tests' answers do not move)
         return
     keep = record_index()
     record_security()

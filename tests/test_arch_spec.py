@@ -26,6 +26,13 @@ from trainimg.publish.lockfile import LockEntry
 from trainimg.recipe.gpuarch import archs_of, runs_on
 from trainimg.recipe.loading import load_recipes
 from trainimg.runtime.contract import FRAMEWORK_LABEL, VARIANT_LABEL
+from shipped import pick, shipped
+
+# The shipped GPU PyTorch variant built for arm64 too, and one of the same CUDA line built for amd64 only
+# (tests/shipped.py: chosen by their facts).
+ARM_GPU = pick("pytorch", gpu=True, arch="arm64", buildable=False)
+AMD_ONLY = next(v.name for v in shipped().variants if v.framework == "pytorch" and v.cuda == ARM_GPU.cuda
+                and v.arch == ("amd64",))
 
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT / "builder" / "jobs" / "data"
@@ -144,7 +151,7 @@ def test_an_arm64_only_image_runs_only_on_arm64_machines(platform, machine, gpu,
 
 def test_what_the_lockfile_says_was_released_decides_over_the_recipe():
     """A variant whose arm64 image was never released (its lockfile entries: amd64's only) is refused on GB200."""
-    v = variants()["pytorch-2.14.1-cu130-py3.12"]
+    v = variants()[ARM_GPU.name]
     entry = LockEntry(variant=v.name, recipe=v.source, tag=v.tag, image_id="sha256:" + "1" * 64, base_image="b",
                       base_digest="sha256:" + "2" * 64)
     released = facts_from_variant(v, [entry])
@@ -155,14 +162,14 @@ def test_what_the_lockfile_says_was_released_decides_over_the_recipe():
 
 
 def test_the_cli_says_it_in_one_line_and_exit_2(capsys: pytest.CaptureFixture[str]) -> None:
-    code = main(["spec", "--platform", "vertex", "--image", "pytorch-2.14.1-cu130-py3.11", "--registry",
+    code = main(["spec", "--platform", "vertex", "--image", AMD_ONLY, "--registry",
                  "europe-docker.pkg.dev/acme/ml", "--replicas", "2", "--machine-type", "a4x-highgpu-4g",
                  "--accelerator", "NVIDIA_GB200:4", "--", "python", "x.py"])
     out, err = capsys.readouterr()
     assert (code, out) == (2, "") and err.count("\n") == 1, err
     assert err == ("--accelerator: NVIDIA_GB200 is GB200, a Grace superchip: its machines are arm64; "
-                   "pytorch-2.14.1-cu130-py3.11 holds amd64 only; pytorch-2.14.1-cu130-py3.12 runs on it\n")
-    code = main(["spec", "--platform", "vertex", "--image", "pytorch-2.14.1-cu130-py3.12", "--registry",
+                   f"{AMD_ONLY} holds amd64 only; {ARM_GPU.name} runs on it\n")
+    code = main(["spec", "--platform", "vertex", "--image", ARM_GPU.name, "--registry",
                  "europe-docker.pkg.dev/acme/ml", "--replicas", "2", "--machine-type", "a4x-highgpu-4g",
                  "--accelerator", "NVIDIA_GB200:4", "--", "python", "x.py"])
     assert code == 0, capsys.readouterr().err

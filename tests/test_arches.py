@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from trustworld import TOOLS
+from shipped import pick
 
 from trainimg.cli.app import main
 from trainimg.plan.installer import UV_SHA256_BY_ARCH
@@ -49,6 +50,11 @@ def refusal(capsys: pytest.CaptureFixture[str], d: Path) -> str:
     rc, out, err = run(capsys, "--recipes", str(d), "validate")
     assert rc == 2 and len(err) == 1, (out, err)
     return err[0]
+
+
+# The shipped JAX CPU variant, built for amd64 and arm64 (tests/shipped.py: chosen by its facts).
+JAX = pick("jax", gpu=False, arch="arm64").name
+JAX_TAG = pick("jax", gpu=False, arch="arm64").tag
 
 
 # --- the grammar -------------------------------------------------------------------------------------------------
@@ -248,13 +254,13 @@ def test_a_base_of_another_architecture_is_refused_naming_the_flag():
     from trainimg.options import BuildOptions
 
     recipes = load_recipes(ROOT / "recipes")
-    chosen = [p for p in plans(recipes, [recipes.by_name["jax-0.10.2-cpu-py3.11"]])]
+    chosen = [p for p in plans(recipes, [recipes.by_name[JAX]])]
     engine = MemoryEngine(images={"local/debian:bookworm": ImageInfo("sha256:" + "1" * 64, {}, architecture="amd64"),
                                   "local/debian:bookworm-arm64": ImageInfo("sha256:" + "2" * 64, {},
                                                                            architecture="arm64")})
     with pytest.raises(UserInputError) as err:  # one REF for every architecture: an amd64 image under arm64
         check_bases(engine, chosen, BuildOptions(base_image="local/debian:bookworm"))
-    assert str(err.value) == ("--base-image: local/debian:bookworm is linux/amd64; jax-0.10.2-cpu-py3.11@arm64 is "
+    assert str(err.value) == (f"--base-image: local/debian:bookworm is linux/amd64; {JAX}@arm64 is "
                               "built for arm64: give its base with --base-image arm64=REF")
     both = BuildOptions(base_image="local/debian:bookworm", arch_bases={"arm64": "local/debian:bookworm-arm64"})
     check_bases(engine, chosen, both)
@@ -271,19 +277,19 @@ def test_ci_builds_arm64_natively_or_under_emulation_and_says_which(tmp_path, ca
     import yaml
 
     monkeypatch.chdir(ROOT)
-    rc, native, err = run(capsys, "ci", system, "jax-0.10.2-cpu-py3.11", "--registry", "ghcr.io/acme/ml")
+    rc, native, err = run(capsys, "ci", system, JAX, "--registry", "ghcr.io/acme/ml")
     assert rc == 0, err
     assert "# arm64: built natively, in the *-arm64 stage jobs, on the arm64 runner" in native
     doc = yaml.safe_load(native)
     jobs = doc["jobs"] if system == "github" else doc
-    arm = jobs["stage-jax-0_10_2-cpu-py3_11-arm64" if system == "github" else "stage-jax-0.10.2-cpu-py3.11-arm64"]
+    arm = jobs[f"stage-{JAX.replace('.', '_')}-arm64" if system == "github" else f"stage-{JAX}-arm64"]
     runner = arm["runs-on"] if system == "github" else arm["tags"][0]
     assert runner == {"github": "ubuntu-24.04-arm", "gitlab": "saas-linux-medium-arm64"}[system]
     line = next(s["run"] for s in arm["steps"] if str(s.get("run", "")).startswith("trainimg")) \
         if system == "github" else arm["script"][0]
     args = shlex.split(line)
     assert args[args.index("--arch") + 1] == "arm64" and "--stage" in args
-    rc, emulated, err = run(capsys, "ci", system, "jax-0.10.2-cpu-py3.11", "--registry", "ghcr.io/acme/ml",
+    rc, emulated, err = run(capsys, "ci", system, JAX, "--registry", "ghcr.io/acme/ml",
                             "--emulate-arm64")
     assert rc == 0, err
     assert "# arm64: built under emulation (QEMU) in the amd64 stage jobs" in emulated
@@ -300,14 +306,14 @@ def test_the_bake_file_has_a_target_per_architecture():
     from trainimg.render.bake import BakeInputs, bake_file
 
     recipes = load_recipes(ROOT / "recipes")
-    chosen = plans(recipes, [recipes.by_name["jax-0.10.2-cpu-py3.11"]])
+    chosen = plans(recipes, [recipes.by_name[JAX]])
     data = bake_file(chosen, BakeInputs(Path("/ctx"), {p.key: Path(f"/df/{p.key}") for p in chosen}, (),
-                                        {"jax-0.10.2-cpu-py3.11": {}}))
-    arm = data["target"]["jax-0.10.2-cpu-py3.11-arm64"]
-    assert arm["platforms"] == ["linux/arm64"] and arm["tags"] == ["trainimg/jax:0.10.2-cpu-py3.11-arm64"]
-    assert arm["dockerfile"] == "/df/jax-0.10.2-cpu-py3.11@arm64"
-    assert "platforms" not in data["target"]["jax-0.10.2-cpu-py3.11"]  # amd64's target as it always was
-    assert data["group"]["default"]["targets"] == ["jax-0.10.2-cpu-py3.11", "jax-0.10.2-cpu-py3.11-arm64"]
+                                        {JAX: {}}))
+    arm = data["target"][f"{JAX}-arm64"]
+    assert arm["platforms"] == ["linux/arm64"] and arm["tags"] == [f"{JAX_TAG}-arm64"]
+    assert arm["dockerfile"] == f"/df/{JAX}@arm64"
+    assert "platforms" not in data["target"][JAX]  # amd64's target as it always was
+    assert data["group"]["default"]["targets"] == [JAX, f"{JAX}-arm64"]
 
 
 # --- a lockfile entry per architecture, and the index trainimg pushes ---------------------------------------------
@@ -391,8 +397,7 @@ def test_a_signed_release_of_an_index_signs_each_manifest_and_the_index(tmp_path
 
     host_tool("docker-registry")
     recipes = load_recipes(ROOT / "recipes")
-    name = next(v.name for v in recipes.variants if v.framework == "jax" and not v.gpu and "arm64" in v.arch)
-    tag = recipes.by_name[name].tag
+    name, tag = JAX, JAX_TAG
     engine = MemoryEngine(images={"local/debian:bookworm": ImageInfo("sha256:" + "1" * 64, {}),
                                   "local/debian:bookworm-arm64": ImageInfo("sha256:" + "2" * 64, {})})
     with world_of(tmp_path) as world:

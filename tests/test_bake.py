@@ -27,7 +27,8 @@ from typing import Any
 import docker
 import docker.errors
 import pytest
-from conftest import LOCAL_BASE, ROOT, trainimg
+from conftest import ROOT, trainimg
+from shipped import build_base, pick, shipped
 
 from trainimg.engine.docker import BuildRequest, DockerEngine
 from trainimg.imagebuild.lockcompile import left_out
@@ -35,9 +36,11 @@ from trainimg.plan.requirements import lock_states, pins
 from trainimg.recipe.compat import load_compat
 from trainimg.recipe.loading import load_recipes
 
-CPU_VARIANTS = ["jax-0.10.2-cpu-py3.11", "pytorch-2.13.0-cpu-py3.11", "tensorflow-2.21.0-cpu-py3.11"]
+# Each framework's CPU variant this machine builds (tests/shipped.py), the CPU PyTorch one (the child's parent) too.
+CPU_VARIANTS = sorted(pick(fw, gpu=False).name for fw in ("jax", "pytorch", "tensorflow"))
+PARENT = pick("pytorch", gpu=False).name
 CHILD = "baketest-child"
-CHILD_RECIPE = f"extends: pytorch-2.13.0-cpu-py3.11\nname: {CHILD}\nrepository: trainimg-test/{CHILD}\n" \
+CHILD_RECIPE = f"extends: {PARENT}\nname: {CHILD}\nrepository: trainimg-test/{CHILD}\n" \
                "labels:\n  team: bake\n"
 _FROM_RE = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE)
 _ARG_RE = re.compile(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?$")
@@ -171,12 +174,12 @@ def test_bake_file_targets_groups_secrets_and_contexts(recipes: Path, state_env:
             assert lock.read_text() == (recipes.parent / "images" / name / "requirements.lock").read_text(), name
             assert f"source=images/{name}/requirements.lock" in Path(targets[name]["dockerfile"]).read_text(), name
     # The child has no committed lock: one is compiled for the bake, inside its parent's pins.
-    parent_pins = pins((recipes.parent / "images" / "pytorch-2.13.0-cpu-py3.11" / "requirements.lock").read_text())
+    parent_pins = pins((recipes.parent / "images" / PARENT / "requirements.lock").read_text())
     child_lock = Path(targets[CHILD]["context"]) / "images" / CHILD / "requirements.lock"
     assert pins(child_lock.read_text()) == parent_pins
     child = targets[CHILD]
-    assert child["contexts"] == {"parent": "target:pytorch-2.13.0-cpu-py3.11"}
-    assert child["labels"]["org.opencontainers.image.base.name"] == "trainimg/pytorch:2.13.0-cpu-py3.11"
+    assert child["contexts"] == {"parent": f"target:{PARENT}"}
+    assert child["labels"]["org.opencontainers.image.base.name"] == shipped().by_name[PARENT].tag
     for name in variants:
         assert targets[name]["labels"]["trainimg.managed"] == "image"
         assert set(targets[name]["labels"]) >= {"org.opencontainers.image.revision", "org.opencontainers.image.source"}
@@ -184,8 +187,8 @@ def test_bake_file_targets_groups_secrets_and_contexts(recipes: Path, state_env:
 
 def test_bake_selects_variants_and_clean_removes_the_folder(recipes: Path, state_env: dict[str, str]) -> None:
     data = bake(recipes, state_env, CHILD)
-    assert data["group"]["default"]["targets"] == ["pytorch-2.13.0-cpu-py3.11", CHILD]
-    assert set(data["target"]) == {"pytorch-2.13.0-cpu-py3.11", CHILD}  # nothing shared with one root variant
+    assert data["group"]["default"]["targets"] == [PARENT, CHILD]
+    assert set(data["target"]) == {PARENT, CHILD}  # nothing shared with one root variant
     folder = Path(state_env["TRAINIMG_STATE_DIR"]) / "bake"
     assert folder.is_dir()
     r = trainimg("bake", "--clean", env=state_env, timeout=60)
@@ -286,7 +289,8 @@ def emulated(recipes: Path, state_env: dict[str, str], client: docker.DockerClie
                     text = replace_stage(text, key, tag)
             df = work / f"{name}.Dockerfile"
             df.write_text(text, encoding="utf-8")
-            args = {**t["args"], **({"BASE_IMAGE": LOCAL_BASE} if "BASE_IMAGE" in t["args"] else {})}
+            base = {"BASE_IMAGE": _local_base(targets, name)} if "BASE_IMAGE" in t["args"] else {}
+            args = {**t["args"], **base}
             req = BuildRequest(df, Path(t["context"]), t["target"], args, secret_files(t),
                                labels=t.get("labels", {}))
             built[name] = engine.build(req).image_id
@@ -303,6 +307,15 @@ def emulated(recipes: Path, state_env: dict[str, str], client: docker.DockerClie
             client.api.remove_image(tag)
 
 
+def _local_base(targets: dict[str, Any], name: str) -> str:
+    """The local base a target builds on here: its variant's (tests/shipped.py), or for a stage variants share,
+    that of a variant using it."""
+    if name in shipped().by_name:
+        return build_base(shipped().by_name[name])
+    user = next(n for n, t in targets.items() if f"target:{name}" in t.get("contexts", {}).values())
+    return _local_base(targets, user)
+
+
 def test_emulated_targets_build_labelled_images(emulated: tuple[dict[str, Any], dict[str, str]],
                                                 client: docker.DockerClient) -> None:
     targets, built = emulated
@@ -316,7 +329,7 @@ def test_emulated_targets_build_labelled_images(emulated: tuple[dict[str, Any], 
         client.containers.run(built[name], ["python", "-c", "import trainimg_runtime"], entrypoint=[], remove=True,
                               network_mode="none")
     # The child is built on the parent target's image: every parent layer is under it.
-    parent_layers = client.api.inspect_image(built["pytorch-2.13.0-cpu-py3.11"])["RootFS"]["Layers"]
+    parent_layers = client.api.inspect_image(built[PARENT])["RootFS"]["Layers"]
     child = client.api.inspect_image(built[CHILD])
     assert child["RootFS"]["Layers"][:len(parent_layers)] == parent_layers
     assert child["Config"]["Labels"]["team"] == "bake"

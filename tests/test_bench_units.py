@@ -195,18 +195,20 @@ def test_the_repository_results_are_runs_the_page_can_render() -> None:
 
 
 def test_the_bench_matrix_shares_the_shipped_parents() -> None:
-    """The bench copies render to the same stages as the shipped CPU variants below the lock install (python, uv's
-    stage, comms); the install holds the bench's own pinned extra."""
+    """The bench copies render to the same stages as the shipped CPU variants of their OS and Python below the lock
+    install (python, uv's stage, comms); the install holds the bench's own pinned extra."""
     from trainimg.recipe.loading import load_recipes
     from trainimg.plan.stages import plans
 
-    shipped = {p.variant.name: p for p in plans(load_recipes(ROOT / "recipes"), arches=("amd64",))}
+    shipped = {(p.variant.os, p.variant.python): p for p in plans(load_recipes(ROOT / "recipes"), arches=("amd64",))
+               if not p.variant.gpu}
     mine = plans(load_recipes(ROOT / "benchmarks" / "recipes"))
     assert len(mine) >= 3
     assert all(p.variant.tag.startswith(figures.BENCH_PREFIX) for p in mine)
     assert len({p.parents[0].key for p in mine}) == 1  # one shared python stage
     for p in mine:
-        assert figures.below_the_install(p.parents) == figures.below_the_install(shipped[p.variant.name].parents)
+        twin = shipped[p.variant.os, p.variant.python]
+        assert figures.below_the_install(p.parents) == figures.below_the_install(twin.parents)
         assert len(figures.below_the_install(p.parents)) >= 2
     assert core.PIN_VARIANT in {p.variant.name for p in mine}
 

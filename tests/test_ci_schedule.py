@@ -116,9 +116,6 @@ def test_gitlab_ci_local_runs_the_bump_job_up_to_the_merge_request_api(tmp_path:
     repo, remote = tmp_path / "repo", tmp_path / "project.git"
     (repo / "recipes").mkdir(parents=True)
     (repo / "recipes" / "jax.yaml").write_text(JAX_BEHIND)
-    old = repo / "images" / "glb-0.10.1-cpu-py3.11"
-    old.mkdir(parents=True)  # its lock from the shipped 0.10.2 lock's pins: only jax and jaxlib differ
-    shutil.copyfile(ROOT / "images" / "jax-0.10.2-cpu-py3.11" / "requirements.lock", old / "requirements.lock")
     for args in (["lock", "glb-0.10.1-cpu-py3.11"], ["render"]):
         r = subprocess.run(["trainimg", *args], cwd=repo, capture_output=True, text=True, timeout=600)
         assert r.returncode == 0, r.stderr
@@ -150,7 +147,51 @@ def test_gitlab_ci_local_runs_the_bump_job_up_to_the_merge_request_api(tmp_path:
     tree = subprocess.run(["git", "ls-tree", "-r", "--name-only", branches[0]], cwd=remote, capture_output=True,
                           text=True, check=True).stdout.split()
     assert "images/glb-0.10.2-cpu-py3.11/requirements.lock" in tree and not any(WORK in p for p in tree), tree
+    pipeline = subprocess.run(["git", "show", f"{branches[0]}:.gitlab-ci.yml"], cwd=remote, capture_output=True,
+                              text=True, check=True).stdout  # written again by the job: the renamed variant's jobs
+    assert "glb-0.10.2-cpu-py3.11" in pipeline and "glb-0.10.1-cpu-py3.11" not in pipeline
     request = json.loads((repo / ".gitlab-ci-local" / "builds" / "bump" / WORK / "request.json").read_text())
     assert request["title"] == title and request["source_branch"] == branches[0]
     assert request["target_branch"] and request["remove_source_branch"] is True
     assert "| 0.10.1 -> 0.10.2 |" in request["description"]
+
+
+WORKFLOW = ROOT / ".github" / "workflows" / "trainimg.yml"
+
+
+def regenerate_words(text: str) -> list[str]:
+    """The `trainimg ci ...` command the bump job of a generated pipeline runs to write the file again."""
+    doc = yaml.safe_load(text)
+    job = doc["jobs"]["bump"] if "jobs" in doc else doc["bump"]
+    script = "\n".join(s.get("run", "") for s in job["steps"]) if "steps" in job else "\n".join(job["script"])
+    (words,) = [args for args in trainimg_commands(script) if args[1:2] == ["ci"]]
+    return words
+
+
+@pytest.mark.parametrize("system", sorted(SCHEMAS))
+def test_the_bump_job_writes_the_pipeline_again_with_the_words_that_wrote_it(system: str, checkout: Path) -> None:
+    out = ".github/workflows/x.yml" if system == "github" else ".gitlab-ci.yml"
+    r = generate(checkout, system, "--output", out, "--token-var", "BOT")
+    assert r.returncode == 0, r.stderr
+    text = (checkout / out).read_text()
+    words = regenerate_words(text)
+    ci = cli.commands["ci"].commands[system]  # type: ignore[attr-defined]
+    ci.make_context(system, words[3:])  # click refuses an unknown flag or a bad value
+    again = subprocess.run(words, cwd=checkout, capture_output=True, text=True, timeout=120)
+    assert again.returncode == 0, again.stderr
+    assert (checkout / out).read_text() == text  # the same words, the same file
+    with pytest.raises(ValueError):  # written to stdout: nothing names the file, no job writes it again
+        regenerate_words(generate(checkout, system).stdout)
+
+
+def test_the_committed_workflow_is_what_its_own_words_write(tmp_path: Path) -> None:
+    """This repository's own scheduled pipeline (.github/workflows/trainimg.yml) is current: its bump job's `trainimg
+    ci` words, run on a copy of the checkout, write it byte for byte (a recipe change it missed fails here)."""
+    for folder in ("recipes", "images"):
+        shutil.copytree(ROOT / folder, tmp_path / folder)
+    (tmp_path / WORKFLOW.relative_to(ROOT)).parent.mkdir(parents=True)
+    words = regenerate_words(WORKFLOW.read_text())
+    r = subprocess.run(words, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr
+    assert (tmp_path / WORKFLOW.relative_to(ROOT)).read_text() == WORKFLOW.read_text()
+    assert "--schedule" in words and "--output" in words

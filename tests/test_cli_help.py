@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 from conftest import ROOT
 
+from trainimg.recipe.compat import load_compat
 from trainimg.cli.app import cli, main
 from trainimg.cli.group import GLOBAL_OPTIONS, OLD_SPELLINGS
 from trainimg.publish.lockfile import LockEntry, write_lock
@@ -228,7 +229,7 @@ def test_a_global_option_as_another_options_value_is_left_alone(capsys: pytest.C
 # --- every recipe mistake in one run ---------------------------------------------------------------------------------
 
 MISTAKES = {
-    "a.yaml": ("framework: pytorch\nversion: '2.13.0'\npyton: '3.11'\nos: debian13\npython: 3.10\n"
+    "a.yaml": ("framework: pytorch\nversion: '2.13.0'\npyton: '3.11'\nos: debian11\npython: 3.10\n"
                "matrix:\n  flavor: [base]\n"),
     "team/b.yaml": "framework: torch\nversion: '2.13.0'\npython: '3.11'\nos: debian12\nextras: [numpy>=1]\n",
     "team/c.yaml": "framework: [\n",
@@ -236,7 +237,7 @@ MISTAKES = {
 }
 EXPECTED = [  # file:line:key, in file and line order
     "recipes/a.yaml:3:pyton: unknown key; did you mean 'python'?",
-    "recipes/a.yaml:4:os: 'debian13' is not one of",
+    "recipes/a.yaml:4:os: 'debian11' is not one of",
     "recipes/a.yaml:5:python: YAML reads the unquoted 3.10 as the number 3.1; quote it",
     "recipes/a.yaml:7:matrix.flavor: unknown key; did you mean 'flavour'?",
     "recipes/team/b.yaml:1:framework: 'torch' is not one of pytorch",
@@ -282,9 +283,10 @@ def test_validate_counts_what_was_given(tmp_path: Path, capsys: pytest.CaptureFi
 
 
 def test_one_mistake_is_still_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    d = write(tmp_path, {"a.yaml": CPU.replace("debian12", "debian13")})
+    d = write(tmp_path, {"a.yaml": CPU.replace("debian12", "debian11")})
     rc, _, err = run(capsys, "--recipes", str(d), "list")
-    assert rc == 2 and err == ["recipes/a.yaml:3:os: 'debian13' is not one of debian12, ubuntu22.04, ubuntu24.04"]
+    known = ", ".join(load_compat().operating_systems)  # the OSes compat.yaml knows, in its order
+    assert rc == 2 and err == [f"recipes/a.yaml:3:os: 'debian11' is not one of {known}"]
 
 
 # --- one error-line scheme -------------------------------------------------------------------------------------------

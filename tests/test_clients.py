@@ -34,7 +34,7 @@ from trainimg.jobs.fields import accelerator_types
 from trainimg.jobs.images import facts_from_variant
 from trainimg.jobs.shape import ImageFacts, SpecOptions
 from trainimg.jobs.spec import job_spec
-from trainimg.recipe.loading import load_recipes
+from shipped import pick
 
 ROOT = Path(__file__).resolve().parents[1]
 IMAGE = "europe-docker.pkg.dev/acme/ml/trainimg/tensorflow:2.21.0-cu125-py3.11"
@@ -43,9 +43,9 @@ IMAGE = "europe-docker.pkg.dev/acme/ml/trainimg/tensorflow:2.21.0-cu125-py3.11"
 @pytest.fixture(scope="module")
 def facts() -> list[ImageFacts | None]:
     """Real recipe facts (a CUDA PyTorch image with NCCL and reducers, a CUDA TF one, a CPU one) and none."""
-    variants = load_recipes(ROOT / "recipes").by_name
-    names = ("pytorch-2.14.1-cu130-py3.12", "tensorflow-2.21.0-cu125-py3.11", "pytorch-2.13.0-cpu-py3.11")
-    return [None, *(facts_from_variant(variants[n]) for n in names)]
+    chosen = (pick("pytorch", gpu=True, buildable=False), pick("tensorflow", gpu=True, buildable=False),
+              pick("pytorch", gpu=False))  # tests/shipped.py: by their facts, not their versions
+    return [None, *(facts_from_variant(v) for v in chosen)]
 
 
 def spec_matrix(platform: str, facts: list[ImageFacts | None]) -> Iterator[SpecOptions]:

@@ -15,6 +15,7 @@ import subprocess
 import pytest
 import yaml
 from k8sconsumers import check
+from shipped import pick
 
 from trainimg.cli.app import main
 from trainimg.jobs.clusterspec import CLUSTER_PLATFORMS
@@ -23,9 +24,9 @@ from trainimg.runtime.contract import SLURM
 from trainimg.runtime.topology import refusal
 
 REGISTRY = "europe-docker.pkg.dev/acme/ml"
-CPU = "pytorch-2.13.0-cpu-py3.11"
-GPU = {"pytorch": "pytorch-2.14.1-cu130-py3.11", "jax": "jax-0.10.2-cu126-py3.11",
-       "tensorflow": "tensorflow-2.21.0-cu125-py3.11"}
+# The shipped variants, by their facts (tests/shipped.py): the CPU PyTorch one, each framework's GPU one.
+CPU = pick("pytorch", gpu=False).name
+GPU = {fw: pick(fw, gpu=True).name for fw in ("pytorch", "jax", "tensorflow")}
 
 
 #: The platforms whose specs the matrix below hands to tests/k8sconsumers.py or bash; Azure ML's command jobs go to

@@ -3,7 +3,8 @@
 TensorFlow (MultiWorkerMirroredStrategy from the TF_CONFIG each platform injects; UAI's master renamed chief by
 the launcher; a ps on every UAI node that starts a server and waits) and JAX (`jax.distributed.initialize` from
 the launcher's coordinator env) each run their own collective across 3 containers; the exact sum is checked on
-every replica. The CPU images come from this machine's local indexes (tensorflow-cpu 2.21.0, jax 0.10.2).
+every replica. The CPU images are the shipped Debian 13 (trixie) / Python 3.13 variants of TensorFlow and JAX
+(tests/conftest_images.py FRAMEWORK_IMAGES, chosen by their facts), their wheels from PyPI through uv's cache.
 """
 
 from __future__ import annotations

@@ -34,8 +34,13 @@ from trainimg.recipe.gpuarch import archs_of, describe, runs_on
 from trainimg.recipe.loading import load_recipes
 from trainimg.runtime.contract import CUDA_ARCHS_LABEL
 from trainimg.runtime.manifest import torch_archs
+from shipped import pick, shipped
 
 ROOT = Path(__file__).resolve().parents[1]
+# The shipped GPU PyTorch variants, by their facts (tests/shipped.py): a CUDA 13 one, and the CUDA 12 one that runs
+# where CUDA 13 dropped the GPU.
+CU13 = pick("pytorch", gpu=True)
+CU12 = next(v for v in shipped().variants if v.framework == "pytorch" and (v.cuda or "").startswith("12."))
 DATA = ROOT / "builder" / "jobs" / "data"
 RAW = yaml.safe_load((DATA / "gpus.yaml").read_text(encoding="utf-8"))
 AZURE = yaml.safe_load((DATA / "azure_vm_sizes.yaml").read_text(encoding="utf-8"))["sizes"]
@@ -253,18 +258,18 @@ def test_cpu_names_outside_the_gpu_tables_still_pass() -> None:
 ])
 def test_the_issues_cases_exit_2_naming_a_variant_that_runs(capsys: pytest.CaptureFixture[str],
                                                              args: list[str]) -> None:
-    code = main(["spec", "--image", "pytorch-2.14.1-cu130-py3.11", "--registry", "europe-docker.pkg.dev/acme/ml", "--replicas", "1",
+    code = main(["spec", "--image", CU13.name, "--registry", "europe-docker.pkg.dev/acme/ml", "--replicas", "1",
                  *args, "--", "python", "x.py"])
     out, err = capsys.readouterr()
     assert (code, out) == (2, ""), err
     assert err.count("\n") == 1 and "compute capability 7.0" in err and "CUDA 13 dropped" in err, err
-    assert "pytorch-2.14.1-cu126-py3.12 runs on it" in err, err
+    assert f"{CU12.name} runs on it" in err, err
 
 
 @pytest.mark.parametrize("args", [["--platform", "vertex", "--machine-type", "banana"],
                                   ["--platform", "azureml", "--vm-size", "Standard_ND96_H100", "--compute", "c1"]])
 def test_unknown_machine_names_exit_2(capsys: pytest.CaptureFixture[str], args: list[str]) -> None:
-    code = main(["spec", "--image", "pytorch-2.14.1-cu130-py3.11", "--registry", "europe-docker.pkg.dev/acme/ml", "--replicas", "1",
+    code = main(["spec", "--image", CU13.name, "--registry", "europe-docker.pkg.dev/acme/ml", "--replicas", "1",
                  *args, "--", "python", "x.py"])
     out, err = capsys.readouterr()
     assert (code, out) == (2, "") and err.count("\n") == 1, err
@@ -295,13 +300,13 @@ def test_an_images_arch_label_comes_before_compat_data() -> None:
 def test_a_local_image_is_checked_by_its_label_and_told_a_variant_that_runs() -> None:
     """A reference to a local image: its labels give the architectures (the build's own list wins), and the refusal
     still names a variant that runs on the GPU."""
-    labels = {"trainimg.framework": "pytorch", "trainimg.variant": "pytorch-2.14.1-cu130-py3.11",
-              "trainimg.version.framework": "2.14.1", "trainimg.version.cuda": "13.0.96",
+    labels = {"trainimg.framework": "pytorch", "trainimg.variant": CU13.name,
+              "trainimg.version.framework": CU13.version, "trainimg.version.cuda": f"{CU13.cuda}.86",
               CUDA_ARCHS_LABEL: "sm_75,sm_80,sm_86,sm_90,sm_100,sm_120"}
-    ref = "europe-docker.pkg.dev/acme/ml/trainimg/pytorch:2.14.1-cu130-py3.11"
+    ref = f"europe-docker.pkg.dev/acme/ml/{CU13.tag}"
     image, found = resolve_image(ref, variants=variants(), lock={}, registry=None, framework=None,
                                  inspect=lambda _: ImageInfo(id="sha256:" + "0" * 64, labels=labels))
     assert found is not None and found.archs == tuple(labels[CUDA_ARCHS_LABEL].split(","))
     said = outcome(SpecOptions(platform="vertex", image=image, replicas=1, machine_type="n1-standard-8",
                                accelerator="NVIDIA_TESLA_V100:1", facts=found))
-    assert said is not None and "pytorch-2.14.1-cu126-py3.12 runs on it" in said, said
+    assert said is not None and f"{CU12.name} runs on it" in said, said

@@ -27,9 +27,10 @@ from typing import Any
 
 import docker
 import pytest
-from conftest import BARE_VERSION, LOCAL_BASE, ROOT, bare_recipe, remove_image, trainimg
+from conftest import BARE_VERSION, CPU_VARIANT, LOCAL_BASE, ROOT, bare_recipe, remove_image, trainimg
 from conftest_registry import RegistryLogin
 from enginerecorder import EngineRecorder
+from shipped import pick
 
 from trainimg.plan import blocks
 from trainimg.recipe.compat import load_compat
@@ -55,7 +56,6 @@ SHIPPED = load_recipes(ROOT / "recipes")
 # Every variant with a lock of pins (one marked not lockable here holds none: its build refuses it).
 LOCKED = [v for v in SHIPPED.variants if v.name in {s.variant for s in lock_states(SHIPPED.variants, load_compat(), ROOT)
                                                    if s.state not in ("missing", "unlockable")}]
-CPU_VARIANT = "pytorch-2.13.0-cpu-py3.11"
 # The engine tests build a framework-less recipe of their own (tests/conftest.py bare_recipe): no-cache builds make
 # new image IDs, which no other test on the same engine gates or pushes.
 TEST_NAME = "layerstest"
@@ -124,12 +124,14 @@ def test_an_unmatched_name_is_the_framework_group() -> None:
 
 def test_the_splitter_runs_as_the_build_runs_it(tmp_path: Path) -> None:
     """`python lockgroups.py GROUP LOCK OUT` with the standard library only, as the install steps mount it."""
-    lock = ROOT / "images" / "pytorch-2.14.1-cu130-py3.11" / "requirements.lock"
+    v = pick("pytorch", gpu=True)  # the GPU PyTorch variant (tests/shipped.py), its NCCL pinned by its recipe
+    lock = ROOT / "images" / v.name / "requirements.lock"
     out = tmp_path / "nccl.lock"
     script = ROOT / "builder" / "runtime" / "lockgroups.py"
     r = subprocess.run([sys.executable, "-I", str(script), "nccl", str(lock), str(out)], capture_output=True, text=True)
     assert r.returncode == 0, r.stderr
-    assert out.read_text().startswith("nvidia-nccl-cu13==2.30.7 \\\n    --hash=sha256:")
+    wheel = load_compat().build("pytorch", v.version or "", v.cuda or "")[1].nccl_wheel
+    assert out.read_text().startswith(f"{wheel}=={v.nccl} \\\n    --hash=sha256:")
     assert "#" not in out.read_text()  # no `# via` lines: the slice changes only with its group's pins
     bad = subprocess.run([sys.executable, "-I", str(script), "nccl"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1

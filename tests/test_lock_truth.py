@@ -8,22 +8,29 @@ from __future__ import annotations
 
 import re
 import shutil
+import subprocess
 from functools import cache
 from pathlib import Path
 
 import pytest
+from packaging.version import Version
 
-from conftest import ROOT, trainimg
+from conftest import CPU_VARIANT, ROOT, trainimg
+from shipped import pick, shipped
 from trainimg.plan.locktruth import NOT_LOCKABLE, build_major, lock_problems, not_lockable
 from trainimg.plan.requirements import lock_states, locked_input, pins, variant_requirements
-from trainimg.recipe.arches import ARCH_SEPARATOR, ARCHES, arch_key
+from trainimg.recipe.arches import ARCHES, arch_key
 from trainimg.recipe.compat import load_compat
 from trainimg.recipe.loading import Variant, load_recipes
 
 # Every architecture's lock: amd64's beside the Dockerfile, another's in images/<variant>/<arch>/.
 LOCKS = sorted([*(ROOT / "images").glob("*/requirements.lock"), *(ROOT / "images").glob("*/*/requirements.lock")])
 PINNED = [lock for lock in LOCKS if pins(lock.read_text(encoding="utf-8"))]  # a not-lockable file holds no pin
-UNLOCKABLE = "pytorch-2.14.1-cu126-py3.12"  # download.pytorch.org/whl/cu126 does not answer here
+# By their facts (tests/shipped.py): the CUDA 12.6 PyTorch variant (download.pytorch.org/whl/cu126 does not answer
+# here: its lock says so), PyPI's CUDA 13 PyTorch build, and the one of those this machine builds.
+UNLOCKABLE = next(v.name for v in shipped().variants if v.framework == "pytorch" and v.cuda == "12.6")
+CU13 = pick("pytorch", gpu=True, arch="arm64", buildable=False)
+GPU = pick("pytorch", gpu=True).name
 
 
 @cache
@@ -59,9 +66,19 @@ def test_every_committed_lock_holds_what_its_recipe_asks(lock: Path) -> None:
 
 
 def test_the_variants_that_cannot_be_locked_here_are_said_so() -> None:
-    """The cu126 build's index, and the aarch64 +cpu torch's (PyPI's aarch64 torch is the CUDA 13 build)."""
+    """Every build only another index serves (the cu126 build's, the +cpu torch's: PyPI's torch is the CUDA build,
+    on aarch64 too), but one this machine's wheel folder holds (the demo's: /opt/wheels)."""
     marked = [lock_id(p) for p in LOCKS if not_lockable(p.read_text(encoding="utf-8")) is not None]
-    assert marked == [f"pytorch-2.13.0-cpu-py3.11{ARCH_SEPARATOR}arm64", UNLOCKABLE]
+    elsewhere = [arch_key(v.name, arch) for v in variants().values() for arch in v.arch
+                 if variant_requirements(v, load_compat(), arch=arch).indexes and not in_wheel_folder(v, arch)]
+    assert sorted(marked) == sorted(elsewhere) and UNLOCKABLE in marked, (marked, elsewhere)
+
+
+def in_wheel_folder(v: Variant, arch: str) -> bool:
+    """Whether /opt/wheels holds the framework's wheel of `v`'s build for its Python and `arch`."""
+    minor = v.python.replace(".", "")
+    machine = ARCHES[arch].machine
+    return any(Path("/opt/wheels").glob(f"torch-{v.version}+*-cp{minor}-cp{minor}-*{machine}.whl"))
 
 
 def other_major(major: int) -> int:
@@ -93,11 +110,14 @@ def test_a_lock_made_wrong_is_refused(lock: Path) -> None:
 
 def test_the_cuda13_build_under_a_cuda126_name_is_refused() -> None:
     """What the committed cu126 lock held: PyPI's torch (CUDA 13) with its CUDA 13 wheels and two NCCLs."""
-    cu130 = pins((ROOT / "images" / "pytorch-2.14.1-cu130-py3.12" / "requirements.lock").read_text(encoding="utf-8"))
-    problems = lock_problems(variants()[UNLOCKABLE], load_compat(), {**cu130, "nvidia-nccl-cu12": "2.29.3"})
+    cu13 = pins((ROOT / "images" / CU13.name / "requirements.lock").read_text(encoding="utf-8"))
+    version = variants()[UNLOCKABLE].version
+    problems = lock_problems(variants()[UNLOCKABLE], load_compat(),
+                             {**cu13, "torch": version, "nvidia-nccl-cu12": "2.29.3"})
     text = "\n".join(problems)
-    assert "2 NCCL distributions" in text and "nvidia-cuda-runtime==13.0.96 is a CUDA 13 wheel" in text, text
-    assert "torch==2.14.1 is not the cu126 build" in text, text
+    runtime = f"nvidia-cuda-runtime=={cu13['nvidia-cuda-runtime']} is a CUDA 13 wheel"
+    assert "2 NCCL distributions" in text and runtime in text, text
+    assert f"torch=={version} is not the cu126 build" in text, text
 
 
 def copy_repo(tmp_path: Path) -> Path:
@@ -110,7 +130,7 @@ def test_render_check_refuses_a_wrong_lock_and_accepts_not_lockable(tmp_path: Pa
     root = copy_repo(tmp_path)
     r = trainimg("--recipes", str(root / "recipes"), "render", "--check")
     assert r.returncode == 0, r.stdout + r.stderr
-    lock = root / "images" / "pytorch-2.14.1-cu130-py3.11" / "requirements.lock"
+    lock = root / "images" / GPU / "requirements.lock"
     text = lock.read_text(encoding="utf-8")
     line = next(ln for ln in text.splitlines() if ln.startswith("nvidia-nccl-cu13=="))
     lock.write_text(text.replace(line, "nvidia-nccl-cu12==2.29.3 \\\n    --hash=sha256:" + "0" * 64 + "\n" + line),
@@ -120,17 +140,17 @@ def test_render_check_refuses_a_wrong_lock_and_accepts_not_lockable(tmp_path: Pa
     assert r.returncode == 1
     said = [ln for ln in r.stdout.splitlines() if "wrong lock" in ln]
     assert len(said) == 1 and "2 NCCL distributions" in said[0] and said[0].startswith(
-        "images/pytorch-2.14.1-cu130-py3.11/requirements.lock: "), r.stdout
+        f"images/{GPU}/requirements.lock: "), r.stdout
 
 
 def test_lock_fails_when_the_index_the_recipe_needs_is_unreachable(tmp_path: Path) -> None:
     root = copy_repo(tmp_path)
     lock = root / "images" / UNLOCKABLE / "requirements.lock"
     lock.unlink()
-    r = trainimg("--recipes", str(root / "recipes"), "lock", UNLOCKABLE, "pytorch-2.13.0-cpu-py3.11", timeout=600)
+    r = trainimg("--recipes", str(root / "recipes"), "lock", UNLOCKABLE, CPU_VARIANT, timeout=600)
     assert r.returncode == 1 and r.stderr.count("\n") == 1, r.stderr
     # the other variant is still locked (its +cpu build is in this machine's wheel folder)
-    assert re.search(r"^images/pytorch-2\.13\.0-cpu-py3\.11/requirements\.lock: [0-9]+ packages locked \(unchanged\)$",
+    assert re.search(rf"^images/{re.escape(CPU_VARIANT)}/requirements\.lock: [0-9]+ packages locked \(unchanged\)$",
                      r.stdout, re.MULTILINE), r.stdout
     assert r.stderr.startswith(f"lock {UNLOCKABLE} (amd64): https://download.pytorch.org/whl/cu126, the only index "
                                "that serves this build"), r.stderr
@@ -158,3 +178,21 @@ def test_an_arm64_lock_that_cannot_be_made_is_named_as_arm64s(tmp_path: Path) ->
         "images/team-a/requirements.lock: N packages locked"], r.stderr
     assert failed.startswith("lock pytorch-2.13.0-cpu-py3.11 (arm64): https://download.pytorch.org/whl/cpu, the only "
                              "index that serves this build, did not answer here"), r.stderr
+
+
+def test_a_glibc_newer_than_uv_names_is_locked_for_uvs_newest_manylinux() -> None:
+    """uv's --python-platform names manylinux platforms up to UV_MANYLINUX_NEWEST (read from the uv trainimg runs,
+    its own help); an OS whose glibc is newer (Debian 13: 2.41) is locked for that one, every other for its own."""
+    from trainimg.imagebuild.lockcompile import uv_binary
+    from trainimg.plan.installer import UV_MANYLINUX_NEWEST
+
+    said = subprocess.run([uv_binary(), "pip", "compile", "--help"], capture_output=True, text=True, timeout=60).stdout
+    named = {tuple(map(int, m)) for m in re.findall(r"x86_64-manylinux_(\d+)_(\d+)", said)}
+    assert max(named) == tuple(map(int, UV_MANYLINUX_NEWEST.split("."))), sorted(named)[-3:]
+    newer = [v for v in variants().values()
+             if Version(load_compat().operating_systems[v.os].glibc) > Version(UV_MANYLINUX_NEWEST)]
+    assert newer, "a shipped variant's OS has a glibc newer than uv names (Debian 13's 2.41)"
+    for v in variants().values():
+        glibc = min(load_compat().operating_systems[v.os].glibc, UV_MANYLINUX_NEWEST, key=Version)
+        platform = variant_requirements(v, load_compat()).platform
+        assert platform == f"x86_64-manylinux_{glibc.replace('.', '_')}", (v.name, platform)

@@ -14,7 +14,7 @@ from packaging.requirements import Requirement
 from packaging.specifiers import SpecifierSet
 from packaging.version import Version
 
-from conftest import LOCAL_BASE, ROOT, trainimg
+from conftest import CPU_VARIANT, LOCAL_BASE, ROOT, trainimg
 from trainimg.plan.requirements import lock_digest, lock_path, lock_states, pins, variant_requirements
 from trainimg.recipe.compat import load_compat
 from trainimg.recipe.loading import load_recipes
@@ -60,12 +60,12 @@ def test_render_check_names_a_recipe_changed_since_its_lock(tmp_path: Path) -> N
     assert r.returncode == 1
     stale = [ln for ln in r.stdout.splitlines() if "stale lock" in ln]
     expected = [(v.name, a) for v in load_recipes(ROOT / "recipes").variants if v.framework == "pytorch" for a in v.arch]
-    assert len(stale) == len(expected) == 6  # each PyTorch variant's lock of each architecture, on one line each
+    assert len(stale) == len(expected) > 1  # each PyTorch variant's lock of each architecture, on one line each
     assert all(ln.startswith("images/pytorch-") and "recipes/pytorch.yaml" in ln for ln in stale)
 
 
 def test_lock_digest_is_the_sha256_of_the_committed_file() -> None:
-    folder = ROOT / "images" / "pytorch-2.13.0-cpu-py3.11"
+    folder = ROOT / "images" / CPU_VARIANT
     expected = hashlib.sha256((folder / "requirements.lock").read_bytes()).hexdigest()
     assert lock_digest(folder) == f"sha256:{expected}"
 

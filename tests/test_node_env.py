@@ -34,10 +34,11 @@ from trainimg.jobs import sagemaker
 from trainimg.jobs.node import ENV
 from trainimg.jobs.specflags import PLATFORM_FLAGS, SPEC_PLATFORMS
 from trainimg.recipe.nodeenv import node_env_table
+from shipped import pick
 
 VARIABLES = sorted(node_env_table().variables)
 REGISTRY = "europe-docker.pkg.dev/acme/ml"
-IMAGE = ["--image", "pytorch-2.14.1-cu130-py3.11", "--registry", REGISTRY, "--replicas", "2"]
+IMAGE = ["--image", pick("pytorch", gpu=True).name, "--registry", REGISTRY, "--replicas", "2"]
 ROLE = "arn:aws:iam::123456789012:role/trainer"
 NEEDS = {
     "vertex": ["--machine-type", "a2-highgpu-1g", "--accelerator", "NVIDIA_TESLA_A100:1"],

@@ -211,8 +211,8 @@ def test_recipes_in_sub_folders_are_loaded(tmp_path, capsys):
 
 
 def test_errors_in_sub_folders_name_the_file(tmp_path, capsys):
-    d = write_recipes(tmp_path, {"a.yaml": CPU, "team/b.yaml": CPU.replace("debian12", "debian13") + "name: b\n"})
-    assert refused(capsys, d).startswith("recipes/team/b.yaml:3:os: 'debian13' is not one of")
+    d = write_recipes(tmp_path, {"a.yaml": CPU, "team/b.yaml": CPU.replace("debian12", "debian11") + "name: b\n"})
+    assert refused(capsys, d).startswith("recipes/team/b.yaml:3:os: 'debian11' is not one of")
 
 
 def test_validate_a_file_resolves_extends_against_the_folder(tmp_path, capsys):

@@ -14,6 +14,10 @@ from pathlib import Path
 import pytest
 
 from trainimg.cli.app import main
+from packaging.version import Version
+from shipped import pick
+
+from trainimg.recipe.compat import load_compat
 from trainimg.recipe.loading import load_recipes
 
 REPO = Path(__file__).resolve().parents[1]
@@ -102,8 +106,8 @@ BAD: list[tuple[str, dict[str, str], str, str, tuple[str, ...]]] = [
     ("python-list", {"x.yaml": CPU.replace('"3.11"', "['3.11']")}, "x.yaml", "python", ("got list",)),
     ("missing-os", {"x.yaml": CPU.replace("os: debian12\n", "")}, "x.yaml", "os",
      ("missing", "debian12", "ubuntu24.04")),
-    ("unknown-os", {"x.yaml": CPU.replace("debian12", "debian13")}, "x.yaml", "os",
-     ("'debian13' is not one of", "debian12")),
+    ("unknown-os", {"x.yaml": CPU.replace("debian12", "debian11")}, "x.yaml", "os",
+     ("'debian11' is not one of", "debian12")),
     ("missing-python", {"x.yaml": CPU.replace('python: "3.11"\n', "")}, "x.yaml", "python", ("missing",)),
     ("python-not-major-minor", {"x.yaml": CPU.replace('"3.11"', '"3.11.2"')}, "x.yaml", "python",
      ("'3.11.2' is not a Python major.minor",)),
@@ -423,18 +427,33 @@ def test_list_json_shape(capsys):
         else:
             assert r["versions"]["nccl"] and r["base"].startswith("nvidia/cuda:")
     by_name = {r["name"]: r for r in rows}
-    cpu = by_name["pytorch-2.13.0-cpu-py3.11"]
-    assert cpu["tag"] == "trainimg/pytorch:2.13.0-cpu-py3.11"
-    assert cpu["dockerfile"] == "images/pytorch-2.13.0-cpu-py3.11/Dockerfile"
-    assert cpu["framework"] == "pytorch" and cpu["base"] == "debian:bookworm-slim"
-    assert cpu["versions"]["cuda"] is None and cpu["versions"]["python"] == "3.11"
-    assert cpu["versions"]["framework"] == "2.13.0"
+    want = pick("pytorch", gpu=False)  # tests/shipped.py: the CPU PyTorch variant this machine builds
+    cpu = by_name[want.name]
+    assert cpu["tag"] == f"trainimg/pytorch:{want.version}-cpu-py{want.python}"
+    assert cpu["dockerfile"] == f"images/{want.name}/Dockerfile"
+    assert cpu["framework"] == "pytorch" and cpu["base"] == load_compat().operating_systems[want.os].cpu_image
+    assert cpu["os"] == want.os and cpu["versions"]["cuda"] is None and cpu["versions"]["python"] == want.python
+    assert cpu["versions"]["framework"] == want.version
+
+
+def test_list_json_holds_the_newest_releases_and_a_debian13_python313_cpu_base(capsys):
+    """The issue's contract: a PyTorch and a JAX variant at the newest release compat.yaml knows (PyPI's newest,
+    `trainimg outdated` says when it is not), and a CPU variant on Debian 13 with Python 3.13."""
+    rc, out, _ = run_cli(capsys, "--recipes", str(REPO / "recipes"), "list", "--json")
+    rows = json.loads(out)
+    compat = load_compat()
+    for fw in ("pytorch", "jax", "tensorflow"):
+        newest = max((r.version for r in compat.frameworks[fw].releases), key=Version)
+        assert any(r["framework"] == fw and r["versions"]["framework"] == newest for r in rows), (fw, newest)
+    trixie = [r for r in rows if not r["gpu"] and r["os"] == "debian13" and r["versions"]["python"] == "3.13"]
+    assert {r["framework"] for r in trixie} == {"pytorch", "jax", "tensorflow"}, trixie
+    assert all(r["base"] == "debian:trixie-slim" for r in trixie)
 
 
 def test_list_plain(capsys):
     rc, out, _ = run_cli(capsys, "--recipes", str(REPO / "recipes"), "list")
     assert rc == 0
-    assert any(line.startswith("pytorch-2.13.0-cpu-py3.11 ") for line in out.splitlines())
+    assert any(line.startswith(f"{pick('pytorch', gpu=False).name} ") for line in out.splitlines())
 
 
 def test_shipped_recipes_cover_the_matrix(shipped):
@@ -443,9 +462,8 @@ def test_shipped_recipes_cover_the_matrix(shipped):
     for fw in ("pytorch", "tensorflow", "jax"):
         assert any(v.framework == fw and v.gpu for v in vs), fw
         cpu = [v for v in vs if v.framework == fw and not v.gpu]
-        assert any(v.os == "debian12" and v.python == "3.11" for v in cpu), fw
+        assert any(v.os == "debian13" and v.python == "3.13" for v in cpu), fw  # a CPU base under security support
     assert len({v.cuda for v in vs if v.gpu}) >= 2
-    assert "pytorch-2.13.0-cpu-py3.11" in shipped.by_name
     for v in vs:
         if v.gpu:
             assert v.nccl is not None and v.reduction_server

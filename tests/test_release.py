@@ -29,6 +29,7 @@ from __future__ import annotations
 import io
 import json
 import re
+import shutil
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -40,7 +41,9 @@ import pytest
 import requests
 import xmlschema
 from brokenimages import BREAKER, breaker_wheel
-from conftest import LOCAL_BASE, ROOT, cpu_recipe, remove_image, trainimg
+from conftest import CPU, LOCAL_BASE, ROOT, cpu_recipe, remove_image, trainimg
+from conftest_images import FRAMEWORK_BASE, FRAMEWORK_IMAGES, WHEELHOUSES
+from shipped import codename, shipped
 from conftest_registry import RegistryLogin
 from faultproxy import FaultProxy
 
@@ -54,7 +57,8 @@ from trainimg.runtime.sbom import MEDIA_TYPE as SBOM_MEDIA_TYPE
 from registryread import remote_tags
 
 RUN = uuid.uuid4().hex[:8]
-VERSION = "2.13.0-cpu-py3.11"
+VERSION = CPU.tag_version  # the shipped CPU PyTorch variant's (tests/shipped.py), which cpu_recipe copies
+MOVING = f"{'.'.join((CPU.version or '').split('.')[:2])}-cpu"  # its moving tag (publish/movingtags.py)
 RELEASED = ("rel-a", "rel-b", "rel-child")
 WHEELS = Path("/opt/wheels")
 
@@ -184,13 +188,14 @@ def test_b_release_pushes_both_and_locks_registry_digests(rel: Release, good_rel
         if name != "rel-child":  # the child is built on its parent, as the lockfile says
             assert entry.base_image == LOCAL_BASE
             assert entry.base_digest == client.images.get(LOCAL_BASE).id  # a local base has no RepoDigest
-        assert entry.versions["framework"] == "2.13.0+cpu" and entry.versions["python"].startswith("3.11")
+        assert entry.versions["framework"] == f"{CPU.version}+cpu"  # PyTorch's CPU build (its local label)
+        assert entry.versions["python"].startswith(f"{CPU.python}.")
         assert entry.versions["hypertune"], entry.versions
         assert entry.conformance["passed"] is True and entry.conformance["failed"] == []
         assert entry.conformance["platform"] == "vertex" and entry.conformance["replicas"] == 2
         # The immutable tag and the moving tag, each with the digest the registry serves (plain HEAD, basic auth).
         mt = moving_tag(tag)
-        assert mt == f"trainimg-test/{rel.repos[name]}:2.13-cpu"
+        assert mt == f"trainimg-test/{rel.repos[name]}:{MOVING}"
         assert set(entry.pushed) == {rel.target.ref(tag), rel.target.ref(mt)}
         immutable = rel.head(tag)
         assert immutable is not None
@@ -404,16 +409,74 @@ def test_i_a_failed_moving_tag_puts_back_what_moved_and_writes_no_lock(
         lock = tmp_path / "images.lock"
         lock.write_text(rel.lock.read_text(encoding="utf-8").replace(rel.registry.host, proxied), encoding="utf-8")
         lock_before = lock.read_bytes()
-        proxy.fail(rf"^PUT /v2/trainimg-test/{rel.repos['rel-a']}/manifests/2\.13-cpu$", status=503)
+        proxy.fail(rf"^PUT /v2/trainimg-test/{rel.repos['rel-a']}/manifests/{re.escape(MOVING)}$", status=503)
         r, _ = rel.release(*RELEASED, out="half", env=runner.env, host=proxied, lock=lock)
     assert r.returncode == 1, (r.returncode, r.stderr[-3000:])
     decisions = read_decisions(r.stdout + r.stderr)
     assert {n: skip for n, (skip, _) in decisions.items()} == {"rel-a": True, "rel-b": True, "rel-child": False}
     last = r.stderr.strip().splitlines()[-1]
-    assert f"{rel.repos['rel-a']}:2.13-cpu could not be set" in last and "503" in last, last
-    assert f"put back {proxied}/trainimg-test/{rel.repos['rel-child']}:2.13-cpu" in last, last
+    assert f"{rel.repos['rel-a']}:{MOVING} could not be set" in last and "503" in last, last
+    assert f"put back {proxied}/trainimg-test/{rel.repos['rel-child']}:{MOVING}" in last, last
     after = _registry_digests(rel)
     assert after["rel-child"][0] != before["rel-child"][0]  # the immutable tag was pushed: the new image is there
     assert {n: pair[1] for n, pair in after.items()} == {n: pair[1] for n, pair in before.items()}  # no tag moved
     assert lock.read_bytes() == lock_before
     assert not list(tmp_path.glob(".images.lock.*")), "the lockfile written beside it was left behind"
+
+
+# -- (j) the Debian 13 / Python 3.13 CPU images of TensorFlow and JAX, released ----------------------------------------
+
+
+def test_j_the_debian13_framework_images_release(framework_images: dict[str, str], registry: RegistryLogin,
+                                                 state_env: dict[str, str], client: docker.DockerClient,
+                                                 tmp_path: Path) -> None:
+    """The shipped trixie CPU variants of TensorFlow and JAX (tests/shipped.py), each copied under a test repository
+    with its committed lock (amd64: the session's framework_images build is the cache of every heavy step, and no
+    shipped tag moves), released: each passes the all-reduce on 2 replicas and is pushed, and the lockfile and the
+    image say the Debian release and Python their recipes ask."""
+    shipped_variants = {fw: shipped().by_name[variant] for fw, (variant, _) in FRAMEWORK_IMAGES.items()}
+    recipes, names = tmp_path / "recipes", {fw: f"rel-{fw}" for fw in shipped_variants}
+    recipes.mkdir()
+    for fw, v in shipped_variants.items():
+        (recipes / f"{fw}.yaml").write_text(
+            f"framework: {fw}\nname: {names[fw]}\nrepository: trainimg-test/rel-{fw}-{RUN}\nmatrix:\n"
+            f"  - version: [\"{v.version}\"]\n    os: [{v.os}]\n    python: [\"{v.python}\"]\n", encoding="utf-8")
+        (tmp_path / "images" / names[fw]).mkdir(parents=True)
+        shutil.copyfile(ROOT / "images" / v.name / "requirements.lock",
+                        tmp_path / "images" / names[fw] / "requirements.lock")
+    lock, report = tmp_path / "images.lock", tmp_path / "release.json"
+    env = {**state_env, "TRAINIMG_REGISTRY_PASSWORD": registry.password}
+    target = RegistryTarget.parse(registry.host)
+    tags = [f"trainimg-test/rel-{fw}-{RUN}:{v.tag_version}" for fw, v in shipped_variants.items()]
+    try:
+        r = trainimg("--recipes", str(recipes), "release", *names.values(), "--base-image", FRAMEWORK_BASE,
+                     *WHEELHOUSES, "--registry", registry.host, "--username", registry.username, "--replicas", "2",
+                     "--lock", str(lock), "--json", str(report), "--skip-audit", "--progress", "plain", env=env,
+                     timeout=1800)
+        assert r.returncode == 0, r.stderr[-3000:]
+        suites = {s["name"]: s for s in json.loads(report.read_text(encoding="utf-8"))["suites"]}
+        entries = read_lock(lock)
+        for (fw, v), tag in zip(shipped_variants.items(), tags):
+            checks = {c["name"]: c["status"] for c in suites[names[fw]]["checks"]}
+            assert checks["framework"] == checks["allreduce_vertex_x2"] == "passed", checks
+            entry = entries[names[fw]]
+            assert entry.base_image == FRAMEWORK_BASE and entry.versions["python"].startswith(f"{v.python}.")
+            assert entry.versions["framework"] == v.version, entry.versions
+            assert entry.pushed[target.ref(tag)] == registry_head(registry, tag)
+            release = client.containers.run(tag, ["cat", "/etc/os-release"], entrypoint=[], remove=True,
+                                            network_mode="none").decode()
+            assert f"VERSION_CODENAME={codename(v.os)}" in release, release
+    finally:  # what this test tagged: the variants' tags and their registry's names
+        for tag in tags:
+            for ref in (tag, moving_tag(tag) or tag):
+                remove_image(client, ref)
+                remove_image(client, target.ref(ref))
+
+
+def registry_head(registry: RegistryLogin, ref_tag: str) -> str | None:
+    """The digest the registry serves for `name:tag` (a plain HEAD with basic auth)."""
+    name, _, tag = ref_tag.rpartition(":")
+    resp = requests.head(f"http://{registry.host}/v2/{name}/manifests/{tag}",
+                         auth=(registry.username, registry.password),
+                         headers={"Accept": ", ".join(MANIFEST_TYPES)}, timeout=30)
+    return resp.headers.get("Docker-Content-Digest") if resp.status_code == 200 else None

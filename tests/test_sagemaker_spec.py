@@ -18,13 +18,14 @@ from botocore.validate import ParamValidator
 from trainimg.cli.app import main
 from test_gpu_arch import cpu_fits, gpu_arch_runs
 from trainimg.jobs import sagemaker
+from shipped import pick
 
 REGISTRY = "123456789012.dkr.ecr.eu-west-1.amazonaws.com/ml"
 ROLE = "arn:aws:iam::123456789012:role/service-role/SageMakerTrainer"
 OUTPUT = "s3://acme-ml/jobs"
-CPU = "pytorch-2.13.0-cpu-py3.11"
-GPU = {"pytorch": "pytorch-2.14.1-cu130-py3.11", "jax": "jax-0.10.2-cu126-py3.11",
-       "tensorflow": "tensorflow-2.21.0-cu125-py3.11"}
+# The shipped variants, by their facts (tests/shipped.py): the CPU PyTorch one, each framework's GPU one.
+CPU = pick("pytorch", gpu=False).name
+GPU = {fw: pick(fw, gpu=True).name for fw in ("pytorch", "jax", "tensorflow")}
 SHAPE = botocore.session.get_session().get_service_model("sagemaker").operation_model("CreateTrainingJob").input_shape
 CPU_TYPES = ("ml.m5.xlarge", "ml.c5.18xlarge", "ml.r7i.48xlarge", "ml.t3.medium", "ml.trn1.32xlarge")
 

@@ -27,14 +27,12 @@ from trainimg.runtime.probe import CHECK_NAMES
 from trainimg.runtime.selftest import NOT_EMULATED, local_replicas, plan_allreduce
 from trainimg.runtime.shm import size_for
 from trainimg.runtime.topology import PLATFORMS
+from shipped import pick
 
 JUNIT_XSD = ROOT / "builder" / "conformance" / "data" / "junit.xsd"
 # framework -> (variant, platform its selftest emulates)
-CPU_IMAGES = {
-    "pytorch": ("pytorch-2.13.0-cpu-py3.11", "vertex"),
-    "tensorflow": ("tensorflow-2.21.0-cpu-py3.11", "aiplatform"),
-    "jax": ("jax-0.10.2-cpu-py3.11", "uai"),
-}
+CPU_IMAGES = {fw: (pick(fw, gpu=False).name, platform)  # each framework's CPU variant (tests/shipped.py)
+              for fw, platform in (("pytorch", "vertex"), ("tensorflow", "aiplatform"), ("jax", "uai"))}
 
 
 # --- without an engine ---------------------------------------------------------------------------------------------

@@ -36,9 +36,10 @@ from trainimg.jobs.specflags import SPEC_PLATFORMS
 from trainimg.runtime import probe, shm
 from trainimg.runtime.contract import PLATFORMS
 from trainimg.runtime.platforms import BY_NAME
+from shipped import pick
 
 REGISTRY = "europe-docker.pkg.dev/acme/ml"
-IMAGE = ["--image", "pytorch-2.14.1-cu130-py3.11", "--registry", REGISTRY, "--replicas", "2"]
+IMAGE = ["--image", pick("pytorch", gpu=True).name, "--registry", REGISTRY, "--replicas", "2"]
 ROLE = "arn:aws:iam::123456789012:role/trainer"
 RANKS = (1, 2, 8)
 #: platform -> local ranks -> the flags that ask for that many GPUs a node (one rank each).

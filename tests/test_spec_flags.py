@@ -38,10 +38,11 @@ from trainimg.recipe.loading import load_recipes
 from trainimg.runtime.contract import CLOUD_PLATFORMS
 from trainimg.runtime.platforms import FORCEABLE, VARIABLES
 from trainimg.runtime.topology import refusal
+from shipped import pick
 
 ROOT = Path(__file__).resolve().parent.parent
 REGISTRY = "europe-docker.pkg.dev/acme/ml"
-IMAGE = ["--image", "pytorch-2.14.1-cu130-py3.11", "--registry", REGISTRY]
+IMAGE = ["--image", pick("pytorch", gpu=True).name, "--registry", REGISTRY]
 ROLE = "arn:aws:iam::123456789012:role/trainer"
 #: What each platform needs besides the common flags to write a job (a value per flag it requires).
 NEEDS = {

@@ -28,6 +28,16 @@ matrix:
     python: ["3.11"]
 """
 TORCH_CPU = JAX_CPU.replace("jax", "pytorch", 1).replace("0.10.2", "2.13.0").replace("JAX", "PyTorch")
+TF_CPU = JAX_CPU.replace("jax", "tensorflow", 1).replace("0.10.2", "2.20.0").replace("JAX", "TensorFlow")
+# PyTorch's PyPI CUDA build: 2.14's is CUDA 13.0, 2.15's CUDA 13.2 (compat.yaml, from the wheels' METADATA).
+TORCH_CU130 = """framework: pytorch
+repository: trainimg-test/bump
+matrix:
+  - version: ["2.14.1"]
+    cuda: ["13.0"]   # PyPI's build
+    os: [ubuntu24.04]
+    python: ["3.12"]
+"""
 
 
 @pytest.fixture(scope="module")
@@ -61,25 +71,83 @@ def test_releases_the_gate_refuses_are_named_and_nothing_moves(index: LocalIndex
     assert files(root) == before
 
 
+def no_index(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """uv's indexes: one that does not answer, and an empty wheel folder."""
+    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple/")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "no-wheels"))
+    (tmp_path / "no-wheels").mkdir()
+
+
+def bump(capsys: pytest.CaptureFixture[str], root: Path, index: LocalIndex, *args: str) -> tuple[int, dict, str]:
+    capsys.readouterr()
+    rc = main(["--recipes", str(root / "recipes"), "bump", *args, "--index-url", index.url, "--json"])
+    captured = capsys.readouterr()
+    (step,) = yaml.safe_load(captured.out)
+    return rc, step, captured.err
+
+
 def test_a_change_that_cannot_lock_is_rolled_back_to_the_byte(index: LocalIndex, tmp_path: Path,
                                                                monkeypatch: pytest.MonkeyPatch,
                                                                capsys: pytest.CaptureFixture[str]) -> None:
-    root = checkout(tmp_path, TORCH_CPU)
-    (root / "images" / "bump-2.13.0-cpu-py3.11" / "notes.txt").write_text("kept")
+    root = checkout(tmp_path, TF_CPU)
+    (root / "images" / "bump-2.20.0-cpu-py3.11" / "notes.txt").write_text("kept")
     before = files(root)
-    monkeypatch.setenv("PIP_INDEX_URL", "http://127.0.0.1:9/simple/")  # uv: an index that does not answer
-    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "no-wheels"))
-    (tmp_path / "no-wheels").mkdir()
-    capsys.readouterr()
-    rc = main(["--recipes", str(root / "recipes"), "bump", "--index-url", index.url, "--json"])
-    captured = capsys.readouterr()
-    assert rc == 1, captured.err
-    assert "rolled back" in captured.err.strip().splitlines()[-1]
-    (step,) = yaml.safe_load(captured.out)
-    assert step["from"] == "2.13.0" and step["to"] is None and "torch-2.15.0" not in str(step["variants_after"])
+    no_index(tmp_path, monkeypatch)  # tensorflow-cpu 2.21.0 comes from PyPI: uv cannot resolve it
+    rc, step, err = bump(capsys, root, index)
+    assert rc == 1, err
+    assert "rolled back" in err.strip().splitlines()[-1]
+    assert step["from"] == "2.20.0" and step["to"] is None and "2.21.0" not in str(step["variants_after"])
     assert step["failed"]
     assert files(root) == before  # recipes, images/ and the file that was not trainimg's: all as they were
-    assert not (root / "images" / "bump-2.15.0-cpu-py3.11").exists()
+    assert not (root / "images" / "bump-2.21.0-cpu-py3.11").exists()
+
+
+def test_a_build_only_an_unreachable_index_serves_moves_with_a_lock_saying_where(
+        index: LocalIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """torch's +cpu build is on download.pytorch.org only (not answering here): the bump moves, and its lock says
+    where to make it, as `trainimg lock` leaves such a lock (the cu126 lock of the shipped recipes, too)."""
+    root = checkout(tmp_path, TORCH_CPU + "    arch: [amd64, arm64]\n")
+    monkeypatch.setenv("PIP_FIND_LINKS", str(tmp_path / "no-wheels"))  # uv reads PyPI as `trainimg lock` does
+    (tmp_path / "no-wheels").mkdir()
+    assert main(["--recipes", str(root / "recipes"), "lock", "bump-2.13.0-cpu-py3.11"]) == 1  # not lockable either
+    assert (root / "images" / "bump-2.13.0-cpu-py3.11" / "arm64" / "requirements.lock").is_file()
+    rc, step, err = bump(capsys, root, index)
+    assert rc == 0, err
+    assert step["to"] == "2.15.0" and step["variants_after"] == ["bump-2.15.0-cpu-py3.11"] and not step["failed"]
+    assert not (root / "images" / "bump-2.13.0-cpu-py3.11").exists()  # every architecture's lock went with it
+    assert "not lockable here" in (root / "images" / "bump-2.15.0-cpu-py3.11" / "arm64" / "requirements.lock").read_text()
+    lock = (root / "images" / "bump-2.15.0-cpu-py3.11" / "requirements.lock").read_text()
+    assert "# not lockable here: https://download.pytorch.org/whl/cpu" in lock
+    assert step["locks"] == [f"images/bump-2.15.0-cpu-py3.11/requirements.lock: not lockable here: "
+                             f"{lock.split('# not lockable here: ', 1)[1].strip()}"]
+    assert main(["--recipes", str(root / "recipes"), "render", "--check"]) == 0
+
+
+def test_a_release_whose_build_moved_to_a_newer_cuda_line_moves_the_recipes_cuda(
+        index: LocalIndex, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """torch 2.15's PyPI build is CUDA 13.2: the variant's cuda moves with the version (its comment kept), and
+    --mode beside, which would move the old version's line too, is refused naming why."""
+    root = checkout(tmp_path, TORCH_CU130)
+    no_index(tmp_path, monkeypatch)  # the lock fails (PyPI's torch), so nothing stays: the failure names the move
+    rc, step, err = bump(capsys, root, index)
+    assert rc == 1 and "lock bump-2.15.0-cu132-py3.12" in step["failed"], step
+    assert step["cuda_moved"] == [{"key": "matrix[0].cuda", "from": "13.0", "to": "13.2"}], step
+    assert (root / "recipes" / "x.yaml").read_text() == TORCH_CU130  # rolled back
+    rc, step, err = bump(capsys, root, index, "--mode", "beside")
+    assert rc == 0 and step["to"] is None, step
+    assert any("2.15.0: " in r and "build for CUDA 13.0 is gone (it builds 13.2)" in r for r in step["refused"]), step
+
+
+def test_a_cuda_line_other_versions_read_is_not_moved(index: LocalIndex, tmp_path: Path,
+                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    """One cuda axis for two versions: moving it for one would move the other's; the gate refuses instead."""
+    shared = TORCH_CU130.replace('version: ["2.14.1"]', 'version: ["2.13.0", "2.14.1"]')
+    root = checkout(tmp_path, shared)
+    before = files(root)
+    rc, step, err = bump(capsys, root, index, "pytorch-2.14.1-*".replace("pytorch", "bump"))
+    assert rc == 0 and step["to"] is None and step["cuda_moved"] == [], step
+    assert any("2.15.0: " in r and "CUDA" in r for r in step["refused"]), step
+    assert files(root) == before
 
 
 # Every way a recipe writes the version a variant comes from, and what move / beside make of it.

@@ -144,3 +144,33 @@ def test_compat_add_bad_input_is_one_line_exit_2(request_: str, said: str, index
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and said in err[0], err
 
+
+
+def test_an_architectures_build_the_data_lacks_gets_an_entry_of_its_own(index: LocalIndex, tmp_path: Path) -> None:
+    """torch 2.15's aarch64 wheel is its CUDA 13.2 build (its METADATA): with the 2.15 architectures entry gone,
+    the broad one (2.12-2.15: CUDA 12.6-13.0) does not hold it, so `compat add` writes one for the line before it,
+    with the CPU facts it cannot read (another index serves that build) kept from the broad entry, and said."""
+    text = DATA.read_text()
+    start = text.index("  - framework: pytorch\n    versions: \"==2.15.*\"\n    arch: arm64\n")
+    end = text.index("  - framework: pytorch", start + 1)
+    shorter_text = text[:start] + text[end:]
+    shorter = Compat.model_validate(yaml.safe_load(shorter_text))
+    broad = shorter.arch_builds("pytorch", "2.15.0", "arm64")
+    assert broad is not None and not broad.has_cuda("13.2")
+    d = derive(SimpleIndex(index.url), "pytorch", "2.15.0", archs=False)
+    assert d.facts["arch:arm64"].value == {"builds": ("13.2",), "cuda": "==13.2.*"}
+    assert "aarch64.whl" in d.facts["arch:arm64"].source and "cuda-toolkit" in d.facts["arch:arm64"].source
+    assert [a.state for a in compare(d, shorter) if a.key == "arch:arm64"] == ["differs"]
+    updated, written = new_text(shorter_text, d, shorter, datetime.date(2026, 12, 2))
+    assert len(written.machines) == 1 and written.changed
+    back = Compat.model_validate(yaml.safe_load(updated))
+    entry = back.arch_builds("pytorch", "2.15.0", "arm64")
+    assert entry is not None and entry.versions == "==2.15.*" and entry.has_cuda("13.2") and not entry.has_cuda("13.0")
+    assert entry.cpu == broad.cpu and entry.cpu_pip_name == broad.cpu_pip_name and "kept" in updated
+    assert back.arch_builds("pytorch", "2.14.1", "arm64") == broad  # the other releases keep what they had
+    assert [a.state for a in compare(d, back) if a.key == "arch:arm64"] == ["agrees"]
+
+
+def test_tensorflow_aarch64_cuda_state_is_said_unread(index: LocalIndex) -> None:
+    d = derive(SimpleIndex(index.url), "tensorflow", "2.21.0", archs=False)
+    assert "arch:arm64" not in d.facts and "build_info.py" in d.unread["arch:arm64"]

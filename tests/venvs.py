@@ -1,5 +1,10 @@
 """Framework virtualenvs for the runtime tests that run on the host (probe, all-reduce), made once per machine
-from the local wheels (torch 2.13.0 CPU with lightning-fabric 2.6.6, tensorflow-cpu 2.21.0, jax 0.10.2) and reused."""
+from the local wheels (torch 2.13.0 CPU with lightning-fabric 2.6.6, tensorflow-cpu 2.21.0, jax 0.10.2) and reused.
+
+They are the host's Python (3.11 here), so they pin what runs on it, not what the shipped recipes hold: JAX 0.10 is
+its last line for 3.11 (jaxlib 0.11 and later: cp312 and up), the CPU torch the wheelhouse holds is 2.13.0+cp311.
+They exercise the runtime module's code against each framework's API; the shipped versions (JAX 0.12 and
+TensorFlow 2.21 on Debian 13's Python 3.13, PyTorch 2.15) are gated inside their images (tests/conftest_images.py)."""
 
 from __future__ import annotations
 

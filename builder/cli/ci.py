@@ -25,6 +25,23 @@ def _checkout_relative(recipes_dir: Path) -> str:
     return Path(rel).as_posix()
 
 
+def _words(ctx: click.Context) -> tuple[str, ...]:
+    """The arguments that make this command again, read back from its parsed parameters (click's own table of
+    them): what the scheduled bump job runs to rewrite the file after a bump."""
+    words: list[str] = []
+    for param in ctx.command.params:
+        value = ctx.params.get(param.name or "")
+        if isinstance(param, click.Argument):
+            words += [str(v) for v in value or ()]
+        elif isinstance(param, click.Option) and value not in (None, False, ()) and value != param.default:
+            flag = param.opts[0]
+            if param.is_flag:
+                words.append(flag)
+            else:
+                words += [w for v in (value if param.multiple else (value,)) for w in (flag, str(v))]
+    return tuple(words)
+
+
 def ci_flags(fn: Callback) -> Callback:
     """The flags both pipelines take."""
     for deco in reversed([
@@ -108,7 +125,8 @@ def _ci_command(system: str, what: str, where: str) -> click.Command:
                          sign_key_var=sign_key_var, sign_password_var=sign_password_var, branch=branch,
                          recipes=_checkout_relative(c.recipes_dir), one_machine=one_machine, advisories=advisories,
                          skip_audit=skip_audit, schedule=schedule, index_url=index_url, token_var=token_var,
-                         arm64_runner=arm64_runner, emulate_arm64=emulate_arm64)
+                         arm64_runner=arm64_runner, emulate_arm64=emulate_arm64,
+                         regenerate=_words(click.get_current_context()) if output and schedule else ())
         recipes = c.recipes()
         chosen = recipes.with_parents(recipes.select(list(variants)))
         left = left_out(chosen, lock_states(chosen, load_compat(), c.root))  # no job builds what no build makes

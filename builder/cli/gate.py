@@ -108,7 +108,7 @@ def test_cmd(c: Ctx, image: str, platform: str, replicas: int, nproc_per_node: i
     \b
     Examples:
       trainimg test pytorch-2.13.0-cpu-py3.11
-      trainimg test jax-0.10.2-cpu-py3.11 --base-image local/debian:bookworm --base-image arm64=local/debian:bookworm-arm64
+      trainimg test jax-0.12.0.1-cpu-py3.13 --base-image local/debian:trixie --base-image arm64=local/debian:trixie-arm64
       trainimg test trainimg/pytorch:2.13.0-cpu-py3.11 --platform slurm --replicas 4 --json report.json
       trainimg test IMAGE --junit report.xml --structure-tests team-checks.yaml
       trainimg test IMAGE --platform pytorchjob --nproc-per-node 2 --shm-size 64m

@@ -48,10 +48,10 @@ def list_cmd(c: Ctx, json_path: str | None) -> None:
         labels = dict(static_labels(v, compat))
         rows.append({
             "name": v.name, "tag": v.tag, "dockerfile": dockerfiles[v.name][v.arch[0]], "framework": v.framework,
-            "base": v.base_image, "extends": v.extends, "recipe": v.source, "gpu": v.gpu,
+            "base": v.base_image, "os": v.os, "extends": v.extends, "recipe": v.source, "gpu": v.gpu,
             "reduction_server": v.reduction_server, "versions": v.versions(), "extras": list(v.extras),
             "driver_min": labels.get(DRIVER_MIN_LABEL), "installed": installed.get(v.tag), "arch": list(v.arch),
-            "dockerfiles": dockerfiles[v.name],
+            "dockerfiles": dockerfiles[v.name], "held": [h.to_json() for h in v.held],
         })
     if json_path:
         emit_json(rows, json_path)
@@ -261,7 +261,7 @@ def build(c: Ctx, variants: tuple[str, ...], base_image: tuple[str, ...], arches
     
     Examples:
       trainimg build pytorch-2.13.0-cpu-py3.11 --base-image local/debian:bookworm
-      trainimg build jax-0.10.2-cpu-py3.11 --base-image local/debian:bookworm --base-image arm64=local/debian:bookworm-arm64
+      trainimg build jax-0.12.0.1-cpu-py3.13 --base-image local/debian:trixie --base-image arm64=local/debian:trixie-arm64
       trainimg build 'pytorch-*' --jobs 2 --progress plain --json build.json
       trainimg build --locked --lock images.lock
       trainimg build pytorch-2.13.0-cpu-py3.11 --no-cache

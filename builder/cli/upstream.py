@@ -75,8 +75,9 @@ def compat_add(c: Ctx, request: str, index_url: str | None, dry_run: bool, no_ar
         return
     path = compat_file()
     written = write_entry(path, d, compat_data)
-    click.echo(f"wrote {path}: {framework} {version}" + (f", {len(written.archs)} gpu_archs entry" if written.archs
-                                                          else ""))
+    click.echo(f"wrote {path}: {framework} {version}"
+               + (f", {len(written.archs)} gpu_archs entry" if written.archs else "")
+               + (f", {len(written.machines)} architectures entry" if written.machines else ""))
     load_compat.cache_clear()
 
 
@@ -99,7 +100,8 @@ def outdated_cmd(c: Ctx, json_path: str | None, index_url: str | None, lock_path
     Reads the package index (one page per project), the released images' SBOMs beside them in their registry
     (images.lock's pushes, by digest) and their OS's security archive; starts nothing. Exit 0 when nothing is new,
     1 when something is (each item with its source and date), 2 for bad input; an index that cannot be read fails
-    naming it (exit 1), never "nothing new".
+    naming it (exit 1), never "nothing new". An item the recipes hold back (a variant's `held`: reason, source,
+    until) is shown as held with its reason, and only held items left is exit 0.
 
     \b
     Examples:
@@ -136,9 +138,11 @@ def outdated_cmd(c: Ctx, json_path: str | None, index_url: str | None, lock_path
             click.echo(item.line())
             for line in item.detail:
                 click.echo(f"  {line}")
-    click.echo(f"trainimg outdated: {len(items)} item(s); read {index.http.fetched / 1e6:.1f} MB from "
-               f"{opts.index_url} and the archives in {time.monotonic() - start:.1f} s", err=True)
-    if items:
+    held = sum(1 for i in items if i.held)
+    click.echo(f"trainimg outdated: {len(items)} item(s), {held} held by the recipes; read "
+               f"{index.http.fetched / 1e6:.1f} MB from {opts.index_url} and the archives in "
+               f"{time.monotonic() - start:.1f} s", err=True)
+    if len(items) > held:
         click.get_current_context().exit(1)
 
 
@@ -222,7 +226,7 @@ def mirror_cmd(c: Ctx, variants: tuple[str, ...], registry: str, lock_path: str 
     \b
     Examples:
       trainimg mirror --registry registry.example/team/bases
-      trainimg mirror pytorch-2.14.1-cu130-py3.11 --registry localhost:5000/bases --lock images.lock
+      trainimg mirror pytorch-2.15.0-cu132-py3.11 --registry localhost:5000/bases --lock images.lock
     """
     from ..publish.lockfile import DEFAULT_LOCK
     from ..registry.references import RegistryTarget

@@ -65,8 +65,8 @@ def verify_cmd(c: Ctx, variant: str, key: Path | None, registry: str | None, use
     \b
     Examples:
       trainimg verify pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --base-image local/debian:bookworm
-      echo "$TOKEN" | trainimg verify pytorch-2.14.1-cu130-py3.11 --registry ghcr.io/team --username bot --password-stdin
-      trainimg verify pytorch-2.14.1-cu130-py3.11 --registry ghcr.io/team --locked --lock images.lock
+      echo "$TOKEN" | trainimg verify pytorch-2.15.0-cu132-py3.11 --registry ghcr.io/team --username bot --password-stdin
+      trainimg verify pytorch-2.15.0-cu132-py3.11 --registry ghcr.io/team --locked --lock images.lock
       trainimg verify ghcr.io/team/trainimg/pytorch:2.13-cpu --key release.pub
     """
     if key is not None:

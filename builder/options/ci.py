@@ -53,12 +53,17 @@ class CiOptions:
     schedule: str | None = None
     index_url: str | None = None
     token_var: str | None = None
+    # The `trainimg ci SYSTEM` words that wrote this file (its --output among them): the bump job runs them again
+    # after a bump, so the committed pipeline's jobs follow the variants the bump renamed. Empty: the file went to
+    # stdout, and nothing names where it lives.
+    regenerate: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "variants", tuple(self.variants))
         if self.skip_audit and self.advisories:
             raise UserInputError("--skip-audit skips the audit --advisories asks for: give one", where="--skip-audit")
         object.__setattr__(self, "runner", tuple(self.runner))
+        object.__setattr__(self, "regenerate", tuple(self.regenerate))
         if self.schedule is not None and not CRON.fullmatch(self.schedule):
             raise UserInputError(f"{self.schedule!r}: give a cron of five fields, e.g. '17 4 * * 1'", where="--schedule")
         if self.token_var is not None and not ENV_NAME.fullmatch(self.token_var):

@@ -21,6 +21,10 @@ __all__ = ["DEFAULT_INSTALLER", "INSTALLERS", "UV", "PIP", "SECRETS_DIR", "hash_
 # uv-0.13.9-py3-none-manylinux_2_28_aarch64.whl for arm64 images); the same version `trainimg lock` resolves with
 # (pyproject.toml pins it), so lock and build agree on what a wheel is.
 UV_VERSION = "0.13.9"
+# The newest manylinux platform uv 0.13.9's `--python-platform` names (x86_64-manylinux_2_40, aarch64-manylinux_2_40:
+# `uv pip compile --help`): a lock for an OS with a newer glibc (Debian 13: 2.41) is resolved for this one, which
+# every wheel tagged for that glibc or older installs on (PEP 600).
+UV_MANYLINUX_NEWEST = "2.40"
 UV_SHA256_BY_ARCH = {"amd64": "d7f459fe4fd247d830351c75686d3996ace3c6f3f728eb0e85a30b7ada0cef19",
                      "arm64": "ecb6028d79dc96fbeafffe5c8af62a7099487ebc05a701e76714eebcffd06375"}
 INSTALLER_STAGE = "installer"

@@ -16,10 +16,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from packaging.version import Version
+
 from ..recipe.arches import DEFAULT_ARCH, arch_dir, arch_of
 from ..recipe.compat import Compat, as_constraint, is_pin
 from ..recipe.loading import Variant
 from ..runtime.lockpins import pins
+from .installer import UV_MANYLINUX_NEWEST
 from .locktruth import judge
 
 __all__ = ["pins"]  # the lock's pin grammar is the runtime's (`runtime.lockpins`), read the same in the image
@@ -99,7 +102,7 @@ def variant_requirements(v: Variant, compat: Compat, parent: Requirements | None
             reqs.append(requirement(wheels.nccl_wheel, v.nccl))  # type: ignore[arg-type]
         fw_reqs, indexes = framework_requirements(v, compat, arch)
         reqs += fw_reqs
-    glibc = compat.operating_systems[v.os].glibc.replace(".", "_")
+    glibc = min(compat.operating_systems[v.os].glibc, UV_MANYLINUX_NEWEST, key=Version).replace(".", "_")
     return Requirements(v.name, v.source, tuple(reqs + list(v.extras)), indexes, v.python,
                         f"{arch_of(arch).machine}-manylinux_{glibc}", arch=arch)
 

@@ -203,6 +203,11 @@ def _dump(system: str, doc: dict[str, Any], groups: tuple[StageGroup, ...] = (),
     if opts is not None and opts.schedule:
         note = GITLAB_SCHEDULE.format(token=schedule.token_var(opts)) if system == "gitlab" else ""
         header += SCHEDULED.format(cron=opts.schedule, gitlab=note)
+        if opts.regenerate:
+            header += (f"# The bump job writes this file again (`trainimg ci {system} ... --output`, the words that wrote it)"
+                       "\n# and commits it with the recipes it moved"
+                       + (": its push needs a token that may change workflows (--token-var, a PAT or app's)."
+                          if system == "github" and not opts.token_var else ".") + "\n")
     return header + yaml.safe_dump(doc, sort_keys=False, width=1000, default_flow_style=False)
 
 

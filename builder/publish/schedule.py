@@ -45,17 +45,20 @@ def outdated_line(trainimg: list[str], opts: CiOptions) -> str:
     return f'mkdir -p {WORK} && echo "{WORK}/" >> .git/info/exclude; rc=0; {run} || rc=$?'
 
 
-def bump_lines(trainimg: list[str], opts: CiOptions, branch: str, base: str, request: list[str]) -> list[str]:
-    """The bump, the commit on `branch`, and the API request (`request`: the curl words, shell-quoted, its URL
-    last); the push goes in between, each system's own."""
+def bump_lines(trainimg: list[str], opts: CiOptions, branch: str, base: str, request: list[str],
+               push: str) -> list[str]:
+    """The bump, the commit on `branch`, its `push` (each system's own), and the API request (`request`: the curl
+    words, shell-quoted, its URL last)."""
     run = shlex.join([*trainimg, "bump", "--summary", f"{WORK}/bump.md", *_index(opts)])
     fields = ", ".join(f'"{k}": {v}' for k, v in request_fields(opts.system).items())
     body = f'python3 -c {shlex.quote(REQUEST.format(fields=fields))} {WORK}/bump.md "{branch}" "{base}"'
     git = f"git -c user.name={shlex.quote(BOT[0])} -c user.email={BOT[1]}"
+    # This file again, from the moved recipes: a renamed variant's stage job comes with the bump that renamed it.
+    again = [shlex.join([*trainimg, "ci", opts.system, *opts.regenerate])] if opts.regenerate else []
     return [
-        f'rc=0; {run} || rc=$?; echo "$rc" > {WORK}/bump.rc',
+        f'rc=0; {run} || rc=$?; echo "$rc" > {WORK}/bump.rc', *again,
         f'if [ -z "$(git status --porcelain)" ]; then echo "trainimg: nothing moved"; exit "$(cat {WORK}/bump.rc)"; fi',
-        f'git checkout -q -b "{branch}" && git add -A && {git} commit -q -F {WORK}/bump.md',
+        f'git checkout -q -b "{branch}" && git add -A && {git} commit -q -F {WORK}/bump.md', push,
         f"{body} > {WORK}/request.json",
         " ".join([*request[:-1], f"--data @{WORK}/request.json", request[-1]]),
         f'exit "$(cat {WORK}/bump.rc)"',
@@ -70,17 +73,26 @@ def request_fields(system: str) -> dict[str, str]:
             "target_branch": "sys.argv[3]", "remove_source_branch": "True"}
 
 
+def checkout(opts: CiOptions) -> dict[str, Any]:
+    """The bump job's checkout: with --token-var, that token is the one its push uses (checkout keeps it for git),
+    which may push a change to the workflow file itself (GITHUB_TOKEN may not: no `workflows` permission)."""
+    step: dict[str, Any] = {"uses": "actions/checkout@v4"}
+    if opts.token_var:
+        step["with"] = {"token": f"${{{{ secrets.{opts.token_var} }}}}"}
+    return step
+
+
 def github_job(trainimg: list[str], opts: CiOptions, setup: dict[str, Any], runner: Any) -> dict[str, Any]:
     """The bump job of the GitHub workflow: on the schedule (or by hand), with the rights to push and open a PR."""
     branch = f"{BRANCH}${{{{ github.run_id }}}}"
     request = ["curl --fail-with-body -sS -X POST", '-H "Accept: application/vnd.github+json"',
                '-H "Authorization: Bearer $GH_TOKEN"', '-H "X-GitHub-Api-Version: 2022-11-28"',
                '"https://api.github.com/repos/${{ github.repository }}/pulls"']
-    lines = bump_lines(trainimg, opts, branch, "${{ github.event.repository.default_branch }}", request)
-    lines.insert(3, f'git push -q origin "HEAD:refs/heads/{branch}"')
+    lines = bump_lines(trainimg, opts, branch, "${{ github.event.repository.default_branch }}", request,
+                       f'git push -q origin "HEAD:refs/heads/{branch}"')
     return {"name": "bump", "runs-on": runner, "permissions": {"contents": "write", "pull-requests": "write"},
             "if": "${{ github.event_name == 'schedule' || github.event_name == 'workflow_dispatch' }}",
-            "steps": [{"uses": "actions/checkout@v4"}, setup,
+            "steps": [checkout(opts), setup,
                       {"name": "what is newer upstream", "id": "outdated",
                        "run": outdated_line(trainimg, opts) + '; echo "rc=$rc" >> "$GITHUB_OUTPUT"; '
                                                               '[ "$rc" = 0 ] || [ "$rc" = 1 ]'},
@@ -96,8 +108,8 @@ def gitlab_job(trainimg: list[str], opts: CiOptions, install: str) -> dict[str, 
     token = token_var(opts)
     request = ["curl --fail-with-body -sS -X POST", f'-H "PRIVATE-TOKEN: ${token}"',
                '-H "Content-Type: application/json"', '"$CI_API_V4_URL/projects/$CI_PROJECT_ID/merge_requests"']
-    lines = bump_lines(trainimg, opts, "$BUMP_BRANCH", "$CI_DEFAULT_BRANCH", request)
-    lines.insert(3, 'git push -q "$BUMP_REMOTE" "HEAD:refs/heads/$BUMP_BRANCH"')
+    lines = bump_lines(trainimg, opts, "$BUMP_BRANCH", "$CI_DEFAULT_BRANCH", request,
+                       'git push -q "$BUMP_REMOTE" "HEAD:refs/heads/$BUMP_BRANCH"')
     stop = 'if [ "$rc" = 0 ]; then echo "trainimg: nothing new upstream"; exit 0; fi; [ "$rc" = 1 ] || exit "$rc"'
     return {"stage": "bump", "needs": [], "rules": [{"if": '$CI_PIPELINE_SOURCE == "schedule"'}],
             "variables": {"BUMP_BRANCH": f"{BRANCH}$CI_PIPELINE_ID",

@@ -25,7 +25,7 @@ FIELDS: dict[str, str] = {
     "framework": f"{', '.join(RECIPE_NAMES[:-1])} or {RECIPE_NAMES[-1]}",
     "version": "framework version, e.g. 2.14.1",
     "cuda": "CUDA major.minor, e.g. 13.0; null or absent for a CPU variant",
-    "os": "debian12, ubuntu22.04 or ubuntu24.04",
+    "os": "an OS of compat.yaml's operating_systems, e.g. debian13 or ubuntu24.04",
     "flavour": "nvidia/cuda flavour: base, runtime or devel",
     "cudnn": "true to start from NVIDIA's -cudnn- image",
     "python": "Python major.minor, e.g. 3.11",
@@ -38,10 +38,12 @@ FIELDS: dict[str, str] = {
     "extends": "name of the variant whose image this one is built on",
     "base_image": "explicit base image reference (a mirror of the nvidia/cuda tag)",
     "arch": "list of CPU architectures the image is built for: amd64, arm64 (default [amd64])",
+    "held": "what `outdated` should not ask to move (framework, os), each with its reason, source and until",
 }
-# Fields whose value is a list for the variant itself: in a matrix group they are the group's, never an axis (one
-# variant holds every architecture under one tag; an axis would make a variant per architecture, with one name).
-GROUP_FIELDS = ("arch",)
+# Fields whose value is the variant's whole: in a matrix group they are the group's, never an axis (one variant
+# holds every architecture under one tag; an axis would make a variant per architecture, with one name; `held` is a
+# mapping of reasons, recipe/fields.py `held`).
+GROUP_FIELDS = ("arch", "held")
 _FILE_KEYS = set(FIELDS) | {"matrix", "exclude"}
 _SOURCE_RE = re.compile(r"^[A-Za-z0-9 ._/@+=,()~-]{1,1024}\Z")  # a recipe file's path as shown
 #: One combination of a matrix: the values, the key path each came from, the line of each value.

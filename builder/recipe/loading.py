@@ -30,6 +30,7 @@ from .arches import ARCHES, DEFAULT_ARCHES
 from .compat import Compat, load_compat
 from .fields import _NAME_RE, _Fields, env_of, extras_of, labels_of
 from .grammar import REFERENCE_RE, REPOSITORY_RE
+from .fields import holds_of
 from .rules import check_extras, check_variant
 from .expand import FIELDS, collect, expand, expand_file
 from .variant import RecipeSet, Variant
@@ -178,6 +179,7 @@ def _read_root(f: _Fields, compat: Compat) -> dict[str, Any]:
                                        "a lowercase repository path such as trainimg/pytorch"),
         "name": lambda: f.string("name", _NAME_RE, "a lowercase name ([a-z0-9._-])"),
         "arch": lambda: f.choices("arch", ARCHES, DEFAULT_ARCHES),
+        "held": lambda: holds_of(f.values.get("held"), f.where("held")),
     }
     errors: list[RecipeError] = []
     got = {key: collect(errors, read, None) for key, read in readers.items()}
@@ -201,6 +203,7 @@ def _resolve(f: _Fields, compat: Compat) -> Variant:
         reduction_server=bool(rs) if rs is not None else cuda is not None, hypertune=got["hypertune"],
         extras=got["extras"], labels=got["labels"], extends=None, base_image=got["base_image"] or "",
         source=f.shown, arch=got["arch"] or DEFAULT_ARCHES, env=got["env"], origin=dict(f.origin),
+        held=got["held"] or (),
     )
     resolved = check_variant(draft, f, compat)
     name = got["name"]

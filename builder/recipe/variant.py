@@ -14,6 +14,7 @@ from typing import Literal
 from ..errors import RecipeError
 from ..runtime.frameworks import FrameworkName
 from .arches import DEFAULT_ARCHES
+from .fields import Hold
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,7 @@ class Variant:
     source: str  # the recipe file, relative to the recipes folder's parent
     arch: tuple[str, ...] = DEFAULT_ARCHES  # the CPU architectures its image is built for (recipe/arches.py)
     env: tuple[tuple[str, str], ...] = ()  # image environment the recipe sets (an extending variant: its own)
+    held: tuple[Hold, ...] = ()  # what `outdated` shows as held, with why (recipe/fields.py `held`); children inherit it
     origin: Mapping[str, str] = field(default_factory=dict, compare=False, hash=False)
 
     @property
@@ -56,6 +58,10 @@ class Variant:
         accel = "cu" + self.cuda.replace(".", "") if self.cuda else "cpu"
         head = self.version if self.version else "base"
         return f"{head}-{accel}-py{self.python}"
+
+    def hold(self, kind: str) -> Hold | None:
+        """The variant's hold of `kind` (recipe/fields.py `held` HOLD_KINDS), None when it holds none."""
+        return next((h for h in self.held if h.kind == kind), None)
 
     def versions(self) -> dict[str, str | None]:
         return {

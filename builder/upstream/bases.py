@@ -19,7 +19,8 @@ from packaging.version import Version
 from pydantic import BaseModel, ConfigDict
 
 from ..recipe.compat import Compat
-from .items import Item
+from ..recipe.variant import Variant
+from .items import Item, held_by, hold_json
 from .simpleapi import SimpleIndex
 
 
@@ -62,19 +63,26 @@ def near(day: datetime.date, today: datetime.date, warn_days: int) -> bool:
     return (day - today).days <= warn_days
 
 
-def eol_items(os_used: Mapping[str, Sequence[str]], today: datetime.date, warn_days: int) -> list[Item]:
-    """An item per OS the variants use whose security support ends within `warn_days` (or has ended)."""
+def eol_items(variants: Sequence[Variant], today: datetime.date, warn_days: int) -> list[Item]:
+    """An item per OS the variants use whose security support ends within `warn_days` (or has ended); the
+    variants whose recipe holds their `os` (until the OS's long-term support ends, at the latest) in one of its
+    own, with the reason."""
+    used: dict[str, list[Variant]] = {}
+    for v in variants:
+        used.setdefault(v.os, []).append(v)
     items = []
-    for os_name, variants in sorted(os_used.items()):
+    for os_name, on in sorted(used.items()):
         life = load_bases().operating_systems.get(os_name)
         if life is None or not near(life.security_end, today, warn_days):
             continue
         ended = life.security_end <= today
         after = f" (long-term support until {life.lts_end})" if life.lts_end else ""
-        items.append(Item(kind="base-eol", name=os_name, current=life.name,
-                          newest=f"security support {'ended' if ended else 'ends'} {life.security_end}{after}",
-                          date=str(life.security_end), source=life.source, where=tuple(variants),
-                          action="move these variants to a supported OS", warning=True))
+        for hold, names in held_by(on, "os", today, life.lts_end).items():
+            items.append(Item(kind="base-eol", name=os_name, current=life.name,
+                              newest=f"security support {'ended' if ended else 'ends'} {life.security_end}{after}",
+                              date=str(life.security_end), source=life.source, where=tuple(names),
+                              action="move these variants to a supported OS", warning=hold is None,
+                              held=hold_json(hold, life.lts_end)))
     return items
 
 

@@ -22,9 +22,10 @@ from pathlib import Path
 
 from packaging.version import Version
 
-from ..errors import CheckFailed, RecipeError, TrainimgError
-from ..imagebuild.lockcompile import lock_variants
+from ..errors import CheckFailed, RecipeError, TrainimgError, UserInputError
+from ..imagebuild.lockcompile import IndexUnreachable, lock_variants
 from ..options.upstream import BumpOptions
+from ..plan.locktruth import not_lockable
 from ..plan.requirements import LOCK_MARK, lock_path, lock_states, pins
 from ..recipe.compat import Compat, load_compat
 from ..recipe.loading import load_recipes
@@ -49,6 +50,8 @@ class Step:
     released: str | None = None
     source: str = ""
     refused: list[str] = field(default_factory=list)  # "VERSION: the gate's first line" per candidate refused
+    cuda_moves: list[CudaMove] = field(default_factory=list)  # the CUDA lines moved with the version
+    held: str | None = None  # the recipe holds these variants' framework back: its reason (recipe/fields.py `held`)
     compat_added: bool = False
     locks: list[str] = field(default_factory=list)  # "images/<v>/requirements.lock: changes"
     failed: str | None = None  # why the change was rolled back
@@ -97,6 +100,47 @@ def occurrences(recipes: RecipeSet, patterns: tuple[str, ...]) -> dict[Occurrenc
     return {occ: vs for occ, vs in found.items() if any(v.name in chosen for v in vs)}
 
 
+@dataclass(frozen=True)
+class CudaMove:
+    """A CUDA line a recipe writes that the new release has no build for, moved to the line it builds instead."""
+
+    occ: Occurrence  # where the line is written (its `version` is the line)
+    new: str
+    builds: tuple[str, ...]  # the release's CUDA builds, as compat data holds them
+
+    def said(self, project: str, version: str) -> str:
+        return (f"`{self.occ.path}` CUDA {self.occ.version} -> {self.new}: {project} {version} has no CUDA "
+                f"{self.occ.version} build here (its builds: {', '.join(self.builds)})")
+
+
+def cuda_tag(line: str) -> str:
+    """``-cu132-``: a CUDA line as a variant's name says it."""
+    return f"-cu{line.replace('.', '')}-"
+
+
+def cuda_moves(recipes: RecipeSet, variants: list[Variant], compat: Compat, version: str) -> list[CudaMove]:
+    """The CUDA lines of `variants` that `version` has no build for, each moved to the oldest newer line of the
+    same major it builds (PyTorch 2.15's PyPI build is CUDA 13.2 where 2.14's was 13.0: the wheels say so). A line
+    written where variants of other versions read it too, or with no such build, is left for the gate to refuse."""
+    release = compat.release(variants[0].framework, version)  # type: ignore[arg-type]
+    if release is None:
+        return []
+    moves: dict[Occurrence, CudaMove] = {}
+    mine = {v.name for v in variants}
+    for v in variants:
+        if v.cuda is None or release.build_for(v.cuda) is not None:
+            continue
+        now = Version(v.cuda)
+        newer = sorted(Version(line) for line in release.cuda if Version(line).major == now.major
+                       and Version(line) > now)
+        occ = Occurrence(v.source, v.origin.get("cuda", "cuda"), v.cuda)
+        sharing = {w.name for w in recipes.variants if w.source == v.source and w.cuda == v.cuda
+                   and w.origin.get("cuda", "cuda") == occ.path}
+        if newer and sharing <= mine:
+            moves[occ] = CudaMove(occ, f"{newer[0].major}.{newer[0].minor}", tuple(sorted(release.cuda, key=Version)))
+    return list(moves.values())
+
+
 def candidates(page: Project, current: str) -> list[Version]:
     """The newest final release of each line newer than `current`, newest first."""
     best: dict[tuple[int, int], Version] = {}
@@ -122,13 +166,18 @@ class Bumper:
         for occ, variants in occurrences(recipes, self.opts.variants).items():
             step = Step(occ, variants[0].framework, [v.name for v in variants])
             steps.append(step)
-            chosen = self._choose(step, compat)
+            held = [(v.name, hold) for v in variants if (hold := v.hold("framework")) is not None]
+            if held:
+                step.held = f"{held[0][1].reason} ({held[0][1].source}; held by {', '.join(n for n, _ in held)})"
+                continue
+            chosen = self._choose(step, compat, recipes, variants)
             if chosen is not None:
                 self._apply(step, *chosen)
                 compat = load_compat()
         return steps
 
-    def _choose(self, step: Step, compat: Compat) -> tuple[str, str, Compat] | None:
+    def _choose(self, step: Step, compat: Compat, recipes: RecipeSet, variants: list[Variant]
+                ) -> tuple[str, str, Compat] | None:
         """The first candidate the gate accepts: (recipe text, compat text, compat data), or None."""
         pip_name = compat.frameworks[step.framework].pip_name  # type: ignore[index]
         page = self.index.project(pip_name)
@@ -143,13 +192,31 @@ class Bumper:
                 data = check_text(text, d)
             recipe = edit(path, path.read_text(encoding="utf-8"), step.occ, str(version),
                           beside=self.opts.mode == "beside")
+            moves = cuda_moves(recipes, variants, data, str(version))
+            try:
+                recipe = self._move_cuda(path, recipe, moves)
+            except UserInputError as err:
+                step.refused.append(f"{version}: {err.lines()[0]}")
+                continue
             refusal = self._gate(step.occ.source, recipe, data)
             if refusal is None:
                 step.target, step.released = str(version), str(page.released(version) or "")
                 step.compat_added = data is not compat
+                step.cuda_moves = moves
                 return recipe, text, data
             step.refused.append(f"{version}: {refusal}")
         return None
+
+    def _move_cuda(self, path: Path, recipe: str, moves: list[CudaMove]) -> str:
+        """`recipe` with each CUDA line the release no longer builds moved to the one it does (`move` mode only:
+        beside it, the old version's variants would move too)."""
+        for move in moves:
+            if self.opts.mode == "beside":
+                raise UserInputError(f"its build for CUDA {move.occ.version} is gone (it builds {move.new}); "
+                                     "--mode beside would move the old version's CUDA line too: use --mode move, "
+                                     "or a matrix group of its own", where=move.occ.path)
+            recipe = edit(path, recipe, move.occ, move.new, beside=False)
+        return recipe
 
     def _gate(self, source: str, recipe: str, compat: Compat) -> str | None:
         """The first line the recipes' validation says with `recipe` in place of `source`, None when they pass."""
@@ -180,7 +247,10 @@ class Bumper:
                 seed = snapshot.tree.get(lock_path(self.root, old)) if old else None  # the release needs moves
                 if seed is not None:
                     lock_path(self.root, name).write_bytes(seed)
-            lock_variants(recipes, step.after, self.root, self.opts.lock, self.env, self.say, compat)
+            try:
+                lock_variants(recipes, step.after, self.root, self.opts.lock, self.env, self.say, compat)
+            except IndexUnreachable as err:  # its lock now says why, as `trainimg lock` leaves it (the others
+                self.say(f"trainimg bump: {' '.join(err.lines())}")  # are locked): where it can be locked is said
             self._check(recipes, compat, step)
             step.locks = [lock_change(self.root, snapshot, name, old) for name, old in pairs(step)]
         except TrainimgError as err:
@@ -190,19 +260,26 @@ class Bumper:
             step.after = []
 
     def _remove_stale_locks(self, recipes: RecipeSet) -> None:
-        for lock in (self.root / "images").glob("*/requirements.lock"):
-            if lock.parent.name not in recipes.by_name and lock.read_text(encoding="utf-8").startswith(LOCK_MARK):
+        """The locks trainimg wrote for variants the recipes no longer make, every architecture's (an arm64 lock
+        lies in images/<variant>/arm64/), and the folders that leaves empty."""
+        images = self.root / "images"
+        for lock in [*images.glob("*/requirements.lock"), *images.glob("*/*/requirements.lock")]:
+            variant = lock.relative_to(images).parts[0]
+            if variant not in recipes.by_name and lock.read_text(encoding="utf-8").startswith(LOCK_MARK):
                 lock.unlink()
-                if not any(lock.parent.iterdir()):
-                    lock.parent.rmdir()
+                for folder in (lock.parent, images / variant):
+                    if folder.is_dir() and not any(folder.iterdir()):
+                        folder.rmdir()
 
     def _check(self, recipes: RecipeSet, compat: Compat, step: Step) -> None:
-        """`render --check`'s questions about the result: no drift under images/, every new lock fresh."""
+        """`render --check`'s questions about the result: no drift under images/, every new lock fresh (or saying
+        why it is not lockable here, as `trainimg lock` leaves a build only an unreachable index serves)."""
         drift = drift_of(render_all(recipes, compat), self.root)
         if drift:
             raise CheckFailed(f"images/ still differs from the recipes after rendering: {drift[0].path}")
         new = [recipes.by_name[n] for n in step.after]
-        stale = [s for s in lock_states(recipes.with_parents(new), compat, self.root) if s.state != "fresh"]
+        stale = [s for s in lock_states(recipes.with_parents(new), compat, self.root)
+                 if s.state not in ("fresh", "unlockable")]
         if stale:
             raise CheckFailed(f"{stale[0].path} is {stale[0].state} after locking: {stale[0].why}")
 
@@ -213,14 +290,24 @@ def snapshot_names(snapshot: Snapshot) -> list[str]:
 
 
 def pairs(step: Step) -> list[tuple[str, str | None]]:
-    """Each new variant with the old one it replaces (same name but the version), None for none."""
-    old = {name.replace(step.occ.version, "{}", 1): name for name in step.before}
+    """Each new variant with the old one it replaces (same name but the version, and the CUDA line where it moved),
+    None for none."""
+    old = {}
+    for name in step.before:
+        key = name.replace(step.occ.version, "{}", 1)
+        for move in step.cuda_moves:
+            key = key.replace(cuda_tag(move.occ.version), cuda_tag(move.new), 1)
+        old[key] = name
     return [(name, old.get(name.replace(step.target or "", "{}", 1))) for name in step.after]
 
 
 def lock_change(root: Path, snapshot: Snapshot, name: str, old: str | None) -> str:
-    """One line on a new lock: its size and, beside the old variant's lock, the pins that changed."""
-    new = pins(lock_path(root, name).read_text(encoding="utf-8"))
+    """One line on a new lock: its size and, beside the old variant's lock, the pins that changed (or why it is not
+    lockable here)."""
+    text = lock_path(root, name).read_text(encoding="utf-8")
+    if not_lockable(text) is not None:
+        return f"images/{name}/requirements.lock: not lockable here: {not_lockable(text)}"
+    new = pins(text)
     before = pins(snapshot.tree.get(lock_path(root, old), b"").decode()) if old else {}
     changed = [f"{k} {before[k]} -> {new[k]}" for k in sorted(new) if k in before and before[k] != new[k]]
     changed += [f"+{k} {new[k]}" for k in sorted(set(new) - set(before))] if before else []
@@ -251,6 +338,7 @@ def summary(steps: list[Step], index_url: str, today: datetime.date) -> str:
                       "for its variant's Python and platform and passed `trainimg lock`'s truth checks (the "
                       "framework's build, one NCCL, CUDA wheels of one line).", ""]
         lines += [f"- {line}" for s in moved for line in s.locks]
+        lines += [f"- `{s.occ.source}` {m.said(s.framework, s.target or '')}" for s in moved for m in s.cuda_moves]
         added = [f"{s.framework} {s.target}" for s in moved if s.compat_added]
         if added:
             lines += ["", f"compat.yaml: derived from the wheels of {', '.join(added)} (`trainimg compat add`; each "
@@ -263,7 +351,8 @@ def summary(steps: list[Step], index_url: str, today: datetime.date) -> str:
     if stuck:
         lines += ["", "Not moved:"]
         for s in stuck:
-            why = ([f"rolled back: {s.failed}"] if s.failed else []) + s.refused
+            why = ([f"held: {s.held}"] if s.held else []) + ([f"rolled back: {s.failed}"] if s.failed else [])
+            why += s.refused
             lines.append(f"- `{s.occ.source}` `{s.occ.path}` {s.framework} {s.occ.version} ({', '.join(s.before)}): "
                          + ("; ".join(why) or "nothing newer on the index"))
     return "\n".join(lines) + "\n"
@@ -273,4 +362,5 @@ def step_json(s: Step) -> dict[str, object]:
     return {"recipe": s.occ.source, "key": s.occ.path, "framework": s.framework, "from": s.occ.version,
             "to": s.target if not s.failed else None, "variants_before": s.before, "variants_after": s.after,
             "released": s.released, "source": s.source, "refused": s.refused, "compat_added": s.compat_added,
-            "locks": s.locks, "failed": s.failed}
+            "locks": s.locks, "failed": s.failed, "held": s.held,
+            "cuda_moved": [{"key": m.occ.path, "from": m.occ.version, "to": m.new} for m in s.cuda_moves]}

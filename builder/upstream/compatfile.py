@@ -38,10 +38,11 @@ class Written:
     after: str
     archs: tuple[str, ...]  # the gpu_archs entries added
     kept: tuple[str, ...]  # what was kept from the entry before, said
+    machines: tuple[str, ...] = ()  # the architectures entries added
 
     @property
     def changed(self) -> bool:
-        return self.before != self.after or bool(self.archs)
+        return self.before != self.after or bool(self.archs) or bool(self.machines)
 
 
 def _q(value: Any) -> str:
@@ -151,6 +152,46 @@ def _archs_texts(d: Derivation, compat: Compat, today: datetime.date) -> list[st
     return out
 
 
+def _machine_texts(d: Derivation, compat: Compat, today: datetime.date) -> list[str]:
+    """An `architectures` entry for the release's line per architecture whose CUDA builds on PyPI the data's entry
+    does not hold (torch 2.15's aarch64 wheel is CUDA 13.2; the entry for 2.12-2.15 said 12.6 to 13.0): whether a
+    CPU build exists there, and under what name, is kept from that entry (it comes from another index), and said."""
+    pub = PUBLISHING[d.framework]
+    v = Version(d.version)
+    out = []
+    for key, fact in d.facts.items():
+        if not key.startswith("arch:"):
+            continue
+        arch = key.split(":", 1)[1]
+        old = compat.arch_builds(d.framework, d.version, arch)
+        if old is not None and old.cuda and all(old.has_cuda(line) for line in fact.value["builds"]):
+            continue
+        builds = ", ".join(fact.value["builds"]) or "no"
+        note = f"{pub.project} {d.version}'s {arch} wheels on PyPI are its CUDA {builds} build"
+        kept = ""
+        if old is not None:
+            note += f"; {'a CPU build is published too' if old.cpu else 'no CPU build'} (the entry for {old.versions})"
+            kept = f" cpu{' and cpu_pip_name' if old.cpu_pip_name else ''} kept from the entry for {old.versions}."
+        lines = [f"  - framework: {d.framework}", f"    versions: {_q(f'=={v.major}.{v.minor}.*')}", f"    arch: {arch}",
+                 f"    # Read by `trainimg compat add {pub.project}=={d.version}` on {today}.{kept}",
+                 f"    cpu: {'true' if old is None or old.cpu else 'false'}"]
+        if old is not None and old.cpu_pip_name:
+            lines.append(f"    cpu_pip_name: {old.cpu_pip_name}")
+        lines += [f"    cuda: {_q(fact.value['cuda']) if fact.value['cuda'] else 'null'}", f"    note: {_q(note)}",
+                  f"    source: {_q(fact.source)}"]
+        out.append("\n".join(lines) + "\n")
+    return out
+
+
+def _insert_after(lines: list[str], header: str, texts: list[str]) -> None:
+    """`texts` as the first entries of the list under the top-level `header` (the first match wins there)."""
+    if texts:
+        at = next(i for i, t in enumerate(lines) if t.rstrip() == header) + 1
+        while at < len(lines) and (lines[at].startswith("#") or not lines[at].strip()):
+            at += 1
+        lines[at:at] = texts
+
+
 def new_text(text: str, d: Derivation, compat: Compat, today: datetime.date) -> tuple[str, Written]:
     """compat.yaml's text with `d` written in."""
     old = compat.release(d.framework, d.version)
@@ -163,12 +204,10 @@ def new_text(text: str, d: Derivation, compat: Compat, today: datetime.date) -> 
     before = "".join(lines[start:end]) if end > start else None
     lines[start:end] = [body]
     archs = _archs_texts(d, compat, today)
-    if archs:
-        at = next(i for i, t in enumerate(lines) if t.rstrip() == "gpu_archs:") + 1
-        while at < len(lines) and (lines[at].startswith("#") or not lines[at].strip()):
-            at += 1
-        lines[at:at] = archs
-    return "".join(lines), Written(before, body, tuple(archs), tuple(kept))
+    _insert_after(lines, "gpu_archs:", archs)
+    machine = _machine_texts(d, compat, today)
+    _insert_after(lines, "architectures:", machine)
+    return "".join(lines), Written(before, body, tuple(archs), tuple(kept), tuple(machine))
 
 
 def check_text(text: str, d: Derivation) -> Compat:
@@ -183,6 +222,14 @@ def check_text(text: str, d: Derivation) -> Compat:
         got = rel.cuda[line].model_dump(include=set(fields))
         if got != fields:
             raise CheckFailed(f"the written {line} build reads back as {got}, not {fields}")
+    for key, fact in d.facts.items():
+        if not key.startswith("arch:"):
+            continue
+        arch = key.split(":", 1)[1]
+        builds = compat.arch_builds(d.framework, d.version, arch)
+        if not (builds and all(builds.has_cuda(x) for x in fact.value["builds"])):
+            raise CheckFailed(f"the written {arch} builds of {d.version} read back as "
+                              f"{builds.cuda if builds else 'none'}, not CUDA {fact.value['builds']}")
     return compat
 
 

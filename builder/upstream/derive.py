@@ -18,6 +18,7 @@ from packaging.specifiers import SpecifierSet
 from packaging.version import InvalidVersion, Version
 
 from ..errors import UserInputError
+from ..recipe.arches import ARCHES, DEFAULT_ARCH
 from ..recipe.compat import ArchBuild, Compat, FrameworkRelease
 from ..runtime.frameworks import FrameworkName
 from .publishing import EXTRA, OWN, PUBLISHING, Publishing
@@ -104,7 +105,31 @@ def derive(index: SimpleIndex, framework: FrameworkName, version: str, *, archs:
             _read_archs(index, pub, arch_wheel, build.line, d)
     if not archs and pub.archs is not None:
         d.unread["gpu_archs"] = "not asked for (--no-archs)"
+    _machine_builds(index, pub, (msg, where), files, machines(binary.files_of(version)), version, python, d)
     return d
+
+
+def _machine_builds(index: SimpleIndex, pub: Publishing, plain: tuple[Any, str], files: list[IndexFile],
+                    built_for: list[str], version: str, python: str, d: Derivation) -> None:
+    """Per CPU architecture other than amd64 that the binary's Linux wheels are built for, the CUDA builds PyPI
+    serves for it (``arch:<arch>``: their lines and the CUDA lines they run on), read from that machine's wheels as
+    amd64's are from x86_64's: torch's aarch64 wheel is a CUDA build of its own (2.15's: 13.2)."""
+    for arch in ARCHES.values():
+        key = f"arch:{arch.name}"
+        if arch.name == DEFAULT_ARCH or arch.machine not in built_for or key in d.unread:
+            continue
+        msg, where = plain
+        wheel = representative(files, arch.machine)
+        if pub.cuda_from == OWN:
+            if wheel is None:
+                continue
+            msg, where = metadata(index.http, wheel)
+        builds = _builds(index, pub, msg, where, wheel or files[0], version, python, arch.machine)
+        lines = sorted((b.line for _, b, _, _ in builds), key=Version)
+        spec = builds[0][1].cuda_lines if len(builds) == 1 else (
+            f">={lines[0]},<{Version(lines[-1]).major + 1}" if lines else None)
+        d.facts[key] = Fact({"builds": tuple(lines), "cuda": spec},
+                            "; ".join(source for _, _, source, _ in builds) or f"{where}: no CUDA build")
 
 
 def _cpu(index: SimpleIndex, pub: Publishing, version: str, d: Derivation) -> None:
@@ -119,25 +144,26 @@ def _cpu(index: SimpleIndex, pub: Publishing, version: str, d: Derivation) -> No
 
 
 def _builds(index: SimpleIndex, pub: Publishing, msg: Any, where: str, wheel: IndexFile, version: str,
-            python: str) -> list[tuple[str | None, Build, str, IndexFile]]:
-    """(pip extra, build, source, the wheel holding its architectures) for each CUDA build PyPI serves."""
+            python: str, machine: str = "x86_64") -> list[tuple[str | None, Build, str, IndexFile]]:
+    """(pip extra, build, source, the wheel holding its architectures) for each CUDA build PyPI serves for
+    `machine`."""
     requires = msg.get_all("Requires-Dist") or []
     if pub.cuda_from in (OWN, EXTRA):
         extra = pub.cuda_extra if pub.cuda_from == EXTRA else None
-        build = cuda_build(active(requires, extra or "", python))
+        build = cuda_build(active(requires, extra or "", python, machine))
         return [(extra, build, _said(where, build), wheel)] if build else []
     found = []
     for extra in msg.get_all("Provides-Extra") or []:
         if not re.fullmatch(pub.cuda_extra or "", extra):
             continue
-        plugins = [r for r in active(requires, extra, python) if "with-cuda" in r.extras]
+        plugins = [r for r in active(requires, extra, python, machine) if "with-cuda" in r.extras]
         for plugin in plugins:
             page: Project = index.project(plugin.name)
-            pwheel = representative(page.files_of(version))
+            pwheel = representative(page.files_of(version), machine)
             if pwheel is None:
                 continue
             pmsg, pwhere = metadata(index.http, pwheel)
-            build = cuda_build(active(pmsg.get_all("Requires-Dist") or [], "with-cuda", python))
+            build = cuda_build(active(pmsg.get_all("Requires-Dist") or [], "with-cuda", python, machine))
             if build:
                 found.append((extra, build, f"{where}: extra {extra} requires {plugin}; " + _said(pwhere, build),
                               pwheel))
@@ -191,6 +217,8 @@ def arch_entry(compat: Compat, framework: str, version: str, line: str) -> ArchB
 def _same(key: str, a: Any, b: Any) -> bool:
     if a is None or b is None:
         return a is b
+    if key.startswith("arch:"):  # the entry's CUDA lines hold every build PyPI serves for the architecture
+        return all(Version(line) in SpecifierSet(str(b)) for line in a["builds"])
     if key.rsplit("/", 1)[-1] in SPEC_FIELDS:
         return SpecifierSet(str(a)) == SpecifierSet(str(b))
     return str(a) == str(b)
@@ -210,6 +238,10 @@ def compare(d: Derivation, compat: Compat) -> list[Agreement]:
             derived[key] = (fact.value, fact.source)
             entry = arch_entry(compat, d.framework, d.version, key.split(":", 1)[1])
             written[key] = entry.archs if entry else None
+        elif key.startswith("arch:"):
+            derived[key] = (fact.value, fact.source)
+            builds = compat.arch_builds(d.framework, d.version, key.split(":", 1)[1])
+            written[key] = (builds.cuda or "none") if builds else None
         else:
             derived[key] = (fact.value, fact.source)
     for key in sorted(set(derived) | set(written)):
@@ -244,6 +276,11 @@ def _why(d: Derivation, key: str) -> str:
 
 
 
+def _shown(value: Any) -> str:
+    return ", ".join(f"{k} {', '.join(v) if isinstance(v, tuple) else v}" for k, v in value.items()) \
+        if isinstance(value, dict) else str(value)
+
+
 def report(d: Derivation, agreements: list[Agreement]) -> list[str]:
     """What `compat add` prints: one line per field or build (its values, and compat.yaml's where they differ),
     each with a numbered source, then the sources and what was not read."""
@@ -258,7 +295,7 @@ def report(d: Derivation, agreements: list[Agreement]) -> list[str]:
         if state == "unread":
             lines.append(f"  {'unread':>7}  {group}: compat.yaml has it; not read here: {items[0].derived}")
             continue
-        shown = ", ".join(f"{a.key.split('/', 1)[1]} {a.derived}" if "/" in a.key else str(a.derived)
+        shown = ", ".join(f"{a.key.split('/', 1)[1]} {a.derived}" if "/" in a.key else _shown(a.derived)
                           for a in items if a.state != "unread")
         differ = [f"{a.key.split('/', 1)[-1]} {a.written}" for a in items if a.state == "differs"]
         ref = sources.setdefault(items[0].source, len(sources) + 1)

@@ -21,7 +21,7 @@ from ..plan.requirements import lock_path, pins
 from ..recipe.compat import Compat, constraint_spec, is_pin
 from ..recipe.variant import RecipeSet, Variant
 from .bases import cuda_items, eol_items
-from .items import KINDS, Item
+from .items import KINDS, Item, held_by, hold_json
 from .ossecurity import SecurityArchive, security_item
 from .simpleapi import Project, SimpleIndex
 
@@ -38,20 +38,22 @@ def _date(page: Project, version: Version) -> str | None:
     return str(released) if released else None
 
 
-def framework_items(recipes: RecipeSet, compat: Compat, index: SimpleIndex) -> list[Item]:
-    """A release newer than what a recipe pins (per recipe file and version, with the variants it makes)."""
-    groups: dict[tuple[str, str, str], list[str]] = {}
+def framework_items(recipes: RecipeSet, compat: Compat, index: SimpleIndex, today: datetime.date) -> list[Item]:
+    """A release newer than what a recipe pins (per recipe file and version, with the variants it makes; those
+    held back by their recipe in an item of their own, with the reason)."""
+    groups: dict[tuple[str, str, str], list[Variant]] = {}
     for v in roots(recipes):
-        groups.setdefault((v.source, v.framework, v.version or ""), []).append(v.name)
+        groups.setdefault((v.source, v.framework, v.version or ""), []).append(v)
     items = []
-    for (source, framework, version), names in sorted(groups.items()):
+    for (source, framework, version), variants in sorted(groups.items()):
         page = index.project(compat.frameworks[framework].pip_name)  # type: ignore[index]
         newest = page.newest()
         if newest is None or newest <= Version(version):
             continue
-        items.append(Item(kind="framework", name=page.name, current=version, newest=str(newest),
-                          date=_date(page, newest), source=page.url, where=(source, *names),
-                          action=f"trainimg bump {' '.join(names)}"))
+        for hold, names in held_by(variants, "framework", today).items():
+            items.append(Item(kind="framework", name=page.name, current=version, newest=str(newest),
+                              date=_date(page, newest), source=page.url, where=(source, *names),
+                              action=f"trainimg bump {' '.join(names)}", held=hold_json(hold)))
     return items
 
 
@@ -149,8 +151,8 @@ def outdated(recipes: RecipeSet, compat: Compat, root: Path, index: SimpleIndex,
              ) -> list[Item]:
     """Everything newer upstream (and every base near its end, and every released image with OS fixes pending),
     in `items.KINDS` order."""
-    items = [*framework_items(recipes, compat, index), *compat_items(compat, index),
+    items = [*framework_items(recipes, compat, index, today), *compat_items(compat, index),
              *wheel_items(recipes, compat, root, index), *tool_items(compat, index),
              *cuda_items(compat, _by(recipes.variants, "cuda"), index, today, warn_days),
-             *eol_items(_by(recipes.variants, "os"), today, warn_days), *os_items(released, archive)]
+             *eol_items(recipes.variants, today, warn_days), *os_items(released, archive)]
     return sorted(items, key=lambda i: KINDS.index(i.kind))

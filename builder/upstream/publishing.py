@@ -71,7 +71,9 @@ PUBLISHING: dict[FrameworkName, Publishing] = {
         cpu_project="tensorflow-cpu", cpu_index=None,
         archs=ArchSource("tensorflow/python/platform/build_info.py", BUILD_INFO, 64 * 1024,
                          "build_info.py's cuda_compute_capabilities (tf.sysconfig.get_build_info())"),
-        elsewhere=(("tested", "the tested cuDNN is in TensorFlow's docs (tested build configurations), not in a "
+        elsewhere=(("arch:arm64", "TensorFlow's aarch64 wheels are CPU-only builds whatever their and-cuda extra "
+                                  "resolves: only their build_info.py (is_cuda_build) says so, not their METADATA"),
+                   ("tested", "the tested cuDNN is in TensorFlow's docs (tested build configurations), not in a "
                               "wheel: its build_info.py says only the cuDNN major"),),
         source="https://www.tensorflow.org/install/pip",
     ),

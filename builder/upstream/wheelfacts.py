@@ -59,15 +59,15 @@ def python_spec(minors: list[int], requires_python: str | None) -> str:
     return str(SpecifierSet(requires_python or ""))
 
 
-def representative(files: Iterable[IndexFile]) -> IndexFile | None:
-    """The wheel whose metadata speaks for the release on Linux x86_64: the one for the newest CPython (or a pure
-    ``py3`` wheel), so every requirement with a Python marker is in force."""
+def representative(files: Iterable[IndexFile], machine: str = "x86_64") -> IndexFile | None:
+    """The wheel whose metadata speaks for the release on Linux `machine`: the one for the newest CPython (or a
+    pure ``py3`` wheel), so every requirement with a Python marker is in force."""
     best: tuple[int, IndexFile] | None = None
     for f in files:
         if not f.is_wheel:
             continue
         for t in f.tags():
-            if not (t.platform.endswith("x86_64") or t.platform == "any"):
+            if not (t.platform.endswith(machine) or t.platform == "any"):
                 continue
             m = _CPYTHON.match(t.interpreter)
             rank = int(m.group(1)) if m and t.abi == t.interpreter else (0 if t.interpreter.startswith("py3") else -1)
@@ -76,10 +76,11 @@ def representative(files: Iterable[IndexFile]) -> IndexFile | None:
     return best[1] if best else None
 
 
-def active(requirements: Iterable[str], extra: str = "", python: str = "3.12") -> list[Requirement]:
-    """The requirements in force on Linux for `extra` ('' for none), with markers evaluated; an extra's own
-    requirements only (those the plain install also has are left out when `extra` is given)."""
-    env = {"platform_system": "Linux", "sys_platform": "linux", "os_name": "posix", "platform_machine": "x86_64",
+def active(requirements: Iterable[str], extra: str = "", python: str = "3.12", machine: str = "x86_64"
+           ) -> list[Requirement]:
+    """The requirements in force on Linux `machine` for `extra` ('' for none), with markers evaluated; an extra's
+    own requirements only (those the plain install also has are left out when `extra` is given)."""
+    env = {"platform_system": "Linux", "sys_platform": "linux", "os_name": "posix", "platform_machine": machine,
            "python_version": python, "python_full_version": f"{python}.0", "implementation_name": "cpython",
            "platform_python_implementation": "CPython"}
     found = []
