@@ -80,7 +80,7 @@ def spec(c: Ctx, **flags: Any) -> None:
     \b
     Examples:
       trainimg spec --platform vertex --image pytorch-2.13.0-cpu-py3.11 --registry ghcr.io/team --replicas 2 --machine-type n1-standard-8 -- python train.py
-      trainimg spec --platform jobset --image pytorch-2.14.1-cu130-py3.11 --registry ghcr.io/team --replicas 4 --gpus 8 --conformance
+      trainimg spec --platform jobset --image pytorch-2.15.0-cu132-py3.11 --registry ghcr.io/team --replicas 4 --gpus 8 --conformance
     """
     from ..jobs.clusterspec import cluster_job
     from ..jobs.spec import job_spec, notes
