@@ -277,11 +277,19 @@ def test_a_layer_is_its_estargz_in_the_tocs_order_and_a_change_is_named(tmp_path
         other = reordered(changed.open("rb"), toc)
         lines = differences(other.files, toc.files())
         assert other.diff_id != written.diff_id and len(lines) == 1 and lines[0].startswith(named), lines
-    # A TOC that says other than its tar (the tar's bytes, so the diff ID, unchanged): its files are compared too.
-    lying = Toc([{**e, "mode": 0o600} if e["name"] == "etc/empty" else e for e in toc.entries], toc.tail)
-    told = reordered(layer.open("rb"), lying)
-    assert told.diff_id == written.diff_id and differences(told.files, lying.files()) == [
-        "etc/empty: mode -rw-r--r-- != -rw-------"]
+    # A TOC that says other than its tar (the tar's bytes, so the diff ID, unchanged): each field a lazy node takes
+    # from the TOC is compared too.
+    for name, change, line in [
+            ("etc/empty", {"mode": 0o600}, "mode -rw-r--r-- != -rw-------"),
+            ("etc/empty", {"uid": 1000}, "owner 0:0 != 1000:0"),
+            ("etc/empty", {"modtime": "2001-09-09T01:46:40Z"}, f"mtime {LAYER_EPOCH} != 1000000000"),
+            ("usr/lib/libbig.so", {"xattrs": {}}, "xattrs security.capability=AQAAAg== != none"),
+            ("usr/lib/libbig.so.1", {"linkName": "libother.so"}, "content -> libbig.so != -> libother.so"),
+            ("opt/data.bin", {"digest": "sha256:" + "0" * 64}, "content sha256:")]:
+        lying = Toc([{**e, **change} if e["name"] == name else e for e in toc.entries], toc.tail)
+        told = reordered(layer.open("rb"), lying)
+        lines = differences(told.files, lying.files())
+        assert told.diff_id == written.diff_id and len(lines) == 1 and lines[0].startswith(f"{name}: {line}"), lines
     second = next(e for e in toc.entries if e["type"] == "chunk")  # a chunk's digest that is not its bytes'
     wrong = Toc([{**e, "chunkDigest": "sha256:" + "0" * 64} if e is second else e for e in toc.entries], toc.tail)
     assert reordered(layer.open("rb"), wrong).chunks == [
