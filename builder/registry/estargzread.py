@@ -150,11 +150,12 @@ def _add(out: Reordered, layer: IO[bytes], member: tarfile.TarInfo, chunks: list
     whole, wrong = hashlib.sha256(), []
     layer.seek(member.offset_data)
     for start, end in zip(bounds, bounds[1:]):
-        piece = hashlib.sha256()
+        piece = hashlib.sha256() if len(bounds) > 2 else whole  # a file of one chunk is hashed once
         for at in range(start, end, _PIECE):
             data = layer.read(min(_PIECE, end - at))
             whole.update(data)
-            piece.update(data)
+            if piece is not whole:
+                piece.update(data)
             feed(data)
         got = f"sha256:{piece.hexdigest()}"
         if recorded.get(start, got) != got:
