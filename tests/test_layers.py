@@ -3,7 +3,8 @@
 The group and seal checks are generated from the tables (runtime/lockgroups.py, plan/reproducible.py) over every
 shipped variant. The engine tests build a framework-less variant (tests/conftest.py `bare_recipe`: every step of a
 variant's build, 185 MB) with no cache, release it to the compose registry, and `trainimg verify` rebuilds it with no
-cache: every layer identical. A tampered image under the tag is then named layer by layer and file by file. The same
+cache: every layer identical; against the same build pushed as eStargz in the gate's prefetch order, identical from
+its TOCs. A tampered image under the tag is then named layer by layer and file by file. The same
 figure for the 1.1 GB CPU PyTorch variant is `layers_reproducible` in benchmarks/layers.py: two cold builds of it
 cost this module four minutes of the suite's two CPUs, and its framework install is the same step.
 """
@@ -47,6 +48,8 @@ from trainimg.registry.references import RegistryTarget
 from trainimg.registry.referrers import referrers
 from trainimg.runtime.sbom import MEDIA_TYPE as SBOM_TYPE
 from trainimg.publish.verify import compare, report_lines
+from trainimg.registry.estargz import NO_PREFETCH_LANDMARK, PREFETCH_LANDMARK, TOC_DIGEST
+from trainimg.registry.estargzread import Toc, read_toc
 from trainimg.registry.registryapi import RegistryAPI, sha256_digest
 from trainimg.recipe.loading import load_recipes
 from trainimg.render.dockerfile import render_plan
@@ -61,6 +64,7 @@ LOCKED = [v for v in SHIPPED.variants if v.name in {s.variant for s in lock_stat
 TEST_NAME = "layerstest"
 TEST_VARIANT = TEST_NAME  # a recipe without a matrix: the variant is named as the recipe
 CPU_TAG = f"trainimg-test/{TEST_NAME}:{BARE_VERSION}"
+LANDMARKS = (PREFETCH_LANDMARK, NO_PREFETCH_LANDMARK)
 
 
 # -- the lock's layer groups ---------------------------------------------------------------------------------------
@@ -255,8 +259,8 @@ def pushed_digest(stdout: str) -> str:
     return str(digest)
 
 
-def verify(released: dict[str, Any], registry: RegistryLogin) -> subprocess.CompletedProcess[str]:
-    return trainimg("verify", TEST_VARIANT, "--registry", released["target"], "--username", registry.username,
+def verify(released: dict[str, Any], registry: RegistryLogin, where: str = "") -> subprocess.CompletedProcess[str]:
+    return trainimg("verify", TEST_VARIANT, "--registry", where or released["target"], "--username", registry.username,
                     "--base-image", LOCAL_BASE, "--progress", "quiet", env=released["env"], timeout=1200)
 
 
@@ -306,6 +310,31 @@ def test_a_zstd_push_goes_beside_with_its_sbom(released: dict[str, Any], registr
     assert digest != released["digest"] and referrers(api, repository, digest, SBOM_TYPE)
 
 
+def test_an_estargz_push_for_verify_goes_in_the_gates_order(released: dict[str, Any], registry: RegistryLogin,
+                                                            client: docker.DockerClient) -> None:
+    """`push --compression estargz` of the gated image into a repository of its own: its layers written in the
+    gate's prefetch order, the landmark after the files it read; `verify`'s comparison with the rebuild is below.
+    (Before `verify`'s rebuild, as above.)"""
+    estargz = f"{released['target']}/esgz"
+    r = trainimg("push", TEST_VARIANT, "--registry", estargz, "--username", registry.username, "--compression",
+                 "estargz", env=released["env"], timeout=900)
+    remove_image(client, f"{estargz}/{CPU_TAG}")
+    assert r.returncode == 0, r.stderr[-3000:]
+    assert "no prefetch order" not in r.stdout + r.stderr, r.stdout
+    api = replace(released["api"], target=RegistryTarget.parse(estargz))
+    repository = api.target.repository(CPU_TAG.split(":")[0])
+    layers = json.loads(api.manifest_json(repository, pushed_digest(r.stdout))[0])["layers"]  # type: ignore[index]
+    landmarks = [next(e["name"] for e in _toc(api, repository, layer).entries if e["name"] in LANDMARKS)
+                 for layer in layers]
+    assert PREFETCH_LANDMARK in landmarks, landmarks  # the gate's order reordered a layer
+    released["estargz"] = estargz  # the comparison's registry, after the rebuild
+
+
+def _toc(api: RegistryAPI, repository: str, layer: dict[str, Any]) -> Toc:
+    return read_toc(lambda start, end: api.blob_range(repository, layer["digest"], start, end), layer["size"],
+                    layer["annotations"][TOC_DIGEST], layer["digest"])
+
+
 def test_a_cold_rebuild_verifies_identical_layer_for_layer(released: dict[str, Any], registry: RegistryLogin,
                                                            client: docker.DockerClient) -> None:
     """The core of the issue: two builds without cache give the same digest for every layer and, the client having
@@ -316,6 +345,23 @@ def test_a_cold_rebuild_verifies_identical_layer_for_layer(released: dict[str, A
     count = len(released["layers"])
     assert count >= 7 and f": identical, {count} of {count} layers: the rebuild's config is the registry's" in r.stdout
     assert client.api.inspect_image(CPU_TAG)["RootFS"]["Layers"] == released["layers"]
+
+
+def test_a_cold_rebuild_verifies_identical_against_the_estargz_push(released: dict[str, Any],
+                                                                    registry: RegistryLogin) -> None:
+    """`verify` against the eStargz push of the gated build (another no-cache rebuild): identical, exit 0, every
+    layer from its TOC (not its blob), the config that names the eStargz tars' diff IDs the registry's; no TOC,
+    landmark or order named as a difference. `sbom --registry` reads the SBOM beside that push."""
+    assert "estargz" in released, "test_an_estargz_push_for_verify_goes_in_the_gates_order pushes what this compares"
+    r = verify(released, registry, released["estargz"])
+    assert r.returncode == 0, (r.stdout[-3000:], r.stderr[-3000:])
+    count = len(released["layers"])
+    assert f": identical, {count} of {count} layers: the rebuild's config, naming the eStargz tars' diff IDs, is " \
+           f"the registry's, sha256:" in r.stdout and f"; {count} eStargz layers hold the rebuild's entries byte " \
+           "for byte" in r.stdout, r.stdout
+    r = trainimg("sbom", TEST_VARIANT, "--registry", released["estargz"], "--username", registry.username,
+                 env=released["env"], timeout=300)
+    assert r.returncode == 0 and json.loads(r.stdout)["bomFormat"] == "CycloneDX", r.stderr[-3000:]
 
 
 def test_two_cold_builds_push_one_digest(released: dict[str, Any], registry: RegistryLogin,

@@ -1,9 +1,10 @@
 """`trainimg verify`, two checks of a pushed image:
 
 - `verify VARIANT --registry R`: rebuild from this checkout, no cache, and compare with the registry. Exit 0 when
-  every layer is identical; 1 naming each differing layer and its differing files (path, size, mode, time, content
-  digest). The rebuild takes the build flags a machine needs (`--base-image` for a mirror, `--allow-missing`, wheel
-  folders) and is tagged like any build of the variant.
+  every layer is identical (an eStargz layer: the rebuild's entries, reordered, beside its TOC and landmark);
+  1 naming each differing layer and its differing files (path, size, mode, owner, time, xattrs, content digest).
+  The rebuild takes the build flags a machine needs (`--base-image` for a mirror, `--allow-missing`, wheel folders)
+  and is tagged like any build of the variant.
 - `verify REF --key PUB`: is the image REF names signed by that key, for its digest and its repository (trust/)?
   Exit 0 when it is; 1 naming what is missing or wrong. Nothing is built.
 
@@ -56,7 +57,8 @@ def verify_cmd(c: Ctx, variant: str, key: Path | None, registry: str | None, use
     architecture's with its manifest in the tag's index); or, with --key, check that the image REF names is signed
     by that key for its digest and repository.
 
-    Rebuild: reaches the registry (the pushed manifest and config; a layer's blob only where it differs), builds on
+    Rebuild: reaches the registry (the pushed manifest and config; a layer's blob only where it differs, an eStargz
+    layer's table of contents instead, by range requests: its TOC and landmark are not files of the image), builds on
     the engine without its cache and starts short-lived containers that read the rebuild's versions back; exit 1
     names each differing layer and the files that differ in it. --key: reaches the registry only (the manifest, its
     .sig and .att images); prints the image, the signature and the provenance, one line each; exit 1 names what is

@@ -25,10 +25,8 @@ reference writer's `Blob.DiffID` is) and its size the `io.containers.estargz.unc
 
 from __future__ import annotations
 
-import base64
 import hashlib
 import json
-import math
 import posixpath
 import struct
 import tarfile
@@ -43,6 +41,7 @@ from typing import IO, Any, NamedTuple
 
 from ..errors import RegistryError
 from ..options.compression import GZIP_LEVEL
+from .layerfiles import TAR_KINDS, member_xattrs, whole_seconds
 from .layerformats import DEFLATERS, GZIP_HEADER, THREADS, HashingWriter
 
 TOC_NAME = "stargz.index.json"
@@ -50,16 +49,12 @@ PREFETCH_LANDMARK = ".prefetch.landmark"
 NO_PREFETCH_LANDMARK = ".no.prefetch.landmark"
 TOC_DIGEST = "containerd.io/snapshot/stargz/toc.digest"
 UNCOMPRESSED_SIZE = "io.containers.estargz.uncompressed-size"
+LANDMARK_CONTENT = b"\x0f"  # a landmark's payload: "4 bits contents 0xf"
 CHUNK = 4 << 20  # the reference writer's default chunk size
 FOOTER_SIZE = 51
-_LANDMARK_CONTENT = b"\x0f"  # "4 bits contents 0xf"
 _BLOCK = 512
 _BATCH = 1 << 20  # plaintext bytes of the members one task deflates (a layer has tens of thousands of small ones)
-_XATTR = "SCHILY.xattr."
-_TYPES = {tarfile.REGTYPE: "reg", tarfile.AREGTYPE: "reg", tarfile.CONTTYPE: "reg", tarfile.DIRTYPE: "dir",
-          tarfile.SYMTYPE: "symlink", tarfile.LNKTYPE: "hardlink", tarfile.CHRTYPE: "char",
-          tarfile.BLKTYPE: "block", tarfile.FIFOTYPE: "fifo"}
-_OWN_ENTRIES = (TOC_NAME, PREFETCH_LANDMARK, NO_PREFETCH_LANDMARK)  # an earlier conversion's: written anew
+OWN_ENTRIES = (TOC_NAME, PREFETCH_LANDMARK, NO_PREFETCH_LANDMARK)  # eStargz's own, not the layer's files
 
 
 @dataclass(frozen=True)
@@ -151,7 +146,7 @@ def estargz_layer(plain: Path, dest: Path, prefetch: Sequence[str] = (),
         while waiting:
             write_oldest()
         toc_json = _toc_json(toc)
-        toc_plain = _tar_header(TOC_NAME, len(toc_json)) + _padded(toc_json) + bytes(2 * _BLOCK)
+        toc_plain = own_entry_header(TOC_NAME, len(toc_json)) + padded(toc_json) + bytes(2 * _BLOCK)
         toc_offset = sink.size
         sink.write(gzip_member(toc_plain))
         sink.write(footer(toc_offset))
@@ -197,10 +192,10 @@ def _members(plain: Path) -> list[tarfile.TarInfo]:
         raise RegistryError(f"layer tar {plain.name} cannot be read for eStargz: {exc}") from None
     last = {clean_name(m.name): m for m in members}
     for m in members:
-        if m.type not in _TYPES:
+        if m.type not in TAR_KINDS:
             raise RegistryError(f"layer entry {m.name!r} is a tar entry of type {m.type!r}, which eStargz cannot "
                                 "hold (regular files, folders, links, devices and fifos)")
-    return [m for m in members if last[clean_name(m.name)] is m and clean_name(m.name) not in _OWN_ENTRIES]
+    return [m for m in members if last[clean_name(m.name)] is m and clean_name(m.name) not in OWN_ENTRIES]
 
 
 def _ordered(members: list[tarfile.TarInfo], prefetch: Sequence[str]
@@ -234,8 +229,8 @@ def _items(src: IO[bytes], first: list[tarfile.TarInfo], rest: list[tarfile.TarI
     landmark = PREFETCH_LANDMARK if first else NO_PREFETCH_LANDMARK
     for member in first:
         yield _item(src, member, owners)
-    yield _Item(_tar_header(landmark, len(_LANDMARK_CONTENT)), _TocEntry(landmark, "reg", len(_LANDMARK_CONTENT)),
-                len(_LANDMARK_CONTENT), inline=_LANDMARK_CONTENT)
+    yield _Item(own_entry_header(landmark, len(LANDMARK_CONTENT)), _TocEntry(landmark, "reg", len(LANDMARK_CONTENT)),
+                len(LANDMARK_CONTENT), inline=LANDMARK_CONTENT)
     for member in rest:
         yield _item(src, member, owners)
 
@@ -244,12 +239,11 @@ def _item(src: IO[bytes], m: tarfile.TarInfo, owners: dict[str, dict[int, str]])
     """A layer tar entry: its header blocks as they are in the tar (pax and long-name headers included)."""
     src.seek(m.offset)
     header = src.read(m.offset_data - m.offset)
-    kind = _TYPES[m.type]
+    kind = TAR_KINDS[m.type]
     entry = _TocEntry(m.name + "/" if kind == "dir" else m.name, kind, mode=m.mode, uid=m.uid, gid=m.gid,
                       user_name=_if_changed(owners["user"], m.uid, m.uname),
                       group_name=_if_changed(owners["group"], m.gid, m.gname), modtime=_modtime(m.mtime),
-                      xattrs={k[len(_XATTR):]: base64.b64encode(v.encode("utf-8", "surrogateescape")).decode()
-                              for k, v in sorted(m.pax_headers.items()) if k.startswith(_XATTR)})
+                      xattrs=member_xattrs(m))
     if kind in ("symlink", "hardlink"):
         entry.link_name = m.linkname
     elif kind in ("char", "block"):
@@ -336,14 +330,15 @@ def _utf8(text: str) -> bool:
     return True
 
 
-def _tar_header(name: str, size: int) -> bytes:
+def own_entry_header(name: str, size: int) -> bytes:
     """A regular file's ustar header as the reference writes its TOC and landmarks: mode, owner and time 0."""
     info = tarfile.TarInfo(name)
     info.size, info.mode, info.mtime, info.uname, info.gname = size, 0, 0, "", ""
     return info.tobuf(tarfile.USTAR_FORMAT, "utf-8", "strict")
 
 
-def _padded(data: bytes) -> bytes:
+def padded(data: bytes) -> bytes:
+    """A tar entry's payload with its padding to the 512-byte block."""
     return data + bytes(-len(data) % _BLOCK)
 
 
@@ -357,5 +352,5 @@ def _if_changed(last: dict[int, str], owner: int, name: str) -> str:
 
 def _modtime(mtime: float) -> str:
     """RFC 3339 UTC, rounded to the second; "" for time 0."""
-    seconds = math.floor(mtime + 0.5)
+    seconds = whole_seconds(mtime)
     return "" if seconds == 0 else datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")

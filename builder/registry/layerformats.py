@@ -15,6 +15,7 @@ valid); a zstd one must be OCI (`tar+zstd` has no Docker media type), so its man
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import os
 import struct
@@ -182,8 +183,10 @@ def compress_layer(src: IO[bytes], dest: Path, compression: Compression) -> tupl
 
 
 def plain_layer(blob: IO[bytes], media_type: str) -> IO[bytes]:
-    """A layer blob's tar stream: a zstd blob decompressed as it is read; gzip and plain ones as they are (tarfile
-    reads gzip itself)."""
+    """A layer blob's tar stream, decompressed as it is read: zstd, or gzip of any number of members (tarfile's own
+    stream reader stops after the first member, and an eStargz blob is one member per file); others as they are."""
     if media_type == OCI_ZSTD_LAYER:
         return zstandard.ZstdDecompressor().stream_reader(blob, read_size=_PIECE)
+    if media_type in (DOCKER_GZIP_LAYER, OCI_GZIP_LAYER):
+        return cast(IO[bytes], gzip.GzipFile(fileobj=blob, mode="rb"))
     return blob
