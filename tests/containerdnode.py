@@ -62,8 +62,11 @@ class containerd:
             raise
 
     def ctr(self, *args: str, program: str = "ctr") -> subprocess.CompletedProcess[str]:
-        return subprocess.run([program, "--address", str(self.socket), *args], capture_output=True, text=True,
-                              timeout=1800)
+        return subprocess.run(self.argv(*args, program=program), capture_output=True, text=True, timeout=1800)
+
+    def argv(self, *args: str, program: str = "ctr") -> list[str]:
+        """The command line of `program` (ctr, ctr-remote) bound to this containerd, for a caller that streams it."""
+        return [program, "--address", str(self.socket), *args]
 
     def run_args(self) -> list[str]:
         """`ctr run`'s options that keep its fifos and runc state in this containerd's folder."""
