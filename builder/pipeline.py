@@ -146,7 +146,7 @@ def _publish(engine: Engine, recipes: RecipeSet, builds: list[VariantBuild], sui
     the release records, the signatures and provenance (`signing`: the signer, the checkout, when the release
     started), then (unless staging) the moving tags and the lockfile, all or nothing. `indexed`: the tags of the
     variants built for several architectures (one index each)."""
-    policy = PushPolicy(engine, target, credentials, env, on_sbom)
+    policy = PushPolicy(engine, target, credentials, env, on_sbom, opts.compression)
     policy.admit(b.tag for b in builds)
 
     def pushed_with_sbom(tag: str, result: PushResult) -> None:

@@ -17,7 +17,7 @@ from conftest import trainimg
 
 from trainimg.errors import UserInputError
 from trainimg.options import CLIENT_UPLOAD, DEFAULT_UPLOAD, ENGINE_UPLOAD, check_transport
-from trainimg.options.compression import DEFAULT_COMPRESSION, GZIP, ZSTD, Compression
+from trainimg.options.compression import DEFAULT_COMPRESSION, ESTARGZ, GZIP, ZSTD, Compression
 from trainimg.plan.reproducible import LAYER_EPOCH
 from trainimg.registry.imageconfig import (FIXED_TIME, INLINE_CACHE_KEY, cache_config, cache_tag,
                                            image_config, with_build_caches)
@@ -62,13 +62,13 @@ def test_each_cache_source_is_followed_by_its_build_cache() -> None:
 
 
 @pytest.mark.parametrize("text, algorithm, level", [("gzip", GZIP, 6), ("zstd", ZSTD, 3), ("zstd:19", ZSTD, 19),
-                                                    (" ZSTD:1 ", ZSTD, 1)])
+                                                    (" ZSTD:1 ", ZSTD, 1), ("estargz", ESTARGZ, 6)])
 def test_compression_grammar(text: str, algorithm: str, level: int) -> None:
     c = Compression.parse(text)
     assert (c.algorithm, c.level) == (algorithm, level) and Compression.parse(str(c)) == c
 
 
-@pytest.mark.parametrize("text", ["zstd:0", "zstd:20", "zstd:x", "zstd:", "gzip:9", "lz4", ""])
+@pytest.mark.parametrize("text", ["zstd:0", "zstd:20", "zstd:x", "zstd:", "gzip:9", "lz4", "", "estargz:9"])
 def test_bad_compression_is_a_user_error_naming_the_flag(text: str) -> None:
     with pytest.raises(UserInputError) as info:
         Compression.parse(text)
@@ -83,7 +83,8 @@ def test_zstd_goes_through_the_client() -> None:
 
 
 @pytest.mark.parametrize("verb", ["push", "release"])
-@pytest.mark.parametrize("flag, words", [("zstd:25", "use 1 to 19"), ("brotli", "use gzip, zstd or zstd:LEVEL")])
+@pytest.mark.parametrize("flag, words", [("zstd:25", "use 1 to 19"),
+                                         ("brotli", "use gzip, zstd, zstd:LEVEL (LEVEL 1 to 19) or estargz")])
 def test_a_bad_compression_is_one_line_exit_2(verb: str, flag: str, words: str) -> None:
     extra = ("--skip-audit",) if verb == "release" else ()
     r = trainimg(verb, "pytorch-2.13.0-cpu-py3.11", "--registry", "localhost:5000", "--compression", flag, *extra,

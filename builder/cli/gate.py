@@ -156,14 +156,17 @@ upload_flag = click.option(
 
 
 compression_flag = click.option(
-    "--compression", "compression", metavar="gzip|zstd[:LEVEL]", default=str(DEFAULT_COMPRESSION), show_default=True,
-    help="How trainimg's registry client writes the layers it sends: gzip (every runtime pulls it), or zstd at LEVEL "
+    "--compression", "compression", metavar="gzip|zstd[:LEVEL]|estargz", default=str(DEFAULT_COMPRESSION),
+    show_default=True,
+    help="How trainimg's registry client writes the layers it sends: gzip (every runtime pulls it), zstd at LEVEL "
          "1-19 (default 3), which unpacks faster but only containerd >= 1.5, Docker >= 23 and CRI-O pull (Docker "
-         "20.10 fails after the download): push it under a repository of its own (--registry HOST/PREFIX).")
+         "20.10 fails after the download): push it under a repository of its own (--registry HOST/PREFIX); or "
+         "estargz: gzip every runtime pulls whole, which a lazy-pulling node (stargz-snapshotter) starts before it "
+         "has arrived, the files the image's gate read first.")
 
 
-def _gate(policy: PushPolicy, image_id: str, ref: str) -> None:
-    policy.gate(image_id, ref)
+def _gate(policy: PushPolicy, image_id: str, ref: str) -> tuple[str, ...]:
+    return policy.gate(image_id, ref)
 
 
 def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str, username: str | None,
@@ -188,7 +191,7 @@ def _push(c: Ctx, groups: list[tuple[str, list[tuple[str, str]]]], registry: str
     for local in locals_:
         if engine.image(local) is None:
             raise UserInputError(f"no image {local} on this engine: run `trainimg build` first")
-    policy = PushPolicy(engine, target, creds, c.env, click.echo)
+    policy = PushPolicy(engine, target, creds, c.env, click.echo, compression)
     policy.admit(locals_)
     siblings = [tag for tag, _ in groups]
     memory = LayerMemory.from_env(c.env)
@@ -239,6 +242,7 @@ def push_cmd(c: Ctx, variants: tuple[str, ...], registry: str, username: str | N
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --upload engine
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000 --sign-key cosign.key
       trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000/zstd --compression zstd:3
+      trainimg push pytorch-2.13.0-cpu-py3.11 --registry localhost:5000/lazy --compression estargz
     """
     how = Compression.parse(compression)  # a bad level fails before anything is read or sent
     check_transport(upload, how)

@@ -1,7 +1,8 @@
 """Conformance records: which exact image IDs passed conformance, so push can refuse the others.
 
 A record is keyed by image ID (content-addressed), not by tag: retagging or rebuilding an image never inherits
-a pass it did not earn.
+a pass it did not earn. It also keeps the image's files the gate's run read, first-read order (`PREFETCH`,
+conformance/startreads.py): what an eStargz push of that image writes first in its layers (`prefetch_order`).
 """
 
 from __future__ import annotations
@@ -45,3 +46,30 @@ def require_pass(image_id: str, ref: str, env: Mapping[str, str]) -> dict[str, A
         failed = ", ".join(c["name"] for c in record.get("checks", []) if c["status"] == "failed")
         raise CheckFailed(f"{ref} ({image_id[7:19]}) failed conformance ({failed}): fix the image and test again")
     return record
+
+
+PREFETCH = "prefetch"  # the record's key of the files the gate's run read (runtime/report.py Suite.prefetch)
+
+
+def order_of(record: Mapping[str, Any] | None) -> tuple[str, ...]:
+    """The prefetch order a record keeps (absolute paths, first read first); () when it has none."""
+    paths = (record or {}).get(PREFETCH) or []
+    return tuple(p for p in paths if isinstance(p, str) and p.startswith("/")) if isinstance(paths, list) else ()
+
+
+def prefetch_order(image_id: str, env: Mapping[str, str]) -> tuple[str, ...]:
+    """The prefetch order of the image's conformance record; () when it has no record or no order."""
+    return order_of(load(image_id, env))
+
+
+def no_order(ref: str, record: Mapping[str, Any] | None) -> str:
+    """The one line an eStargz push of `ref` without a prefetch order prints: why there is none (`record`: its passed
+    conformance record; None: the push had no gate)."""
+    if record is None:
+        why = "it was not gated (`trainimg test` records the files its start reads)"
+    elif PREFETCH not in record:
+        why = f"its conformance record predates the recording of what the start reads: `trainimg test {ref}`"
+    else:
+        why = "its gate's run recorded no file of the image (a runtime baked in before the recording?)"
+    return (f"{ref}: no prefetch order, {why}; its eStargz layers go without one (`.no.prefetch.landmark`: a lazy "
+            "node fetches every file when it is first read)")

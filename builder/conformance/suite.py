@@ -12,7 +12,8 @@ Two parts, both run by the in-image runtime (`builder.runtime`, mounted when the
 On machines whose engine has GPUs, the NCCL path runs one container per GPU; elsewhere it is skipped, with the
 reason. With `--os-fixes`, a third container (the only one with a way out) looks for the OS packages whose
 security fix is published and not applied (conformance/osfixes.py). A passing run is recorded by image ID: the
-record is what `push` asks for.
+record is what `push` asks for. The probe's and the all-reduce's processes record the image's files they read
+(runtime/reads.py, conformance/startreads.py): the suite's `prefetch`, the order an eStargz push puts first.
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ from . import inimage
 from .imageenv import image_env_check
 from .osfixes import os_fixes_check
 from .replicas import ReplicaJob, ReplicaRunner, reapable
+from .startreads import StartReads
 from .structure import structure_checks
 
 
@@ -108,27 +110,29 @@ class Conformance:
         suite.checks.append(image_env_check(info))
         # The in-image checks run in a container of their own beside the replicas' all-reduce: neither reads the
         # other, and a gate waits for the longer of the two, not their sum (a TensorFlow image: 22 s -> 14 s here).
-        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="trainimg-probe") as pool:
-            probed = pool.submit(self._probe, info.id, expect, shm)
+        with ThreadPoolExecutor(max_workers=2, thread_name_prefix="trainimg-probe") as pool, StartReads() as reads:
+            probed = pool.submit(self._probe, info.id, expect, shm, reads)
             os_fixes = pool.submit(os_fixes_check, self.engine, info.id, opts.waivers) if opts.os_fixes else None
-            allreduce = self._allreduce(info.id, expect, opts, shm)
+            allreduce = self._allreduce(info.id, expect, opts, shm, reads)
             suite.checks.extend(probed.result())
             if os_fixes is not None:
                 suite.checks.append(os_fixes.result())
-        suite.checks.append(allreduce)
-        suite.checks.extend(self._gpu_allreduce(info.id, expect, opts))
+            suite.checks.append(allreduce)
+            suite.checks.extend(self._gpu_allreduce(info.id, expect, opts, reads))
+            suite.prefetch = reads.order()
         if opts.structure_tests:
             suite.checks.extend(structure_checks(info.id, opts.structure_tests))
         return suite
 
     # -- plumbing -------------------------------------------------------------------------------------------
-    def _probe(self, image_id: str, expect: dict[str, Any], shm: int) -> list[Check]:
+    def _probe(self, image_id: str, expect: dict[str, Any], shm: int, reads: StartReads) -> list[Check]:
         """The in-image checks, in a container given the /dev/shm the replicas get: the shm check reads the
         replicas' node."""
         start = time.monotonic()
         cmd = inimage.command("probe", "--json", "--expect", json.dumps(expect))
         out = self.engine.run_command(ContainerSpec(image=image_id, command=tuple(cmd), ro_mounts=inimage.volumes(),
-                                                    env={"PATH": inimage.PATH}, shm_size=shm,
+                                                    mounts=reads.mount("probe"),
+                                                    env={"PATH": inimage.PATH, **reads.env}, shm_size=shm,
                                                     labels=reapable("probe")))
         try:
             results = json.loads(out.stdout)
@@ -139,7 +143,7 @@ class Conformance:
                       r.get("details", {})) for r in results]
 
     def _job(self, image_id: str, expect: dict[str, Any], opts: TestOptions, runner: ReplicaRunner,
-             shm: int, gpus: bool = False) -> ReplicaJob:
+             shm: int, reads: StartReads, gpus: bool = False) -> ReplicaJob:
         """The platform's replicas, each starting its processes as the platform does (`topology.process_start`):
         the launcher as the container command, behind the platform's own command where it has one (a TrainJob's
         torchrun), given ``--nproc-per-node`` only where the platform neither started the processes nor says
@@ -157,12 +161,13 @@ class Conformance:
         command = [*start.wrapper, *inimage.command("launch", *nproc, "--framework", framework, "--",
                                                     "python3", "-m", "trainimg_runtime", *worker)]
         return ReplicaJob(
-            image=image_id, specs=specs, command=lambda _spec: list(command), env={"PATH": inimage.PATH},
-            entrypoint=[], volumes=inimage.volumes(), shm_size=shm,
+            image=image_id, specs=specs, command=lambda _spec: list(command), env={"PATH": inimage.PATH, **reads.env},
+            entrypoint=[], volumes={**inimage.volumes(), **reads.mount("nccl" if gpus else "allreduce")}, shm_size=shm,
             gpus=(lambda s: gpu_device_requests(specs.index(s))) if gpus else None,
         )
 
-    def _allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions, shm: int) -> Check:
+    def _allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions, shm: int,
+                   reads: StartReads) -> Check:
         framework = str(expect.get("framework") or "none")
         name = f"allreduce_{opts.platform}_x{opts.replicas}" + (f"x{opts.nproc_per_node}"
                                                                 if opts.nproc_per_node > 1 else "")
@@ -170,13 +175,14 @@ class Conformance:
             return Check(name, "skipped", "no framework in this image (no trainimg.framework label)")
         runner = ReplicaRunner(self.engine, self.on_log)
         start = time.monotonic()
-        results = runner.run(self._job(image_id, expect, opts, runner, shm), opts.timeout)
+        results = runner.run(self._job(image_id, expect, opts, runner, shm, reads), opts.timeout)
         # TensorFlow runs one worker per replica with all its GPUs (MultiWorkerMirroredStrategy) wherever the
         # launcher starts the processes; Slurm starts one per task whatever the framework.
         world = opts.replicas * process_start(opts.platform, framework, opts.nproc_per_node).per_node
         return judge_allreduce(name, results, world, time.monotonic() - start)
 
-    def _gpu_allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions) -> list[Check]:
+    def _gpu_allreduce(self, image_id: str, expect: dict[str, Any], opts: TestOptions,
+                       reads: StartReads) -> list[Check]:
         names = ("allreduce_nccl_containers", "allreduce_nccl_single_container")
         if not expect.get("cuda"):
             return [Check(n, "skipped", "CPU variant: no NCCL all-reduce") for n in names]
@@ -187,7 +193,7 @@ class Conformance:
         gpu_opts = TestOptions(platform=opts.platform, replicas=n, timeout=opts.timeout)
         start = time.monotonic()
         shm = gate_shm(opts.platform, 1, opts.shm_size)  # one GPU, one rank, per container
-        results = runner.run(self._job(image_id, expect, gpu_opts, runner, shm, gpus=True), opts.timeout)
+        results = runner.run(self._job(image_id, expect, gpu_opts, runner, shm, reads, gpus=True), opts.timeout)
         across = judge_allreduce(names[0], results, n, time.monotonic() - start)
         start = time.monotonic()
         bench = self._single_container_bench(image_id, n)

@@ -11,7 +11,7 @@ its manifest (`kept`): the index names it again.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 
 from ..engine.base import Engine
 from ..errors import RegistryError
@@ -33,7 +33,7 @@ def needs_index(arches: Iterable[str]) -> bool:
 
 
 def push_index(engine: Engine, tag: str, images: list[tuple[str, str]], target: RegistryTarget,
-               credentials: dict[str, str] | None, *, gate: Callable[[str, str], None] | None = None,
+               credentials: dict[str, str] | None, *, gate: Callable[[str, str], Sequence[str] | None] | None = None,
                kept: Mapping[str, str] | None = None, siblings: Iterable[str] = (),
                on_manifest: Callable[[str, PushResult], None] | None = None, **push_kwargs: object) -> PushResult:
     """Push each of `images` ((local tag, architecture)) by digest (gated first), then the index of them and of
@@ -58,7 +58,7 @@ def push_index(engine: Engine, tag: str, images: list[tuple[str, str]], target: 
 
 
 def push_architectures(engine: Engine, tag: str, images: list[tuple[str, str]], target: RegistryTarget,
-                       credentials: dict[str, str] | None, *, gate: Callable[[str, str], None] | None = None,
+                       credentials: dict[str, str] | None, *, gate: Callable[[str, str], Sequence[str] | None] | None = None,
                        kept: Mapping[str, str] | None = None, siblings: Iterable[str] = (),
                        on_manifest: Callable[[str, PushResult], None] | None = None,
                        on_pushed: Callable[[str, PushResult], None] | None = None, index: bool = True,
@@ -81,13 +81,12 @@ def push_architectures(engine: Engine, tag: str, images: list[tuple[str, str]], 
 
 
 def push_manifest(engine: Engine, local: str, arch: str, tag: str, target: RegistryTarget,
-                  credentials: dict[str, str] | None, gate: Callable[[str, str], None] | None,
+                  credentials: dict[str, str] | None, gate: Callable[[str, str], Sequence[str] | None] | None,
                   siblings: Iterable[str], **push_kwargs: object) -> PushResult:
     """One architecture's image `local`, gated, pushed by digest into the repository of `tag` (no tag); the
     result's `manifests` names it under `arch`, and `ref` is ``host/repository`` (it has no tag)."""
-    def gated(image_id: str) -> None:
-        if gate is not None:
-            gate(image_id, local)
+    def gated(image_id: str) -> Sequence[str] | None:
+        return gate(image_id, local) if gate is not None else None
 
     res = push(engine, local, target, tag, credentials=credentials, gate=gated, untagged=True,
                siblings=[s for s in siblings if s != tag], **push_kwargs)  # type: ignore[arg-type]

@@ -12,7 +12,7 @@ at anything not also reachable by an immutable tag.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Set
+from collections.abc import Callable, Iterable, Mapping, Sequence, Set
 from typing import Any
 
 from ..engine.base import Engine
@@ -112,7 +112,7 @@ def _put_back(api: RegistryAPI, target: RegistryTarget, moved: Iterable[str], be
 
 
 def push_immutable(engine: Engine, builds: Iterable[VariantBuild], target: RegistryTarget,
-                   credentials: dict[str, str] | None, gate: Callable[[str, str], None] | None = None, *,
+                   credentials: dict[str, str] | None, gate: Callable[[str, str], Sequence[str] | None] | None = None, *,
                    on_pushed: Callable[[str, PushResult], None] | None = None, kept: Iterable[str] = (),
                    kept_manifests: Mapping[str, Mapping[str, str]] | None = None,
                    on_manifest: Callable[[str, PushResult], None] | None = None, index: bool = True,
@@ -150,9 +150,8 @@ def push_immutable(engine: Engine, builds: Iterable[VariantBuild], target: Regis
             continue
         b = group[0]
 
-        def gate_this(iid: str, local: str = b.tag) -> None:
-            if gate is not None:
-                gate(iid, local)
+        def gate_this(iid: str, local: str = b.tag) -> Sequence[str] | None:
+            return gate(iid, local) if gate is not None else None
 
         res = push(engine, b.tag, target, b.tag, credentials=credentials, gate=gate_this if gate else None,
                    siblings=[t for t in siblings if t != b.tag], **push_kwargs)

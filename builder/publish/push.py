@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -23,7 +23,8 @@ from ..imagebuild.litter import remove_superseded
 from ..engine.base import Engine, EngineLost
 from ..errors import RegistryError, UserInputError
 from ..options import AUTO_UPLOAD, CLIENT_UPLOAD, DEFAULT_UPLOAD, ENGINE_UPLOAD, check_transport
-from ..options.compression import DEFAULT_COMPRESSION, Compression
+from ..conformance.records import no_order
+from ..options.compression import DEFAULT_COMPRESSION, ESTARGZ, Compression
 from ..registry.blobpush import known_layers, push_saved
 from ..registry.layerformats import FORMATS
 from ..registry.layermemory import LayerMemory
@@ -203,28 +204,33 @@ def _engine_name(engine: Engine, image_id: str, ref: str) -> None:
     remove_superseded(engine, old, image_id)
 
 
+def _say(message: str, on_progress: Callable[[str], None] | None) -> None:
+    log.warning("%s", message)
+    if on_progress:
+        on_progress(message)
+
+
 def _wait(exc: Transient, attempts: int, retries: int, backoff: float,
           on_progress: Callable[[str], None] | None) -> None:
     """Sleep before attempt `attempts + 1` (`backoff`, doubling, at most 60 s), or give up after `retries` more."""
     if attempts > retries:
         raise RegistryError(f"{exc.message} (gave up after {attempts} attempts)") from None
     delay = min(backoff * 2 ** (attempts - 1), 60.0)
-    message = f"{exc.message}; retrying in {delay:g} s (attempt {attempts + 1} of {retries + 1})"
-    log.warning("%s", message)
-    if on_progress:
-        on_progress(message)
+    _say(f"{exc.message}; retrying in {delay:g} s (attempt {attempts + 1} of {retries + 1})", on_progress)
     time.sleep(delay)
 
 
 def push(engine: Engine, local_ref: str, target: RegistryTarget, tag: str, *, credentials: dict[str, str] | None,
          retries: int = 4, backoff: float = 1.0, on_progress: Callable[[str], None] | None = None,
-         gate: Callable[[str], None] | None = None, timeout: float = 30.0, upload: str = DEFAULT_UPLOAD,
+         gate: Callable[[str], Sequence[str] | None] | None = None, timeout: float = 30.0,
+         upload: str = DEFAULT_UPLOAD,
          siblings: Iterable[str] = (), untagged: bool = False, compression: Compression = DEFAULT_COMPRESSION,
          memory: LayerMemory | None = None) -> PushResult:
     """Push local image `local_ref` to `target` as `tag` (`name:tag`), retrying transient failures.
 
     `gate(image_id)` runs before anything is tagged or sent, so an image without a passing conformance record never
-    leaves the machine. Retries (at most `retries` more attempts, sleeping `backoff`, 2*`backoff`, ... seconds) cover
+    leaves the machine; what it returns is the prefetch order its run recorded, which an eStargz push writes first
+    (`compression.ordered`). Retries (at most `retries` more attempts, sleeping `backoff`, 2*`backoff`, ... seconds) cover
     dropped connections, EOF, 5xx and timeouts; auth, DNS and refusals that retrying cannot fix raise at once.
     `timeout` bounds each HTTP call to the registry. The result's digest is what the registry serves and what the
     engine recorded, and every blob of that manifest answered 200. `upload`: `CLIENT_UPLOAD` (the default) sends the
@@ -241,7 +247,9 @@ def push(engine: Engine, local_ref: str, target: RegistryTarget, tag: str, *, cr
     if image is None:
         raise UserInputError(f"no local image {local_ref}: build it first")
     if gate is not None:
-        gate(image.id)
+        compression = compression.ordered(gate(image.id) or ())
+    elif compression.algorithm == ESTARGZ:  # nothing says what its start reads
+        _say(no_order(local_ref, None), on_progress)
     ref = target.ref(tag)
     target = reachable_target(engine, target)
     if untagged:

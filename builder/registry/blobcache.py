@@ -29,6 +29,7 @@ from pathlib import Path
 from ..errors import UserInputError
 from ..options.compression import Compression
 from ..recipe.grammar import DIGEST_RE
+from .layerformats import LayerBlob
 from .registryapi import sha256_digest
 
 CACHE_ENV = "TRAINIMG_BLOB_CACHE"
@@ -38,11 +39,17 @@ DEFAULT_BUDGET_GB = 8.0
 
 @dataclass(frozen=True)
 class CachedBlob:
-    """A kept blob: its file, digest and size."""
+    """A kept blob: its file, digest and size, and what else its manifest descriptor and config need (an eStargz's
+    diff ID and annotations: layerformats.LayerBlob)."""
 
     path: Path
     digest: str
     size: int
+    config_diff_id: str = ""
+    annotations: tuple[tuple[str, str], ...] = ()
+
+    def layer(self) -> LayerBlob:
+        return LayerBlob(self.digest, self.size, self.config_diff_id, self.annotations)
 
 
 @dataclass(frozen=True)
@@ -70,10 +77,10 @@ class BlobCache:
     def find(self, diff_id: str, compression: Compression) -> CachedBlob | None:
         """The kept blob of layer `diff_id` in `compression`, when its bytes still hash to its digest."""
         try:
-            entry = json.loads(self._entry(diff_id, compression).read_bytes())
-            digest, size = str(entry["digest"]), int(entry["size"])
-        except (OSError, ValueError, KeyError, TypeError):
+            blob = LayerBlob.from_json(json.loads(self._entry(diff_id, compression).read_bytes()))
+        except (OSError, ValueError, KeyError, TypeError, AttributeError):
             return None
+        digest, size = blob.digest, blob.size
         if not DIGEST_RE.match(digest):
             return None
         path = self._blob(digest)
@@ -83,11 +90,13 @@ class BlobCache:
             os.utime(path)  # used now: the last to go
         except OSError:
             return None
-        return CachedBlob(path, digest, size)
+        return CachedBlob(path, digest, size, blob.config_diff_id, blob.annotations)
 
-    def keep(self, diff_id: str, compression: Compression, packed: Path, digest: str, size: int) -> None:
-        """Take `packed` (layer `diff_id` compressed, `digest`, `size` bytes) into the cache: moved, not copied; then
-        the least recently used blobs go until the cache is within its budget. A blob over the budget is not kept."""
+    def keep(self, diff_id: str, compression: Compression, packed: Path, digest: str, size: int, *,
+             config_diff_id: str = "", annotations: tuple[tuple[str, str], ...] = ()) -> None:
+        """Take `packed` (layer `diff_id` compressed, `digest`, `size` bytes; an eStargz's diff ID and annotations)
+        into the cache: moved, not copied; then the least recently used blobs go until the cache is within its
+        budget. A blob over the budget is not kept."""
         if size > self.budget:
             return
         blobs = self.root / "blobs"
@@ -99,7 +108,7 @@ class BlobCache:
         entry = self._entry(diff_id, compression)
         entry.parent.mkdir(parents=True, exist_ok=True)
         with tempfile.NamedTemporaryFile(dir=entry.parent, delete=False) as fh:
-            fh.write(json.dumps({"digest": digest, "size": size}).encode())
+            fh.write(json.dumps(LayerBlob(digest, size, config_diff_id, annotations).to_json()).encode())
         os.replace(fh.name, entry)
         self._shrink()
 
@@ -150,8 +159,7 @@ class BlobCache:
         return self.root / "blobs" / digest.removeprefix("sha256:")
 
     def _entry(self, diff_id: str, compression: Compression) -> Path:
-        return self.root / "layers" / f"{compression.algorithm}-{compression.level}" / \
-            f"{diff_id.removeprefix('sha256:')}.json"
+        return self.root / "layers" / compression.key / f"{diff_id.removeprefix('sha256:')}.json"
 
 
 def _file_digest(path: Path) -> str:

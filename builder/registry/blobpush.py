@@ -35,11 +35,12 @@ from typing import IO, Any
 
 from ..engine.base import Engine
 from ..errors import RegistryError, UserInputError
-from ..options.compression import DEFAULT_COMPRESSION, GZIP, Compression
+from ..options.compression import DEFAULT_COMPRESSION, ESTARGZ, GZIP, Compression
+from .estargz import estargz_layer
 from .imageconfig import cache_config, cache_tag, image_config
 from .imageindex import INDEX_TYPES, entries
 from .layermemory import LayerMemory
-from .layerformats import FORMATS, IMAGE_MANIFESTS, Format, compress_layer
+from .layerformats import FORMATS, IMAGE_MANIFESTS, Format, LayerBlob, compress_layer
 from .registryapi import RegistryAPI, sha256_digest
 
 # Layers compressed at once: gzip at level 6 makes ~26 MB/s of one core here, so a 9 GB GPU image's first push is
@@ -102,6 +103,9 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
     info = engine.image(local_ref)
     if info is None:
         raise UserInputError(f"no local image {local_ref}: build it first")
+    if exact_config and compression.algorithm == ESTARGZ:
+        raise UserInputError(f"{local_ref} keeps its exact config, whose diff IDs name its own layers: it cannot go "
+                             "as eStargz, whose layers unpack to tars of their own")
     fmt = FORMATS[compression.algorithm]
     if known is None:
         known = known_layers(api, [(repository, t) for t in (tag, *also_known)]
@@ -114,11 +118,12 @@ def push_saved(engine: Engine, local_ref: str, api: RegistryAPI, repository: str
         config, blobs = _push_layers(engine, local_ref, sender)
         if memory is not None:
             memory.keep_config(info.id, config)  # read from the save: remembered for the next push
-    layers: list[dict[str, Any]] = [{"mediaType": fmt.layer, "size": size, "digest": digest} for digest, size in blobs]
-    body = _put_image(api, repository, fmt, config if exact_config else image_config(config), layers)
+    layers: list[dict[str, Any]] = [blob.descriptor(fmt.layer) for blob in blobs]
+    diff_ids = _config_diff_ids(info.layers, blobs)
+    body = _put_image(api, repository, fmt, config if exact_config else image_config(config, diff_ids), layers)
     result.digest = api.put_manifest(repository, tag if tagged else sha256_digest(body), body, fmt.manifest)
     result.compressed_bytes = sum(int(layer["size"]) for layer in layers)
-    with_cache = None if exact_config else cache_config(config)
+    with_cache = None if exact_config else cache_config(config, diff_ids)
     if with_cache is not None:
         result.cache = (held_cache(api, repository, tag, layers) if tagged else None) or ""
         if not result.cache:
@@ -144,10 +149,18 @@ def held_cache(api: RegistryAPI, repository: str, tag: str, layers: Sequence[dic
     return held[2] if held_layers == [layer["digest"] for layer in layers] else None
 
 
-def _all_held(sender: _Sender, diff_ids: Sequence[str]) -> list[tuple[str, int]] | None:
+def _config_diff_ids(engine_diff_ids: Sequence[str], blobs: Sequence[LayerBlob]) -> list[str] | None:
+    """The diff IDs the pushed config names: the engine's, but where a blob unpacks to another tar (eStargz) that
+    tar's digest, which is what a puller checks the unpacked layer against; None when every one is the engine's."""
+    if not any(blob.config_diff_id for blob in blobs):
+        return None
+    return [blob.config_diff_id or diff_id for diff_id, blob in zip(engine_diff_ids, blobs, strict=True)]
+
+
+def _all_held(sender: _Sender, diff_ids: Sequence[str]) -> list[LayerBlob] | None:
     """Each layer's blob in the image's order when the repository holds or took every one (from another repository
     or the blob cache); None at the first it cannot have without the engine's bytes."""
-    held: dict[str, tuple[str, int]] = {}
+    held: dict[str, LayerBlob] = {}
     for diff_id in diff_ids:
         found = held.get(diff_id) or sender.reuse(diff_id) or sender.from_cache(diff_id)
         if found is None:
@@ -156,10 +169,10 @@ def _all_held(sender: _Sender, diff_ids: Sequence[str]) -> list[tuple[str, int]]
     return [held[diff_id] for diff_id in diff_ids]
 
 
-def _push_layers(engine: Engine, local_ref: str, sender: _Sender) -> tuple[bytes, list[tuple[str, int]]]:
+def _push_layers(engine: Engine, local_ref: str, sender: _Sender) -> tuple[bytes, list[LayerBlob]]:
     """Stream the engine's `docker save` of `local_ref`, putting each layer in the registry as it passes (`sender`);
     the image config's exact bytes and each layer's (blob digest, size) in the image's order."""
-    futures: dict[str, Future[tuple[str, int]]] = {}  # the saved tar's layer member -> (blob digest, size)
+    futures: dict[str, Future[LayerBlob]] = {}  # the saved tar's layer member -> its blob
     links: dict[str, str] = {}  # a layer tar saved as a link -> the member it links to (before or after it)
     entry: dict[str, Any] = {}
     config = b""
@@ -229,17 +242,17 @@ class _Sender:
     memory: LayerMemory | None = None
     lock: threading.Lock = field(default_factory=threading.Lock)
 
-    def reuse(self, diff_id: str) -> tuple[str, int] | None:
+    def reuse(self, diff_id: str) -> LayerBlob | None:
         """The blob of layer `diff_id` when the repository holds it now or took it by a mount; None otherwise."""
         digest, size, source = self.known.get(diff_id, ("", 0, ""))
         if digest and self._held(digest, (source,)):
-            return self._remember(diff_id, digest, size)
+            return self._remember(diff_id, LayerBlob(digest, size))
         remembered = self.memory.recall(diff_id, self.compression, self.api.target.host) if self.memory else None
         if remembered is not None and self._held(remembered.digest, remembered.repositories):
-            return self._remember(diff_id, remembered.digest, remembered.size)
+            return self._remember(diff_id, remembered.layer())
         return None
 
-    def send(self, plain: Path, diff_id: str) -> tuple[str, int]:
+    def send(self, plain: Path, diff_id: str) -> LayerBlob:
         """The spooled layer tar `plain`, reused, or uploaded from the blob cache, or compressed (into the cache) and
         uploaded; the file is removed after."""
         try:
@@ -247,18 +260,26 @@ class _Sender:
             if reused is not None:
                 return reused
             packed = plain.with_suffix(f".tar.{self.compression.algorithm}")
-            with plain.open("rb") as src:
-                digest, size = compress_layer(src, packed, self.compression)
+            blob = self._pack(plain, packed)
             plain.unlink()
-            self._upload(packed, digest, size)
+            self._upload(packed, blob.digest, blob.size)
             if self.memory is not None and self.memory.blobs is not None:
-                self.memory.blobs.keep(diff_id, self.compression, packed, digest, size)
+                self.memory.blobs.keep(diff_id, self.compression, packed, blob.digest, blob.size,
+                                       config_diff_id=blob.config_diff_id, annotations=blob.annotations)
             packed.unlink(missing_ok=True)
-            return self._remember(diff_id, digest, size)
+            return self._remember(diff_id, blob)
         finally:
             plain.unlink(missing_ok=True)
 
-    def from_cache(self, diff_id: str) -> tuple[str, int] | None:
+    def _pack(self, plain: Path, packed: Path) -> LayerBlob:
+        """The layer tar `plain` compressed into `packed` (layerformats.py; estargz.py with the order)."""
+        if self.compression.algorithm == ESTARGZ:
+            written = estargz_layer(plain, packed, self.compression.prefetch)
+            return LayerBlob(written.digest, written.size, written.diff_id, written.annotations())
+        with plain.open("rb") as src:
+            return LayerBlob(*compress_layer(src, packed, self.compression))
+
+    def from_cache(self, diff_id: str) -> LayerBlob | None:
         """Layer `diff_id` uploaded from the blob cache, compressed by an earlier push; None when it is not kept (or
         went from the cache before it could be read)."""
         cached = self.memory.blobs.find(diff_id, self.compression) if self.memory and self.memory.blobs else None
@@ -270,7 +291,7 @@ class _Sender:
             return None
         with self.lock:
             self.result.cached.append(cached.digest)
-        return self._remember(diff_id, cached.digest, cached.size)
+        return self._remember(diff_id, cached.layer())
 
     def _upload(self, packed: Path, digest: str, size: int) -> None:
         if not self.api.has_blob(self.repository, digest):
@@ -279,10 +300,11 @@ class _Sender:
                 self.result.uploaded.append(digest)
                 self.result.bytes_uploaded += size
 
-    def _remember(self, diff_id: str, digest: str, size: int) -> tuple[str, int]:
+    def _remember(self, diff_id: str, blob: LayerBlob) -> LayerBlob:
         if self.memory is not None:
-            self.memory.remember(diff_id, self.compression, digest, size, self.api.target.host, self.repository)
-        return digest, size
+            self.memory.remember(diff_id, self.compression, blob.digest, blob.size, self.api.target.host,
+                                 self.repository, config_diff_id=blob.config_diff_id, annotations=blob.annotations)
+        return blob
 
     def _held(self, digest: str, sources: Iterable[str]) -> bool:
         """Whether the repository holds blob `digest` now: it did, or it was mounted from one of `sources` (tried in

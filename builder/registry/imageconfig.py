@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import base64
 import json
+from collections.abc import Sequence
 from datetime import datetime, timezone
 from typing import Any
 
@@ -34,16 +35,18 @@ INLINE_CACHE_KEY = "moby.buildkit.cache.v0"  # BuildKit's inline cache metadata 
 CACHE_TAG_SUFFIX = ".buildcache"  # `<tag>.buildcache`: the build cache pushed beside the image `<tag>`
 
 
-def image_config(config: bytes) -> bytes:
-    """The config pushed for the image: fixed times, no inline cache (one input, one digest)."""
-    data = _config(config)
+def image_config(config: bytes, diff_ids: Sequence[str] | None = None) -> bytes:
+    """The config pushed for the image: fixed times, no inline cache (one input, one digest); `diff_ids` in place of
+    its own when the pushed layers unpack to other tars (eStargz: registry/estargz.py)."""
+    data = _with_diff_ids(_config(config), diff_ids)
     data.pop(INLINE_CACHE_KEY, None)
     return _compact(_fix_times(data))
 
 
-def cache_config(config: bytes) -> bytes | None:
-    """The config of the build cache's manifest: fixed times, with the inline cache; None when it has none."""
-    data = _config(config)
+def cache_config(config: bytes, diff_ids: Sequence[str] | None = None) -> bytes | None:
+    """The config of the build cache's manifest: fixed times, with the inline cache (and `diff_ids`, as
+    `image_config`); None when it has none."""
+    data = _with_diff_ids(_config(config), diff_ids)
     return _compact(_fix_times(data)) if INLINE_CACHE_KEY in data else None
 
 
@@ -69,6 +72,16 @@ def _config(config: bytes) -> dict[str, Any]:
     data = json.loads(config)
     if not isinstance(data, dict):
         raise ValueError("an image config is a JSON object")
+    return data
+
+
+def _with_diff_ids(data: dict[str, Any], diff_ids: Sequence[str] | None) -> dict[str, Any]:
+    """`data` naming `diff_ids` as its layers, in place (one for each of its own, or a ValueError)."""
+    if diff_ids is not None:
+        rootfs = data.get("rootfs")
+        if not isinstance(rootfs, dict) or len(rootfs.get("diff_ids") or []) != len(diff_ids):
+            raise ValueError("the pushed layers are not the image config's")
+        rootfs["diff_ids"] = list(diff_ids)
     return data
 
 

@@ -24,11 +24,11 @@ from collections.abc import Iterator
 from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, cast
+from typing import IO, Any, cast
 
 import zstandard
 
-from ..options.compression import GZIP, GZIP_LEVEL, ZSTD, Compression
+from ..options.compression import ESTARGZ, GZIP, GZIP_LEVEL, ZSTD, Compression
 
 DOCKER_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 DOCKER_CONFIG = "application/vnd.docker.container.image.v1+json"
@@ -42,9 +42,9 @@ _PIECE = 1 << 20  # bytes read and written at a time (zstd's output depends on n
 _GZIP_PIECE = 4 << 20  # the pieces a gzip layer is deflated in: the blob depends on this size
 _WINDOW = 32 << 10  # deflate's window: each piece is primed with this much of the one before
 # magic, deflate, no flags (no file name), time 0, no extra flags, OS unknown: Python's gzip with mtime=0, filename=""
-_GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
-_THREADS = os.cpu_count() or 1
-_DEFLATERS = ThreadPoolExecutor(_THREADS, thread_name_prefix="deflate")  # shared by the layers compressed at once
+GZIP_HEADER = b"\x1f\x8b\x08\x00\x00\x00\x00\x00\x00\xff"
+THREADS = os.cpu_count() or 1
+DEFLATERS = ThreadPoolExecutor(THREADS, thread_name_prefix="deflate")  # shared by the layers compressed at once
 
 
 @dataclass(frozen=True)
@@ -60,10 +60,50 @@ class Format:
 FORMATS = {
     GZIP: Format(DOCKER_MANIFEST, DOCKER_CONFIG, DOCKER_GZIP_LAYER, frozenset({DOCKER_GZIP_LAYER, OCI_GZIP_LAYER})),
     ZSTD: Format(OCI_MANIFEST, OCI_CONFIG, OCI_ZSTD_LAYER, frozenset({OCI_ZSTD_LAYER})),
+    # An eStargz blob unpacks to a tar of its own (its TOC and landmark in it): no registry manifest says which
+    # engine layer it came from, so only the layer memory and the blob cache find one again (keyed by the order).
+    ESTARGZ: Format(OCI_MANIFEST, OCI_CONFIG, OCI_GZIP_LAYER, frozenset()),
 }
 
 
-class _Hashing:
+@dataclass(frozen=True)
+class LayerBlob:
+    """A layer as the registry holds it: its blob's digest and size; `config_diff_id`, the digest of the tar the
+    blob unpacks to when that is not the engine's layer (an eStargz tar holds its TOC and landmark), which the image
+    config names instead; `annotations`, its descriptor's (an eStargz's TOC digest and uncompressed size)."""
+
+    digest: str
+    size: int
+    config_diff_id: str = ""
+    annotations: tuple[tuple[str, str], ...] = ()
+
+    def descriptor(self, media_type: str) -> dict[str, Any]:
+        """The manifest's descriptor of this layer."""
+        out: dict[str, Any] = {"mediaType": media_type, "size": self.size, "digest": self.digest}
+        if self.annotations:
+            out["annotations"] = dict(self.annotations)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """What the layer memory and the blob cache keep of it."""
+        out: dict[str, Any] = {"digest": self.digest, "size": self.size}
+        if self.config_diff_id:
+            out["config_diff_id"] = self.config_diff_id
+        if self.annotations:
+            out["annotations"] = dict(self.annotations)
+        return out
+
+    @classmethod
+    def from_json(cls, data: Any) -> LayerBlob:
+        """A kept `to_json`; raises KeyError, TypeError or ValueError on anything else."""
+        annotations = data.get("annotations") or {}
+        if not isinstance(annotations, dict):
+            raise TypeError("annotations are a mapping")
+        return cls(str(data["digest"]), int(data["size"]), str(data.get("config_diff_id") or ""),
+                   tuple(sorted((str(k), str(v)) for k, v in annotations.items())))
+
+
+class HashingWriter:
     """A file writer that hashes and counts what passes through (the compressor's sink)."""
 
     def __init__(self, fh: IO[bytes]) -> None:
@@ -78,20 +118,20 @@ class _Hashing:
         self.fh.flush()
 
 
-def gzip_layer(src: IO[bytes], dest: Path, pool: ThreadPoolExecutor = _DEFLATERS) -> tuple[str, int]:
+def gzip_layer(src: IO[bytes], dest: Path, pool: ThreadPoolExecutor = DEFLATERS) -> tuple[str, int]:
     """Compress a layer tar into `dest` as deterministic gzip (pieces deflated on `pool`'s threads, at most two per
     core waiting); returns its blob digest and size."""
     waiting: deque[Future[bytes]] = deque()
     crc = length = 0
     with dest.open("wb") as raw:
-        sink = _Hashing(raw)
-        sink.write(_GZIP_HEADER)
+        sink = HashingWriter(raw)
+        sink.write(GZIP_HEADER)
         window = b""
         for piece, last in _pieces(src):
             crc, length = zlib.crc32(piece, crc), length + len(piece)
             waiting.append(pool.submit(_deflate, piece, window, last))
             window = piece[-_WINDOW:]
-            while len(waiting) > 2 * _THREADS or (last and waiting):
+            while len(waiting) > 2 * THREADS or (last and waiting):
                 sink.write(waiting.popleft().result())
         sink.write(struct.pack("<II", crc, length & 0xFFFFFFFF))
     return f"sha256:{sink.sha.hexdigest()}", sink.size
@@ -129,7 +169,7 @@ def zstd_layer(src: IO[bytes], dest: Path, level: int) -> tuple[str, int]:
     compressor = zstandard.ZstdCompressor(level=level, threads=0, write_checksum=False, write_content_size=False,
                                           write_dict_id=False)
     with dest.open("wb") as raw:
-        sink = _Hashing(raw)
+        sink = HashingWriter(raw)
         compressor.copy_stream(src, cast(IO[bytes], sink), read_size=_PIECE, write_size=_PIECE)
     return f"sha256:{sink.sha.hexdigest()}", sink.size
 

@@ -27,6 +27,7 @@ from typing import Any
 from ..options.compression import Compression
 from ..state import state_dir
 from .blobcache import BlobCache
+from .layerformats import LayerBlob
 from .registryapi import sha256_digest
 
 _REPOSITORIES_KEPT = 4  # per registry and layer: the latest repositories it went to (the mount's candidates)
@@ -34,11 +35,17 @@ _REPOSITORIES_KEPT = 4  # per registry and layer: the latest repositories it wen
 
 @dataclass(frozen=True)
 class Remembered:
-    """A layer's blob in one compression, and the repositories of one registry it was pushed or found in."""
+    """A layer's blob in one compression, and the repositories of one registry it was pushed or found in; for an
+    eStargz also the diff ID and annotations its config and descriptor need (layerformats.LayerBlob)."""
 
     digest: str
     size: int
     repositories: tuple[str, ...]
+    config_diff_id: str = ""
+    annotations: tuple[tuple[str, str], ...] = ()
+
+    def layer(self) -> LayerBlob:
+        return LayerBlob(self.digest, self.size, self.config_diff_id, self.annotations)
 
 
 @dataclass(frozen=True)
@@ -64,20 +71,24 @@ class LayerMemory:
         if not entry:
             return None
         try:
-            return Remembered(str(entry["digest"]), int(entry["size"]), tuple(entry["held"].get(host, ())))
+            blob = LayerBlob.from_json(entry)
+            return Remembered(blob.digest, blob.size, tuple(entry["held"].get(host, ())), blob.config_diff_id,
+                              blob.annotations)
         except (KeyError, TypeError, ValueError, AttributeError):
             return None
 
     def remember(self, diff_id: str, compression: Compression, digest: str, size: int, host: str,
-                 repository: str) -> None:
-        """Layer `diff_id` is blob `digest` (`size` bytes) in `repository` of `host` now."""
+                 repository: str, *, config_diff_id: str = "", annotations: tuple[tuple[str, str], ...] = ()
+                 ) -> None:
+        """Layer `diff_id` is blob `digest` (`size` bytes; an eStargz's diff ID and annotations) in `repository` of
+        `host` now."""
         path = self._layer_path(diff_id, compression)
         entry = self._read_json(path)
         held = entry.get("held") if isinstance(entry, dict) and entry.get("digest") == digest else None
         held = held if isinstance(held, dict) else {}
         repositories = [repository, *(r for r in held.get(host, ()) if r != repository)][:_REPOSITORIES_KEPT]
-        self._write(path, json.dumps({"digest": digest, "size": size, "held": {**held, host: repositories}},
-                                     sort_keys=True).encode())
+        kept = LayerBlob(digest, size, config_diff_id, annotations).to_json()
+        self._write(path, json.dumps({**kept, "held": {**held, host: repositories}}, sort_keys=True).encode())
 
     def config(self, image_id: str) -> bytes | None:
         """The exact config bytes of image `image_id`, when kept (here, else in the blob cache) and they hash to it."""
@@ -96,8 +107,7 @@ class LayerMemory:
                 self.blobs.keep_config(image_id, config)
 
     def _layer_path(self, diff_id: str, compression: Compression) -> Path:
-        return self.root / "layers" / f"{compression.algorithm}-{compression.level}" / \
-            f"{diff_id.removeprefix('sha256:')}.json"
+        return self.root / "layers" / compression.key / f"{diff_id.removeprefix('sha256:')}.json"
 
     @staticmethod
     def _read_json(path: Path) -> dict[str, Any]:

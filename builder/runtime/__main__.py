@@ -5,6 +5,7 @@ from __future__ import annotations
 import sys
 
 from .contract import EXIT_USAGE
+from .reads import start as record_reads
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -14,6 +15,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"usage: python -m trainimg_runtime {{{','.join(verbs)}}} ...", file=sys.stderr)
         return EXIT_USAGE
     verb, rest = args[0], args[1:]
+    record_reads()  # the gate's runs record what they read (reads.py); elsewhere READS_ENV is unset and nothing happens
     # Imported lazily: `launch` must start fast and must not import what `probe` needs.
     if verb == "cluster":
         from .cluster import main as run

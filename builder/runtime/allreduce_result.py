@@ -21,6 +21,7 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import TextIO
 
+from . import reads
 from .platforms.tfconfig import parse_tf_config
 from .world import ClusterError
 from .contract import EXIT_ALLREDUCE_TIMEOUT, EXIT_FAILED, EXIT_USAGE
@@ -72,6 +73,7 @@ def emit(record: Mapping[str, object]) -> bool:
         stream = _result_stream or sys.stdout
         stream.write(json.dumps(record, sort_keys=True) + "\n")
         stream.flush()
+        reads.flush()  # the gate's record of what the start read, before a rank may leave by os._exit
         return True
 
 

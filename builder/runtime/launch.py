@@ -70,6 +70,7 @@ from collections.abc import Mapping
 from dataclasses import replace
 from types import FrameType
 
+from . import reads
 from .cluster import parse_cluster, positive_int, with_processes
 from .platforms import FORCEABLE, RUNS_TENSORFLOW
 from .world import ClusterInfo, format_address
@@ -321,6 +322,7 @@ def main(argv: list[str]) -> int:
         own = info if info.started_by else replace(info, nproc_per_node=1, world_size_processes=info.world_size)
         argv_to_run = torchrun_argv(info, cmd) if mode == "torchrun" else cmd
         sys.stdout.flush()
+        reads.flush()  # what this process read, before exec ends it without its atexit
         os.execvpe(argv_to_run[0], argv_to_run, launch_env(own, os.environ))
     except OSError as err:
         print(f"trainimg-launch: {cmd[0]}: {err.strerror}", file=sys.stderr)

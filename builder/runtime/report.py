@@ -45,6 +45,8 @@ class Suite:
     platform: str
     replicas: int
     checks: list[Check] = field(default_factory=list)
+    # The image's files the gate's processes read, first-read order (runtime/reads.py): an eStargz push's prefetch.
+    prefetch: list[str] = field(default_factory=list)
 
     @property
     def failed(self) -> list[Check]:

@@ -1,0 +1,177 @@
+"""The files of the image a gate process reads, in first-read order: the prefetch order of its eStargz layers.
+
+`trainimg test` runs the image's real start (the framework import, the process group, the all-reduce, the in-image
+checks); nothing else knows so exactly which files a training start reads, which is what a lazy-pulling node should
+fetch first (registry/estargz.py). With READS_ENV naming a folder (the host mounts one there), each runtime process
+(`python -m trainimg_runtime ...`, and the all-reduce workers it starts) records
+* each file Python opens for reading (the `open` audit event, `sys.addaudithook`: sources, bytecode, data files);
+* each file mapped into the process (`/proc/self/maps`, read again at an import at most every MAPS_EVERY seconds,
+  and at the end): the interpreter and the shared libraries the dynamic linker loads, extension modules and the
+  framework's own (`libtorch_cpu.so`), which no Python open sees;
+* at the start, what was read before the hook could be installed: the maps, and the modules already imported.
+At exit, and when the all-reduce prints its verdict (a TensorFlow rank leaves by `os._exit`), or before the
+launcher execs torchrun, it writes them, symlinks resolved, kept to regular files of the image's own filesystem
+(not under another mount: /proc, /dev, a volume, the runtime's own mount, Docker's /etc/hosts; nor under /tmp), as
+one JSON file in that folder: `started` (its clock at the start) and `reads`. The host merges the processes' files
+(`merge`): in start order, a path where first seen.
+
+Standard library only.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import socket
+import sys
+import time
+from collections.abc import Iterable, Sequence
+from typing import Any
+
+READS_ENV = "TRAINIMG_READS_DIR"
+MAPS_EVERY = 0.01  # seconds between two readings of /proc/self/maps at imports (0.5 ms each with torch loaded)
+_NOT_IMAGE = ("/proc", "/sys", "/dev", "/tmp")  # the kernel's, and what the run itself writes
+_WRITE_MODES = frozenset("wxa")
+
+
+class _Recorder:
+    """The paths one process opened or mapped, first-seen order, until `write`."""
+
+    def __init__(self, folder: str) -> None:
+        self.folder, self.started = folder, time.time()
+        self.seen: dict[str, None] = {}
+        self.busy, self.mapped_at = False, 0.0
+        self.name = os.path.join(folder, f"{socket.gethostname()}-{os.getpid()}-{time.monotonic_ns()}.json")
+
+    def hook(self, event: str, args: tuple[Any, ...]) -> None:
+        """The audit hook: it must never raise (the exception would reach the `open` or `import` it audits)."""
+        if self.busy:
+            return
+        try:
+            if event == "open":
+                self._opened(args)
+            elif event == "import" and time.monotonic() - self.mapped_at >= MAPS_EVERY:
+                self.maps()
+        except Exception:  # noqa: BLE001  (a path that cannot be read as one: not recorded)
+            pass
+
+    def _opened(self, args: tuple[Any, ...]) -> None:
+        path, mode, flags = (tuple(args) + (None, None, 0))[:3]
+        if isinstance(mode, str) and _WRITE_MODES & set(mode) and "+" not in mode:
+            return
+        if mode is None and isinstance(flags, int) and flags & os.O_ACCMODE == os.O_WRONLY:
+            return
+        if isinstance(path, (str, bytes, os.PathLike)):
+            name = os.fsdecode(path)
+            self.seen.setdefault(name if name.startswith("/") else os.path.join(os.getcwd(), name))
+
+    def maps(self) -> None:
+        """Every file mapped now (the dynamic linker's loads since the last reading)."""
+        self.busy = True
+        try:
+            with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as fh:
+                for line in fh:
+                    at = line.find("/")
+                    if at >= 0 and not line.rstrip("\n").endswith(" (deleted)"):
+                        self.seen.setdefault(line[at:].rstrip("\n"))
+        except OSError:
+            pass
+        finally:
+            self.busy, self.mapped_at = False, time.monotonic()
+
+    def loaded(self) -> None:
+        """What was read before the hook: the maps (interpreter, libc), then each imported module's bytecode."""
+        self.maps()
+        for module in list(sys.modules.values()):
+            for attr in ("__cached__", "__file__"):
+                path = getattr(module, attr, None)
+                if isinstance(path, str) and os.path.isfile(path):
+                    self.seen.setdefault(os.path.abspath(path))
+                    break
+
+    def write(self) -> None:
+        """The image's regular files read so far, into this process's file (whole, or not at all)."""
+        self.maps()
+        self.busy = True
+        try:
+            reads = image_files(self.seen, _mount_points())
+            part = f"{self.name}.part"
+            with open(part, "w", encoding="utf-8", errors="surrogateescape") as fh:
+                json.dump({"started": self.started, "argv": sys.argv[:4], "reads": reads}, fh)
+            os.replace(part, self.name)
+        except OSError as exc:
+            print(f"trainimg: could not record the files this process read: {exc}", file=sys.stderr)
+        finally:
+            self.busy = False
+
+
+_recorder: _Recorder | None = None
+
+
+def start() -> None:
+    """Record this process's reads when READS_ENV names a folder (once per process)."""
+    global _recorder
+    folder = os.environ.get(READS_ENV, "")
+    if _recorder is not None or not folder or not os.path.isdir(folder):
+        return
+    _recorder = _Recorder(folder)
+    _recorder.loaded()
+    sys.addaudithook(_recorder.hook)
+    atexit.register(_recorder.write)
+
+
+def flush() -> None:
+    """Write what this process read so far (when it may leave without `atexit`: `os._exit`, a kill)."""
+    if _recorder is not None:
+        _recorder.write()
+
+
+def image_files(paths: Iterable[str], mounts: Sequence[str]) -> list[str]:
+    """`paths` resolved, each once, kept when a regular file outside `mounts` (mount points other than "/"), the
+    kernel's pseudo filesystems and /tmp."""
+    out: dict[str, None] = {}
+    for path in paths:
+        real = os.path.realpath(path)
+        if real in out or any(real == m or real.startswith(m.rstrip("/") + "/") for m in (*_NOT_IMAGE, *mounts)):
+            continue
+        if os.path.isfile(real):
+            out[real] = None
+    return list(out)
+
+
+def _mount_points() -> list[str]:
+    """The mount points of this process other than "/" (`/proc/self/mountinfo`'s fifth field, octal escapes
+    undone)."""
+    points = []
+    try:
+        with open("/proc/self/mountinfo", encoding="utf-8", errors="surrogateescape") as fh:
+            for line in fh:
+                fields = line.split()
+                if len(fields) > 4 and fields[4] != "/":
+                    points.append(_unescape(fields[4]))
+    except OSError:
+        pass
+    return points
+
+
+def _unescape(field: str) -> str:
+    out, i = [], 0
+    while i < len(field):
+        if field[i] == "\\" and field[i + 1:i + 4].isdigit():
+            out.append(chr(int(field[i + 1:i + 4], 8)))
+            i += 4
+        else:
+            out.append(field[i])
+            i += 1
+    return "".join(out)
+
+
+def merge(records: Iterable[dict[str, Any]]) -> list[str]:
+    """The union of processes' `reads`, in the order of their `started`, each path where first seen."""
+    out: dict[str, None] = {}
+    for record in sorted(records, key=lambda r: float(r.get("started") or 0.0)):
+        for path in record.get("reads") or []:
+            if isinstance(path, str):
+                out.setdefault(path)
+    return list(out)
