@@ -9,7 +9,9 @@ A sample is a fresh lazy node (tests/containerdnode.py's lazy_node: containerd 1
 `stargz`, empty root and caches, the snapshotter's default settings): `whole` is `ctr images pull` and `ctr run` on
 overlayfs, the others `ctr-remote image rpull` and `ctr run --snapshotter stargz`. One shell in the container says
 when it started, runs `python -c "import MODULE"`, says so, runs the image's own one-process all-reduce
-(`trainimg-runtime launch -- trainimg-runtime allreduce`) and says so; each line is timed on the host as it arrives
+(`trainimg-runtime launch -- trainimg-runtime allreduce`) and says so, as the chief of a one-replica Vertex AI job
+the gate replays (its CLUSTER_SPEC; an /etc/hosts naming its host name, as a pod's: JAX's gloo resolves it, and
+`ctr run` writes none); each line is timed on the host as it arrives
 (one clock, from the pull's start). At the import's line the registry's access log is read: the blob bytes served so
 far are what the node fetched before it could import (requests still in flight are not yet logged). The kinds
 rotate, so a busy machine weighs on each alike; each figure is a ratio of medians of SAMPLES, in one run.
@@ -29,6 +31,7 @@ from __future__ import annotations
 
 import json
 import shutil
+import socket
 import statistics
 import subprocess
 import sys
@@ -91,6 +94,18 @@ def start_script(s: Subject) -> str:
             f"echo '{REDUCED}'")
 
 
+def replica_args(bench: Harness, s: Subject) -> list[str]:
+    """`ctr run`'s options that make the container the one replica of a Vertex AI job (the platform's variables, as
+    topology.replica_specs gives the gate) with an /etc/hosts that resolves its host name."""
+    from trainimg.runtime.topology import replica_specs
+
+    (spec,) = replica_specs("vertex", 1, hosts=lambda role, index: "127.0.0.1", framework=s.framework)
+    hosts = bench.tmp / "hosts"
+    hosts.write_text(f"127.0.0.1 localhost {socket.gethostname()}\n", encoding="utf-8")
+    return [*(f"--env={key}={value}" for key, value in spec.env.items()),
+            "--mount", f"type=bind,src={hosts},dst=/etc/hosts,options=rbind:ro"]
+
+
 def served_bytes(log_path: Any, offset: int) -> int:
     """Blob bytes the registry logged serving after `offset` of its access log (GETs, whole or ranges)."""
     from trainimg.registry.accesslog import requests_since
@@ -116,8 +131,8 @@ def one_start(bench: Harness, info: Any, kind: str, ref: str, s: Subject) -> Sta
             raise StepFailed(f"pull of {ref} ({kind}): {pulled.stderr.strip()[-500:]}")
         pull_s = time.monotonic() - start
         snapshotter = [] if kind == "whole" else ["--snapshotter", STARGZ]
-        argv = node.containerd.argv("run", "--rm", *snapshotter, *node.containerd.run_args(), ref,
-                                    f"start-{uuid.uuid4().hex[:8]}", "sh", "-c", start_script(s))
+        argv = node.containerd.argv("run", "--rm", *snapshotter, *node.containerd.run_args(), *replica_args(bench, s),
+                                    ref, f"start-{uuid.uuid4().hex[:8]}", "sh", "-c", start_script(s))
         stamps, fetched = stream_stamps(argv, lambda: served_bytes(bench.registry_log, offset), start,
                                         bench.tmp / f"{folder.name}.stderr")
     return Start(round(pull_s, 2), stamps[STARTED], stamps[IMPORTED], stamps[REDUCED], fetched)
