@@ -62,7 +62,12 @@ class containerd:
             raise
 
     def ctr(self, *args: str, program: str = "ctr") -> subprocess.CompletedProcess[str]:
-        return subprocess.run(self.argv(*args, program=program), capture_output=True, text=True, timeout=1800)
+        """`program` on this containerd; the password of a `--user USER:PASSWORD` is left out of the result's args,
+        which a failed assertion prints."""
+        done = subprocess.run(self.argv(*args, program=program), capture_output=True, text=True, timeout=1800)
+        done.args = [f"{a.split(':', 1)[0]}:***" if before == "--user" else a
+                     for before, a in zip(["", *done.args], done.args)]
+        return done
 
     def argv(self, *args: str, program: str = "ctr") -> list[str]:
         """The command line of `program` (ctr, ctr-remote) bound to this containerd, for a caller that streams it."""
