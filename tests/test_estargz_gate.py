@@ -1,9 +1,9 @@
 """The prefetch order from the gate (issue 58, item 2) on the CPU PyTorch image: `trainimg test` records the image's
-files its start read (the framework import, the all-reduce, the in-image checks) in the conformance record, and
-`trainimg push --compression estargz` writes them first in their layers, before `.prefetch.landmark`: stargz-
-snapshotter's reader (tests/estargzcheck.py) finds torch's `__init__` and `libtorch_cpu.so` in the range it
-prefetches, and verifies every layer's TOC and chunks. A record without an order (one an earlier trainimg wrote)
-still pushes, saying so in one line, every layer with the no-prefetch landmark."""
+files its start read (the framework import, the all-reduce, the in-image checks) in the conformance record, and the
+same order again when gated again, and `trainimg push --compression estargz` writes them first in their layers,
+before `.prefetch.landmark`: stargz-snapshotter's reader (tests/estargzcheck.py) finds torch's `__init__` and
+`libtorch_cpu.so` in the range it prefetches, and verifies every layer's TOC and chunks. A record without an order
+(one an earlier trainimg wrote) still pushes, saying so in one line, every layer with the no-prefetch landmark."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from typing import Any
 
 import docker
 import pytest
-from conftest import trainimg
+from conftest import _cpu_row, remove_image, trainimg
 from conftest_registry import RegistryLogin
 from estargzcheck import verify
 
@@ -56,28 +56,46 @@ def _verified(api: RegistryAPI, repository: str, layer: dict[str, Any], folder: 
 
 def test_the_gates_order_goes_first_in_the_estargz_layers(pinned_cpu_image: str, client: docker.DockerClient,
                                                           registry: RegistryLogin, state_env: dict[str, str],
-                                                          tmp_path: Path,
+                                                          tmp_path: Path, tmp_path_factory: pytest.TempPathFactory,
                                                           estargz_verify: Callable[..., dict[str, Any]]) -> None:
     env = {**state_env, "TRAINIMG_STATE_DIR": str(tmp_path / "state")}  # a record of this test's own
-    gated = trainimg("test", pinned_cpu_image, "--progress", "quiet", env=env, timeout=1200)
+    # This run's build, by ID, under a name of its own: the pin's name is the machine's, and another run on this
+    # engine may move it (to an image whose runtime records nothing, or another test's record).
+    image_id = str(_cpu_row(state_env, tmp_path_factory)["image_id"])
+    image = f"trainimg-test/estargz:{uuid.uuid4().hex[:8]}"
+    client.images.get(image_id).tag(image)
+    try:
+        _gate_and_push(image, image_id, env, registry, tmp_path, estargz_verify)
+    finally:
+        remove_image(client, image)
+
+
+def _gate_and_push(image: str, image_id: str, env: dict[str, str], registry: RegistryLogin, tmp_path: Path,
+                   estargz_verify: Callable[..., dict[str, Any]]) -> None:
+    gated = trainimg("test", image, "--progress", "quiet", env=env, timeout=1200)
     assert gated.returncode == 0, gated.stdout[-2000:] + gated.stderr[-3000:]
-    image_id = client.images.get(pinned_cpu_image).id
     order = records.prefetch_order(image_id, env)
     torch_init = [p for p in order if TORCH_INIT.search(p)]
     libtorch = [p for p in order if LIBTORCH.search(p)]
     assert torch_init and libtorch, order[:50]
     assert not [p for p in order if p.startswith(("/proc/", "/dev/", "/sys/", "/tmp/", "/run/", "/opt/trainimg-host/"))]
     assert any("/trainimg_runtime/" in p and "/allreduce." in p for p in order)  # the all-reduce's own code
+    # The same start read again gives the same order (libraries by name within an import, nodes by name), so a
+    # release that gates an unchanged image again pushes the same eStargz digest.
+    again_env = {**env, "TRAINIMG_STATE_DIR": str(tmp_path / "state-again")}
+    regated = trainimg("test", image, "--progress", "quiet", env=again_env, timeout=1200)
+    assert regated.returncode == 0, regated.stderr[-3000:]
+    assert records.prefetch_order(image_id, again_env) == order
 
     where = f"{registry.host}/lazy{uuid.uuid4().hex[:8]}"
     target = RegistryTarget.parse(where)
     login = ("--username", registry.username, "--password-stdin")
-    pushed = trainimg("push", pinned_cpu_image, "--registry", where, "--compression", "estargz", *login, env=env,
+    pushed = trainimg("push", image, "--registry", where, "--compression", "estargz", *login, env=env,
                       input=registry.password, timeout=1800)
     assert pushed.returncode == 0, pushed.stderr[-3000:]
     assert "no prefetch order" not in pushed.stdout + pushed.stderr
     api = RegistryAPI(target, {"username": registry.username, "password": registry.password})
-    name, tag = pinned_cpu_image.rsplit(":", 1)
+    name, tag = image.rsplit(":", 1)
     repository = target.repository(name)
     wanted = [torch_init[0].lstrip("/"), libtorch[0].lstrip("/")]
     landmarks = []
@@ -94,7 +112,7 @@ def test_the_gates_order_goes_first_in_the_estargz_layers(pinned_cpu_image: str,
     record = json.loads(record_file.read_text())
     del record[records.PREFETCH]
     record_file.write_text(json.dumps(record))
-    again = trainimg("push", pinned_cpu_image, "--registry", f"{where}/old", "--compression", "estargz", *login,
+    again = trainimg("push", image, "--registry", f"{where}/old", "--compression", "estargz", *login,
                      env=env, input=registry.password, timeout=1800)
     assert again.returncode == 0, again.stderr[-3000:]
     lines = [line for line in again.stdout.splitlines() if "no prefetch order" in line]

@@ -15,15 +15,13 @@ from pathlib import Path
 from trainimg.conformance.startreads import READS_MOUNT, StartReads
 from trainimg.runtime.reads import READS_ENV, merge
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def test_a_process_records_what_it_read_in_order(tmp_path: Path) -> None:
     folder = tmp_path / "reads"
     folder.mkdir()
-    source = ROOT / "pyproject.toml"
-    link = tmp_path / "link.toml"  # under /tmp, a link to a file elsewhere: the file counts, where it is
-    link.symlink_to(source)
+    source = os.path.realpath("/etc/os-release")  # Debian's is a link to /usr/lib/os-release
+    link = tmp_path / "os-release"  # under /tmp, a link to a file elsewhere: the file counts, where it is
+    link.symlink_to("/etc/os-release")
     code = ("from trainimg.runtime import reads; reads.start()\n"
             "import email.parser\n"
             f"open({str(link)!r}).read(); open('/proc/self/status').read()\n"
@@ -38,15 +36,19 @@ def test_a_process_records_what_it_read_in_order(tmp_path: Path) -> None:
     python = os.path.realpath(sys.executable)
     parser = [i for i, p in enumerate(reads) if "/email/" in p and "parser" in p]  # its bytecode (or source)
     bz2 = [i for i, p in enumerate(reads) if os.path.basename(p).startswith("libbz2.so")]  # mapped by the loader
-    assert reads.index(python) < parser[0] < reads.index(str(source)) < bz2[0], reads
+    assert reads.index(python) < parser[0] < reads.index(source) < bz2[0], reads
     assert not [p for p in reads if p.startswith(("/proc", "/tmp"))]  # the kernel's; what the run writes
-    assert float(record["started"]) > 0
+    assert float(record["started"]) > 0 and record["node"] == os.uname().nodename
 
 
 def test_the_parts_merge_first_seen() -> None:
     """Each process's files in its start order; a later process's files add only what is new."""
     assert merge([{"started": 2.0, "reads": ["/b", "/c"]}, {"started": 1.0, "reads": ["/a", "/b"]},
                   {"started": 3.0, "reads": ["/a", "/d"]}]) == ["/a", "/b", "/c", "/d"]
+    # Node by node (a replica's host name: its role and index), whichever replica's process started first.
+    worker, chief = {"node": "job-worker-0", "started": 1.0, "reads": ["/w"]}, {"node": "job-chief-0", "started": 2.0,
+                                                                                  "reads": ["/c"]}
+    assert merge([worker, chief]) == merge([chief, {**worker, "started": 3.0}]) == ["/c", "/w"]
     with StartReads() as reads:
         assert reads.env == {READS_ENV: READS_MOUNT}
         for part, started, paths in (("probe", 0.5, ["/probe", "/shared"]), ("allreduce", 1.0, ["/torch", "/shared"]),

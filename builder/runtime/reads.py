@@ -5,15 +5,18 @@ checks); nothing else knows so exactly which files a training start reads, which
 fetch first (registry/estargz.py). With READS_ENV naming a folder (the host mounts one there), each runtime process
 (`python -m trainimg_runtime ...`, and the all-reduce workers it starts) records
 * each file Python opens for reading (the `open` audit event, `sys.addaudithook`: sources, bytecode, data files);
-* each file mapped into the process (`/proc/self/maps`, read again at an import at most every MAPS_EVERY seconds,
-  and at the end): the interpreter and the shared libraries the dynamic linker loads, extension modules and the
-  framework's own (`libtorch_cpu.so`), which no Python open sees;
+* each file mapped into the process (`/proc/self/maps`, read again at each import and at the end): the interpreter
+  and the shared libraries the dynamic linker loads, extension modules and the framework's own (`libtorch_cpu.so`),
+  which no Python open sees. At each import, not on a clock: a library loaded by one import is seen at the next, so
+  two runs of the same start give the same order (and an eStargz push of it the same digest); 0.5 ms a reading with
+  torch loaded, about 1,000 imports in `import torch`;
 * at the start, what was read before the hook could be installed: the maps, and the modules already imported.
 At exit, and when the all-reduce prints its verdict (a TensorFlow rank leaves by `os._exit`), or before the
 launcher execs torchrun, it writes them, symlinks resolved, kept to regular files of the image's own filesystem
 (not under another mount: /proc, /dev, a volume, the runtime's own mount, Docker's /etc/hosts; nor under /tmp), as
-one JSON file in that folder: `started` (its clock at the start) and `reads`. The host merges the processes' files
-(`merge`): in start order, a path where first seen.
+one JSON file in that folder: `node` (the host name), `started` (its clock at the start) and `reads`. The host
+merges the processes' files (`merge`): node by node (a replica's host name is its role and index, the same in every
+run of the job), each node's processes in start order, a path where first seen.
 
 Standard library only.
 """
@@ -23,14 +26,12 @@ from __future__ import annotations
 import atexit
 import json
 import os
-import socket
 import sys
 import time
 from collections.abc import Iterable, Sequence
 from typing import Any
 
 READS_ENV = "TRAINIMG_READS_DIR"
-MAPS_EVERY = 0.01  # seconds between two readings of /proc/self/maps at imports (0.5 ms each with torch loaded)
 _NOT_IMAGE = ("/proc", "/sys", "/dev", "/tmp")  # the kernel's, and what the run itself writes
 _WRITE_MODES = frozenset("wxa")
 
@@ -41,8 +42,9 @@ class _Recorder:
     def __init__(self, folder: str) -> None:
         self.folder, self.started = folder, time.time()
         self.seen: dict[str, None] = {}
-        self.busy, self.mapped_at = False, 0.0
-        self.name = os.path.join(folder, f"{socket.gethostname()}-{os.getpid()}-{time.monotonic_ns()}.json")
+        self.busy = False
+        self.node = os.uname().nodename
+        self.name = os.path.join(folder, f"{self.node}-{os.getpid()}-{time.monotonic_ns()}.json")
 
     def hook(self, event: str, args: tuple[Any, ...]) -> None:
         """The audit hook: it must never raise (the exception would reach the `open` or `import` it audits)."""
@@ -51,7 +53,7 @@ class _Recorder:
         try:
             if event == "open":
                 self._opened(args)
-            elif event == "import" and time.monotonic() - self.mapped_at >= MAPS_EVERY:
+            elif event == "import":
                 self.maps()
         except Exception:  # noqa: BLE001  (a path that cannot be read as one: not recorded)
             pass
@@ -67,18 +69,19 @@ class _Recorder:
             self.seen.setdefault(name if name.startswith("/") else os.path.join(os.getcwd(), name))
 
     def maps(self) -> None:
-        """Every file mapped now (the dynamic linker's loads since the last reading)."""
+        """Every file mapped now (the dynamic linker's loads since the last reading), those new since the last
+        reading by name: the maps list them by address, which changes from run to run (ASLR)."""
         self.busy = True
         try:
             with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as fh:
-                for line in fh:
-                    at = line.find("/")
-                    if at >= 0 and not line.rstrip("\n").endswith(" (deleted)"):
-                        self.seen.setdefault(line[at:].rstrip("\n"))
+                mapped = {line[line.find("/"):].rstrip("\n") for line in fh if "/" in line}
+            for path in sorted(mapped):
+                if not path.endswith(" (deleted)"):
+                    self.seen.setdefault(path)
         except OSError:
             pass
         finally:
-            self.busy, self.mapped_at = False, time.monotonic()
+            self.busy = False
 
     def loaded(self) -> None:
         """What was read before the hook: the maps (interpreter, libc), then each imported module's bytecode."""
@@ -98,7 +101,7 @@ class _Recorder:
             reads = image_files(self.seen, _mount_points())
             part = f"{self.name}.part"
             with open(part, "w", encoding="utf-8", errors="surrogateescape") as fh:
-                json.dump({"started": self.started, "argv": sys.argv[:4], "reads": reads}, fh)
+                json.dump({"node": self.node, "started": self.started, "argv": sys.argv[:4], "reads": reads}, fh)
             os.replace(part, self.name)
         except OSError as exc:
             print(f"trainimg: could not record the files this process read: {exc}", file=sys.stderr)
@@ -168,9 +171,10 @@ def _unescape(field: str) -> str:
 
 
 def merge(records: Iterable[dict[str, Any]]) -> list[str]:
-    """The union of processes' `reads`, in the order of their `started`, each path where first seen."""
+    """The union of processes' `reads`, node by node (`node`), each node's in the order of their `started`, each path
+    where first seen: the same list from two runs whose nodes read the same, whichever replica started first."""
     out: dict[str, None] = {}
-    for record in sorted(records, key=lambda r: float(r.get("started") or 0.0)):
+    for record in sorted(records, key=lambda r: (str(r.get("node") or ""), float(r.get("started") or 0.0))):
         for path in record.get("reads") or []:
             if isinstance(path, str):
                 out.setdefault(path)
