@@ -22,7 +22,7 @@ from typing import Any
 
 import docker
 import pytest
-from conftest import remove_image, trainimg
+from conftest import _cpu_row, remove_image, trainimg
 from conftest_registry import RegistryLogin
 from containerdnode import STARGZ, containerd, lazy_node
 
@@ -42,25 +42,30 @@ TRAIN = ("python -c 'import torch' && trainimg-runtime launch --framework pytorc
 @pytest.fixture(scope="module")
 def pushed(pinned_cpu_image: str, registry: RegistryLogin, state_env: dict[str, str], client: docker.DockerClient,
            tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Any]]:
-    """The CPU image gated in a state folder of this module's, then pushed as eStargz under a prefix of its own:
-    {ref, manifest, layers (their descriptors), user}."""
+    """This run's CPU image under a name of its own (the pin's name is the machine's: another run on this engine may
+    move it between the gate and the push), gated in a state folder of this module's, then pushed as eStargz under
+    a prefix of its own: {ref, layers (their descriptors), user}. (`pinned_cpu_image` builds it once per run.)"""
     env = {**state_env, "TRAINIMG_STATE_DIR": str(tmp_path_factory.mktemp("lazy-state")),
            "TRAINIMG_REGISTRY_PASSWORD": registry.password}
-    r = trainimg("test", pinned_cpu_image, "--progress", "quiet", env=env, timeout=900)
-    assert r.returncode == 0, r.stderr[-3000:]
+    image = f"trainimg-test/lazy:{uuid.uuid4().hex[:8]}"
+    client.images.get(str(_cpu_row(state_env, tmp_path_factory)["image_id"])).tag(image)
     target = f"{registry.host}/lazy{uuid.uuid4().hex[:8]}"
-    r = trainimg("push", pinned_cpu_image, "--registry", target, "--username", registry.username, "--compression",
-                 "estargz", env=env, timeout=1800)
-    remove_image(client, f"{target}/{pinned_cpu_image}")  # the name the push gave the image
-    assert r.returncode == 0, r.stderr[-3000:]
+    try:
+        r = trainimg("test", image, "--progress", "quiet", env=env, timeout=900)
+        assert r.returncode == 0, r.stderr[-3000:]
+        r = trainimg("push", image, "--registry", target, "--username", registry.username, "--compression",
+                     "estargz", env=env, timeout=1800)
+        assert r.returncode == 0, r.stderr[-3000:]
+    finally:
+        remove_image(client, f"{target}/{image}")  # the name the push gave the image
+        client.api.remove_image(image)  # the name only: the image is the suite's
     api = RegistryAPI(RegistryTarget.parse(target), {"username": registry.username, "password": registry.password})
-    name, tag = pinned_cpu_image.rsplit(":", 1)
+    name, tag = image.rsplit(":", 1)
     got = api.manifest_json(api.target.repository(name), tag)
-    assert got is not None, f"nothing under {target}/{pinned_cpu_image}"
+    assert got is not None, f"nothing under {target}/{image}"
     body, media_type, _ = got
     assert media_type == OCI_MANIFEST, media_type
-    manifest = json.loads(body)
-    yield {"ref": f"{target}/{pinned_cpu_image}", "layers": manifest["layers"],
+    yield {"ref": f"{target}/{image}", "layers": json.loads(body)["layers"],
            "user": f"{registry.username}:{registry.password}"}
 
 
