@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
@@ -95,18 +94,6 @@ def start_script(s: Subject) -> str:
             f"echo '{REDUCED}'")
 
 
-def replica_args(bench: Harness, s: Subject) -> list[str]:
-    """`ctr run`'s options that make the container the one replica of a Vertex AI job (the platform's variables, as
-    topology.replica_specs gives the gate) with an /etc/hosts that resolves its host name."""
-    from trainimg.runtime.topology import replica_specs
-
-    (spec,) = replica_specs("vertex", 1, hosts=lambda role, index: "127.0.0.1", framework=s.framework)
-    hosts = bench.tmp / "hosts"
-    hosts.write_text(f"127.0.0.1 localhost {socket.gethostname()}\n", encoding="utf-8")
-    return [*(f"--env={key}={value}" for key, value in spec.env.items()),
-            "--mount", f"type=bind,src={hosts},dst=/etc/hosts,options=rbind:ro"]
-
-
 def served_bytes(log_path: Any, offset: int) -> int:
     """Blob bytes the registry logged serving after `offset` of its access log (GETs, whole or ranges)."""
     from trainimg.registry.accesslog import requests_since
@@ -117,7 +104,7 @@ def served_bytes(log_path: Any, offset: int) -> int:
 def one_start(bench: Harness, info: Any, kind: str, ref: str, s: Subject) -> Start:
     """One sample of `kind` on a fresh lazy node (see the module docstring)."""
     sys.path.insert(0, str(ROOT / "tests"))
-    from containerdnode import STARGZ, lazy_node  # the tests' lazy node, the one runner of both
+    from containerdnode import STARGZ, lazy_node, one_replica  # the tests' lazy node, the one runner of both
 
     from trainimg.registry.accesslog import log_offset
 
@@ -132,8 +119,9 @@ def one_start(bench: Harness, info: Any, kind: str, ref: str, s: Subject) -> Sta
             raise StepFailed(f"pull of {ref} ({kind}): {pulled.stderr.strip()[-500:]}")
         pull_s = time.monotonic() - start
         snapshotter = [] if kind == "whole" else ["--snapshotter", STARGZ]
-        argv = node.containerd.argv("run", "--rm", *snapshotter, *node.containerd.run_args(), *replica_args(bench, s),
-                                    ref, f"start-{uuid.uuid4().hex[:8]}", "sh", "-c", start_script(s))
+        argv = node.containerd.argv("run", "--rm", *snapshotter, *node.containerd.run_args(),
+                                    *one_replica(bench.tmp, s.framework), ref, f"start-{uuid.uuid4().hex[:8]}", "sh",
+                                    "-c", start_script(s))
         stamps, fetched = stream_stamps(argv, lambda: served_bytes(bench.registry_log, offset), start,
                                         bench.tmp / f"{folder.name}.stderr")
     return Start(round(pull_s, 2), stamps[STARTED], stamps[IMPORTED], stamps[REDUCED], fetched)

@@ -18,6 +18,7 @@ import json
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 from contextlib import ExitStack
@@ -183,6 +184,20 @@ class lazy_node:
 
     def __exit__(self, *exc: object) -> None:
         self.stack.close()  # containerd first, then the snapshotter
+
+
+def one_replica(folder: Path, framework: str) -> list[str]:
+    """`ctr run`'s options that make the container the one replica of a Vertex AI job, as the gate replays it (the
+    platform's variables, from topology.replica_specs: the launcher makes TensorFlow's TF_CONFIG from them) with an
+    /etc/hosts in `folder` that names its host name, as a pod's does (`ctr run` writes none; JAX's gloo resolves it).
+    """
+    from trainimg.runtime.topology import replica_specs
+
+    (spec,) = replica_specs("vertex", 1, hosts=lambda role, index: "127.0.0.1", framework=framework)
+    hosts = folder / "hosts"
+    hosts.write_text(f"127.0.0.1 localhost {socket.gethostname()}\n", encoding="utf-8")
+    return [*(f"--env={key}={value}" for key, value in spec.env.items()),
+            "--mount", f"type=bind,src={hosts},dst=/etc/hosts,options=rbind:ro"]
 
 
 def stop(proc: subprocess.Popen[bytes], grace: float) -> None:
