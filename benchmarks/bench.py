@@ -76,6 +76,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--nodestart", metavar="IMAGE", nargs="+",
                         help="measure only node_start_zstd_vs_gzip on these built images (benchmarks/nodestart.py: "
                              "containerd of its own, gzip and zstd pushes); writes reports/bench-nodestart.json")
+    parser.add_argument("--lazystart", metavar="IMAGE", nargs="+",
+                        help="measure only the lazy node-start figures on these built images, CPU or GPU "
+                             "(benchmarks/lazystart.py: a containerd of its own with stargz-snapshotter, the gate "
+                             "run on each, gzip and eStargz pushes); writes reports/bench-lazystart.json")
     parser.add_argument("--arm64", action="store_true",
                         help="measure only the arm64 figures (benchmarks/arm64.py: the JAX CPU variant's arm64 build "
                              "and gate under emulation against amd64's); writes reports/bench-arm64.json")
@@ -113,6 +117,10 @@ def main(argv: list[str] | None = None) -> int:
         from nodestart import measure_images as measure_starts
         return figures_only(FAMILY["nodestart"].figures, "--nodestart", lambda b: measure_starts(b, args.nodestart),
                             ROOT / "reports" / "bench-nodestart.json", {"images": args.nodestart}, keep_images=True)
+    if args.lazystart:
+        from lazystart import measure_images as measure_lazy
+        return figures_only(FAMILY["lazystart"].figures, "--lazystart", lambda b: measure_lazy(b, args.lazystart),
+                            ROOT / "reports" / "bench-lazystart.json", {"images": args.lazystart}, keep_images=True)
     for family, keep_images in ALONE:  # a flag of its own: that family alone
         if getattr(args, family):
             return figures_only(FAMILY[family].figures, f"--{family.replace('_', '-')}", FAMILY[family].run,

@@ -48,6 +48,17 @@ FIGURES: tuple[Figure, ...] = (
            "first framework import in a fresh container / the same with the image's .pyc deleted (worst CPU image)"),
     Figure("node_start_zstd_vs_gzip", 0.9, "ratio",
            "`ctr images pull` to the end of the framework's import on a fresh containerd, zstd-3 / gzip-6 (worst CPU image)"),
+    Figure("lazy_import_vs_whole", 0.35, "ratio",
+           "pull start to the end of `import torch` (CPU PyTorch image), eStargz lazily with the gate's order / gzip "
+           "whole, on one containerd with stargz-snapshotter"),
+    Figure("lazy_import_gpu_vs_whole", 0.2, "ratio", "the same for the GPU PyTorch image (`import torch` on CPU)"),
+    Figure("lazy_allreduce_vs_whole", 0.5, "ratio",
+           "pull start to the end of a one-process all-reduce, lazily / whole (worst image)"),
+    Figure("lazy_order_vs_none", 0.9, "ratio",
+           "pull start to the end of the framework's import, lazily with the gate's prefetch order / without one "
+           "(worst image)"),
+    Figure("lazy_bytes_before_import", 0.5, "ratio",
+           "layer bytes the registry served before the lazy import ended / the eStargz image's size (worst image)"),
     Figure("audit_s_per_variant", 5.0, "s",
            "seconds `trainimg audit` adds per variant (every pin of the shipped locks, PyPA database folder)"),
     Figure("sign_s_per_variant", 1.0, "s",

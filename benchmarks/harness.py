@@ -74,6 +74,8 @@ FAMILIES: tuple[Family, ...] = (
     Family("ci", ("ci_noop_release", "ci_noop_layer_bytes", "ci_one_change"), "cifleet:measure"),
     Family("coldstart", ("cold_import_ratio",), "coldstart:measure"),
     Family("nodestart", ("node_start_zstd_vs_gzip",), "nodestart:measure"),
+    Family("lazystart", ("lazy_import_vs_whole", "lazy_import_gpu_vs_whole", "lazy_allreduce_vs_whole",
+                         "lazy_order_vs_none", "lazy_bytes_before_import"), "lazystart:measure"),
     Family("audit", ("audit_s_per_variant",), "audit:measure"),
     Family("signing", ("sign_s_per_variant",), "signing:measure"),
     Family("arm64", ("arm64_build_ratio", "arm64_gate_ratio", "arm64_layer_diffs"), "arm64:measure"),

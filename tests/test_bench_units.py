@@ -40,7 +40,8 @@ def test_figure_names_are_the_contract() -> None:
         "matrix_build_ratio", "noop_rebuild_ratio", "pin_change_rebuild_ratio", "size_vs_naive", "size_overhead",
         "allreduce_4_vs_1", "repush_bytes", "render_ms_per_variant", "ci_rebuild_ratio", "uv_vs_pip",
         "uv_vs_pip_warm", "reproducible_package_diffs", "ci_noop_release", "ci_noop_layer_bytes", "ci_one_change",
-        "cold_import_ratio", "node_start_zstd_vs_gzip", "audit_s_per_variant", "sign_s_per_variant",
+        "cold_import_ratio", "node_start_zstd_vs_gzip", "lazy_import_vs_whole", "lazy_import_gpu_vs_whole",
+        "lazy_allreduce_vs_whole", "lazy_order_vs_none", "lazy_bytes_before_import", "audit_s_per_variant", "sign_s_per_variant",
         "arm64_build_ratio", "arm64_gate_ratio",
         "arm64_layer_diffs", "registry_refusal_ms", "reference_near_miss_ms")
 
@@ -340,3 +341,26 @@ def test_the_naive_baseline_mounts_the_ca_bundle_where_the_pip_conf_names_it() -
                 if line.startswith("cert"))
     text = core.naive_dockerfile()
     assert f"--mount=type=secret,id={CA_SECRET},target={cert} " in text and "@" not in text
+
+
+def test_the_lazy_start_times_each_line_as_it_arrives_and_reads_the_log_at_the_import(tmp_path: Path) -> None:
+    """benchmarks/lazystart.py times the container's marker lines on the host as they come through `ctr run`'s
+    stdout (its figures are the seconds to each), and reads the registry's log at the import's line, not at the end;
+    a start that fails or leaves out a line is a failed step naming its exit and its error output, not a figure."""
+    import time
+
+    import lazystart
+
+    marks = [lazystart.STARTED, lazystart.IMPORTED, lazystart.REDUCED]
+    script = f"echo '{marks[0]}'; sleep 1; echo other; echo '{marks[1]}'; sleep 1; echo '{marks[2]}'"
+    read_at: list[float] = []
+    start = time.monotonic()
+    stamps, served = lazystart.stream_stamps(["sh", "-c", script], lambda: read_at.append(time.monotonic()) or 42,
+                                             start, tmp_path / "err")
+    assert served == 42 and len(read_at) == 1 and sorted(stamps) == sorted(marks)
+    assert stamps[marks[0]] + 0.9 <= stamps[marks[1]] <= read_at[0] - start + 0.01 < stamps[marks[2]] - 0.9
+    with pytest.raises(harness.StepFailed, match=r"exited 3 after .*started.*: no torch here"):
+        lazystart.stream_stamps(["sh", "-c", f"echo '{marks[0]}'; echo no torch here >&2; exit 3"], lambda: 0,
+                                start, tmp_path / "err")
+    with pytest.raises(harness.StepFailed, match="exited 0"):
+        lazystart.stream_stamps(["sh", "-c", f"echo '{marks[0]}'"], lambda: 0, start, tmp_path / "err")
