@@ -2,13 +2,21 @@
 
 A CI runner that starts empty holds no layer and no BuildKit record; all it has is the registry. Pruning this
 machine's engine played that runner badly (`docker system prune -af` and a full builder prune took every other
-image and cache with it, so the next test run rebuilt ~30 GB of GPU variants) and not even faithfully (the prune
-leaves the engine's other state, and dockerd 20.10 leaves snapshot folders behind, `.ci/reclaim_overlay.py`).
-Here each runner is a real empty engine: this machine's dockerd is stopped, a dockerd with the same flags and a
-fresh `--data-root` starts in its place (same socket, same bridge, so builds reach PyPI as they always do), the
-base image is loaded into it (nothing can be pulled here), and when the runner is done its root is deleted. The
-machine's own dockerd is stopped once for all the runners and started again after the last by `.ci/setup-host`,
-its images and cache as they were.
+image and cache with it), and stopping this machine's dockerd to start an empty one in its place stopped every
+other user of the engine (other sessions' builds, a CI run). Here each runner is a second dockerd BESIDE the
+machine's, sharing nothing with it: its own `--data-root` (under /var/lib, the file system of /var/lib/docker, so
+overlay2 behaves the same), `--exec-root` (so its own supervised containerd, shims and runc state), pidfile, unix
+socket, containerd namespaces and an empty daemon config file (the machine's daemon.json is not read twice). It
+touches no network state of the machine's engine: its default bridge is an interface of its own that the runner
+creates and deletes (`--bridge=none` would not do: dockerd deletes the host's `docker0` when its bridge is
+disabled, `removeDefaultBridgeInterface`, and so cut the machine's engine off its default network), `--iptables=false`
+(a second dockerd's bridge driver recreates the DOCKER chains and would drop the machine's port forwards; without
+NAT its containers do not reach the outside, and the bench's gate does not ask them to), `--ip-forward=false`, and
+the networks the gate creates there take their subnets from a pool of its own (`RUNNER_POOL`), so no route clashes
+with the machine's networks. Builds reach PyPI and the wheelhouses over the host's network (`trainimg build`
+passes `--network host` while it serves wheelhouses, which the bench always gives it). The base image is loaded into it (nothing can be pulled here); DOCKER_HOST names
+its socket in the bench's environment for the block only; then it is stopped (by its own pid) and its roots are
+deleted.
 
 On those runners, for the bench matrix's PyTorch CPU variant (`harness.PIN_VARIANT`):
 - cold: built with nothing cached, tested, pushed to a fresh local registry through `trainimg push` (what a first
@@ -19,15 +27,14 @@ On those runners, for the bench matrix's PyTorch CPU variant (`harness.PIN_VARIA
   (dockerd 20.10's pull; BuildKit's import of them in the rebuild was quicker, README "Registry cache");
 - one change: on a fourth, the recipe with one extra pin moved (`PIN_FROM` to `PIN_TO`), built `--cache-from`
   the pushed image: the steps whose inputs changed must run, the others should come from the registry.
-
-It stops the machine's dockerd, so it refuses to start while a container runs or DOCKER_HOST names another engine.
 """
 
 from __future__ import annotations
 
 import json
-import os
+import secrets
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -43,7 +50,6 @@ from harness import (
     PIN_FROM,
     PIN_TO,
     PIN_VARIANT,
-    ROOT,
     Harness,
     StepFailed,
     docker_cli,
@@ -54,16 +60,11 @@ from harness import (
 
 DOCKERD = "/usr/sbin/dockerd"
 RUNNER_ROOTS = Path("/var/lib")  # beside /var/lib/docker: the same file system, so overlay2 behaves the same
+RUNNER_EXEC_ROOTS = Path("/run")  # short paths: containerd's sockets live under the exec root (108 bytes at most)
+RUNNER_POOL = "base=10.231.0.0/16,size=24"  # the runner's networks: far from the machine's 172.17-31 and 192.168
+RUNNER_BRIDGE_NET = "10.232"  # the runner's own default bridge: 10.232.N.1/24, N drawn per runner
+RUNNER_NAMESPACE = "trainimg-bench-runner"  # its containerd namespaces: runc's state apart from the machine's
 ENGINE_WAIT_S = 60
-
-
-def engine_is_up(bench: Harness) -> bool:
-    answer = run([docker_cli(), "version", "--format", "{{.Server.Version}}"], env=bench.env, check=False, timeout=30)
-    return answer.stdout.strip() != ""
-
-
-def dockerd_running() -> bool:
-    return run(["pgrep", "-x", "dockerd"], check=False).stdout.strip() != ""
 
 
 def wait_until(done: Callable[[], bool], what: str) -> None:
@@ -74,49 +75,84 @@ def wait_until(done: Callable[[], bool], what: str) -> None:
         time.sleep(0.5)
 
 
-def stop_dockerd() -> None:
-    run(["pkill", "-x", "dockerd"], check=False)
-    wait_until(lambda: not dockerd_running(), "dockerd did not stop")
-
-
-def refuse_a_busy_engine(bench: Harness) -> None:
-    """The runner stops this machine's dockerd: never under someone's containers or another engine."""
-    if os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock") != "unix:///var/run/docker.sock":
-        raise StepFailed(f"DOCKER_HOST={os.environ['DOCKER_HOST']}: the runner figure stops and restarts this "
-                         f"machine's dockerd, not another engine")
-    running = bench.docker("ps", "-q").stdout.split()
-    if running:
-        raise StepFailed(f"{len(running)} container(s) running: the runner figure stops this machine's dockerd; "
-                         f"run it where nothing else uses the engine")
+def runner_command(root: Path, exec_root: Path, config: Path, bridge: str) -> list[str]:
+    """The second dockerd: everything it writes under `root` and `exec_root`, its default network on `bridge`."""
+    return [DOCKERD, "--storage-driver=overlay2", "--data-root", str(root), "--exec-root", str(exec_root),
+            "--pidfile", str(exec_root / "dockerd.pid"), "--host", f"unix://{exec_root / 'docker.sock'}",
+            "--config-file", str(config), "--bridge", bridge, "--iptables=false", "--ip-forward=false",
+            "--ip-masq=false", "--default-address-pool", RUNNER_POOL, "--containerd-namespace", RUNNER_NAMESPACE,
+            "--containerd-plugins-namespace", f"{RUNNER_NAMESPACE}-plugins"]
 
 
 @contextmanager
-def machine_engine_stopped(bench: Harness) -> Iterator[None]:
-    """This machine's dockerd stopped for the block (the runners take its place, one after another), then started
-    again by `.ci/setup-host`, its images and cache as they were."""
-    refuse_a_busy_engine(bench)
-    stop_dockerd()
+def own_bridge() -> Iterator[str]:
+    """A bridge interface of the runner's own (its name and address drawn here), deleted after the block."""
+    name = f"tbr{secrets.token_hex(4)}"
+    run(["ip", "link", "add", name, "type", "bridge"], what=f"create the runner's bridge {name}")
     try:
-        yield
+        address = f"{RUNNER_BRIDGE_NET}.{secrets.randbelow(250) + 1}.1/24"
+        run(["ip", "addr", "add", address, "dev", name], what=f"address the runner's bridge {name}")
+        run(["ip", "link", "set", name, "up"], what=f"bring the runner's bridge {name} up")
+        yield name
     finally:
-        run(["bash", str(ROOT / ".ci" / "setup-host")], what="restart this machine's dockerd (.ci/setup-host)")
+        run(["ip", "link", "del", name], check=False)
+
+
+def mounts_under(*folders: Path) -> list[str]:
+    """Mount points the host still has under `folders` (a dockerd that died leaves its overlays mounted)."""
+    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
+    return [p for p in points if any(p == str(f) or p.startswith(f"{f}/") for f in folders)]
+
+
+def stop_runner(proc: subprocess.Popen[bytes], root: Path, exec_root: Path) -> None:
+    """Stop the runner's dockerd by its own pid (its containerd goes with it), then delete its roots, unmounting
+    what it left mounted there first (never following a mount out of them)."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=ENGINE_WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    for point in sorted(mounts_under(root, exec_root), key=len, reverse=True):
+        run(["umount", "--lazy", point], check=False)
+    if mounts_under(root, exec_root):
+        log(f"  runner: {root} keeps mounts; left in place")
+        return
+    shutil.rmtree(root, ignore_errors=True)
+    shutil.rmtree(exec_root, ignore_errors=True)
 
 
 @contextmanager
 def empty_engine(bench: Harness, base_tar: Path, label: str) -> Iterator[None]:
-    """A dockerd on an empty data root, holding only the base image, for the block (inside
-    `machine_engine_stopped`); its root deleted after."""
+    """A second dockerd beside the machine's, on an empty data root holding only the base image, DOCKER_HOST in the
+    bench's environment for the block; stopped and deleted after."""
     root = Path(tempfile.mkdtemp(prefix="trainimg-bench-runner-", dir=RUNNER_ROOTS))
-    with open(bench.tmp / f"dockerd-{label}.log", "wb") as out:
-        subprocess.Popen([DOCKERD, "--storage-driver=overlay2", "--data-root", str(root)], stdout=out,
-                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        wait_until(lambda: engine_is_up(bench), "the runner's dockerd did not start")
-        bench.docker("load", "-i", str(base_tar), what="docker load of the base image")
-        yield
-    finally:
-        stop_dockerd()
-        shutil.rmtree(root, ignore_errors=True)
+    exec_root = Path(tempfile.mkdtemp(prefix="tbr-", dir=RUNNER_EXEC_ROOTS))
+    config = exec_root / "daemon.json"
+    config.write_text("{}\n", encoding="utf-8")
+    before = bench.env.get("DOCKER_HOST")
+    with own_bridge() as bridge:
+        with open(bench.tmp / f"dockerd-{label}.log", "wb") as out:
+            proc = subprocess.Popen(runner_command(root, exec_root, config, bridge), stdout=out,
+                                    stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
+        bench.env["DOCKER_HOST"] = f"unix://{exec_root / 'docker.sock'}"
+        try:
+            wait_until(lambda: proc.poll() is None and engine_is_up(bench), "the runner's dockerd did not start "
+                       f"(log: {bench.tmp / f'dockerd-{label}.log'})")
+            bench.docker("load", "-i", str(base_tar), what="docker load of the base image")
+            yield
+        finally:
+            if before is None:
+                bench.env.pop("DOCKER_HOST", None)
+            else:
+                bench.env["DOCKER_HOST"] = before
+            stop_runner(proc, root, exec_root)
+
+
+def engine_is_up(bench: Harness) -> bool:
+    answer = run([docker_cli(), "version", "--format", "{{.Server.Version}}"], env=bench.env, check=False, timeout=30)
+    return answer.stdout.strip() != ""
 
 
 def build(bench: Harness, recipes: Path, label: str, *extra: str) -> dict[str, Any]:
@@ -152,18 +188,17 @@ def ci_rebuild(bench: Harness) -> None:
         try:
             run([docker_cli(), "login", info.host, "--username", info.username, "--password-stdin"], env=bench.env,
                 input=info.password, what="docker login to the bench registry")
-            with machine_engine_stopped(bench):
-                with empty_engine(bench, base_tar, "cold"):
-                    cold = build(bench, BENCH_RECIPES, "cold")
-                    first = tested_push(bench, tag, info.host, info.username)
-                with empty_engine(bench, base_tar, "rebuild"):
-                    again = build(bench, BENCH_RECIPES, "rebuild", "--cache-from", remote)
-                    repush = tested_push(bench, tag, info.host, info.username)
-                with empty_engine(bench, base_tar, "pull"):
-                    pull = bench.docker("pull", remote, what=f"docker pull {remote}").seconds
-                    log(f"  pull: {pull:.1f} s")
-                with empty_engine(bench, base_tar, "one-change"):
-                    one = build(bench, changed, "one-change", "--cache-from", remote)
+            with empty_engine(bench, base_tar, "cold"):
+                cold = build(bench, BENCH_RECIPES, "cold")
+                first = tested_push(bench, tag, info.host, info.username)
+            with empty_engine(bench, base_tar, "rebuild"):
+                again = build(bench, BENCH_RECIPES, "rebuild", "--cache-from", remote)
+                repush = tested_push(bench, tag, info.host, info.username)
+            with empty_engine(bench, base_tar, "pull"):
+                pull = bench.docker("pull", remote, what=f"docker pull {remote}").seconds
+                log(f"  pull: {pull:.1f} s")
+            with empty_engine(bench, base_tar, "one-change"):
+                one = build(bench, changed, "one-change", "--cache-from", remote)
         finally:
             bench.env.pop("DOCKER_CONFIG", None)
     bench.details["ci_rebuild"] = {"cold": cold, "rebuild": again, "one_change": one, "pull_seconds": pull,
@@ -181,8 +216,8 @@ def ci_rebuild(bench: Harness) -> None:
 
 
 def measure(bench: Harness) -> None:
-    """The runner family (harness.FAMILIES): last in a full run, since it restarts the engine."""
+    """The runner family (harness.FAMILIES): its builds run on engines of their own, beside the machine's."""
     if bench.quick:
-        bench.skip("ci_rebuild_ratio", "skipped (--quick): it stops and restarts this machine's engine")
+        bench.skip("ci_rebuild_ratio", "skipped (--quick): four cold engines and builds")
         return
     step("ci_rebuild_ratio", bench, lambda: ci_rebuild(bench))
