@@ -10,8 +10,9 @@ another build downloaded is reused. "Warm" reuses that cache id on another fresh
 wheels come from the cache. Each build's image and BuildKit records go once it is timed (the two builds the
 reproducibility check compares stay until their variant is done), each wheel cache mount after its warm build,
 pruned by id: a GPU variant's five builds and three caches would hold ~50 GB.
-Other users' images and BuildKit cache are never touched (run the bench alone: a record another build made
-meanwhile would be pruned too, costing that build its cache, nothing more).
+The builds run on an engine of the bench's own (benchmarks/ownengine.py: a second dockerd beside the machine's, on
+an empty data root): the records pruned "since the build began" are then this family's alone, and no other user's
+build (this machine's engine is shared) shares a step with, or slows, the engine being timed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import IO, Any
 
 from figures import BENCH_PREFIX, ratio
 from harness import BASE_IMAGE, FAILED, FAMILY, SHIPPED_RECIPES, Harness, docker_cli, log, step
+from ownengine import own_engine
 
 INSTALLS_VARIANT = "pytorch-2.13.0-cpu-py3.11"
 CACHE_MOUNT = "exec.cachemount"  # the BuildKit record type of a `RUN --mount=type=cache`
@@ -319,10 +321,21 @@ def measure(bench: Harness) -> None:
 
 def run_installs(bench: Harness, variants: Sequence[str]) -> None:
     """uv_vs_pip and uv_vs_pip_warm over `variants` (the worst of them is the figure), and
-    reproducible_package_diffs for the first (benchmarks/installs.py). Each variant's images and BuildKit
-    records go before the next one starts."""
-    from installs import InstallBench
+    reproducible_package_diffs for the first (benchmarks/installs.py), on an engine of the bench's own."""
+    with own_engine(bench, "installs"):
+        measured = measure_installs(bench, variants)
+    if len(measured) < len(variants):
+        bench.fail("uv_vs_pip", f"failed: not measured for {', '.join(v for v in variants if v not in measured)}")
+        bench.fail("uv_vs_pip_warm", "not measured: the uv/pip builds of a variant failed")
+        if variants[0] not in measured:
+            bench.fail("reproducible_package_diffs", "not measured: the uv/pip builds failed")
+        return
+    set_installs(bench, measured)
 
+
+def measure_installs(bench: Harness, variants: Sequence[str]) -> dict[str, dict[str, ColdBuild]]:
+    """Each variant's uv and pip builds (and the first's reproducibility); each variant's images and BuildKit
+    records go before the next one starts. A variant whose builds failed is not in the answer."""
     measured: dict[str, dict[str, ColdBuild]] = {}
     for i, variant in enumerate(variants):
         context = bench.baked_context(SHIPPED_RECIPES, [variant])
@@ -344,13 +357,8 @@ def run_installs(bench: Harness, variants: Sequence[str]) -> None:
                         set_reproducible(bench, variant, same)
         finally:
             ib.clean()
-    if len(measured) < len(variants):
-        bench.fail("uv_vs_pip", f"failed: not measured for {', '.join(v for v in variants if v not in measured)}")
-        bench.fail("uv_vs_pip_warm", "not measured: the uv/pip builds of a variant failed")
-        if variants[0] not in measured:
-            bench.fail("reproducible_package_diffs", "not measured: the uv/pip builds failed")
-        return
-    set_installs(bench, measured)
+    return measured
+
 
 def set_installs(bench: Harness, measured: Mapping[str, Mapping[str, ColdBuild]]) -> None:
     """The worst variant's whole-build ratio is the figure; each variant's seconds, and its install step's
