@@ -7,8 +7,12 @@ Nothing else in trainimg runs `docker` or talks to the daemon directly.
 
 from __future__ import annotations
 
+import hashlib
+import io
 import ipaddress
+import json
 import subprocess
+import tarfile
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 from functools import cached_property
@@ -47,6 +51,7 @@ def _refusals(what: str) -> Iterator[None]:
 
 _T = TypeVar("_T")
 DEFAULT_NETWORK = "bridge"  # Docker's own network, NATed to the outside: an outbound container joins it
+CONFIG_MOUNT = "/trainimg-image-config"  # where `_stored_config`'s container has the image store's config file
 
 
 def _unless_gone(what: str, call: Callable[[], _T]) -> _T | None:
@@ -101,6 +106,69 @@ class DockerEngine(Engine):
     def save_stream(self, ref: str) -> Iterator[bytes]:
         with _refusals(f"cannot save {ref}"):
             yield from self.client.images.get(ref).save(named=False)
+
+    def image_config(self, ref: str) -> bytes:
+        """The config's bytes from the engine's image store when they can be read there (`_stored_config`), else
+        from `docker save` (Engine.image_config)."""
+        info = self.image(ref)
+        stored = self._stored_config(info.id) if info is not None else None
+        return stored if stored is not None else super().image_config(ref)
+
+    def _stored_config(self, image_id: str) -> bytes | None:
+        """The file dockerd keeps the config in (`<DockerRootDir>/image/<driver>/imagedb/content/sha256/<hex>`),
+        copied out of a container of the image that is created, never started, with that one file bind-mounted
+        read-only (`docker cp` mounts a stopped container's mounts): the engine's host, not necessarily this one,
+        holds the file, and only root reads it. A bind mount of a missing file fails (a `Mount`, not a volume
+        string, which would create it). None when it cannot be read so (another image store, user namespaces) or
+        what was read is not the image's config (its sha256 is the image ID)."""
+        digest = image_id.split(":")[-1]
+        try:
+            facts = self.client.info()
+            source = f"{facts['DockerRootDir']}/image/{facts['Driver']}/imagedb/content/sha256/{digest}"
+            container = self.client.api.create_container(
+                image_id, ["true"], entrypoint=[], network_disabled=True,
+                host_config=self.client.api.create_host_config(
+                    network_mode="none", mounts=[docker.types.Mount(CONFIG_MOUNT, source, type="bind",
+                                                                    read_only=True)]))
+        except (docker.errors.DockerException, requests.RequestException, KeyError):
+            return None
+        try:
+            chunks, _ = self.client.api.get_archive(container["Id"], CONFIG_MOUNT)
+            with tarfile.open(fileobj=io.BytesIO(b"".join(chunks))) as copied:
+                member = copied.next()
+                found = copied.extractfile(member) if member is not None else None
+                config = found.read() if found is not None else b""
+        except (docker.errors.DockerException, requests.RequestException, tarfile.TarError):
+            return None
+        finally:
+            self.remove(container["Id"])
+        return config if hashlib.sha256(config).hexdigest() == digest else None
+
+    def store_config(self, config: bytes, tag: str) -> str:
+        """`docker load` of an archive holding `config` and a manifest.json, no layer: dockerd's load takes each
+        layer it already holds from its layer store and reads the archive only for one it lacks (moby
+        image/tarexport/load.go), so the layers stay the built ones. The engine's ID for `tag` is then checked to
+        be the config's digest."""
+        digest = hashlib.sha256(config).hexdigest()
+        layers = len(json.loads(config).get("rootfs", {}).get("diff_ids") or ())
+        manifest = [{"Config": f"{digest}.json", "RepoTags": [tag], "Layers": [f"{i}/layer.tar" for i in range(layers)]}]
+        archive = io.BytesIO()
+        with tarfile.open(fileobj=archive, mode="w") as out:
+            for name, data in ((f"{digest}.json", config), ("manifest.json", json.dumps(manifest).encode())):
+                entry = tarfile.TarInfo(name)
+                entry.size = len(data)
+                out.addfile(entry, io.BytesIO(data))
+        with _refusals(f"cannot store image {tag}"):
+            said = [event for event in self.client.api.load_image(archive.getvalue(), quiet=True)]
+        errors = [str(e.get("error") or e.get("errorDetail")) for e in said if e.get("error") or e.get("errorDetail")]
+        if errors:
+            raise EngineError(f"cannot store image {tag}: {errors[-1][:300]} (the engine must hold every layer of the "
+                              "config already: nothing but the config is loaded)")
+        stored = self.image(tag)
+        if stored is None or stored.id != f"sha256:{digest}":
+            raise EngineError(f"the engine stored {tag} as {stored.id if stored else 'nothing'}, not as the config's "
+                              f"digest sha256:{digest}")
+        return stored.id
 
     def labelled_images(self, label: str) -> list[ImageInfo]:
         with _refusals("cannot list images"):
