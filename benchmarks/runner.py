@@ -6,7 +6,8 @@ image and cache with it), and stopping this machine's dockerd to start an empty 
 other user of the engine (other sessions' builds, a CI run). Here each runner is a dockerd of the bench's own,
 beside the machine's, on an empty data root holding only the base image (benchmarks/ownengine.py).
 
-On those runners, for the bench matrix's PyTorch CPU variant (`harness.PIN_VARIANT`):
+On those runners, for the bench matrix's PyTorch CPU variant (`harness.PIN_VARIANT`), its lock written beside
+its recipes before anything is timed, as a repository commits it (`locked`):
 - cold: built with nothing cached, tested, pushed to a fresh local registry through `trainimg push` (what a first
   release does): the denominator;
 - rebuild: on a second empty runner, `trainimg build --cache-from` the pushed image (its `.buildcache` manifest
@@ -25,8 +26,20 @@ from pathlib import Path
 from typing import Any
 
 from figures import change_pin, parse_pushed_bytes, ratio
-from harness import BENCH_RECIPES, PIN_FROM, PIN_TO, PIN_VARIANT, Harness, docker_cli, log, run, step
+from harness import BENCH_RECIPES, PIN_FROM, PIN_TO, PIN_VARIANT, WHEELHOUSES, Harness, docker_cli, log, run, step
 from ownengine import own_engine
+
+
+def locked(bench: Harness, source: Path, recipes: Path) -> Path:
+    """`source` (a recipes folder) as `recipes`, with PIN_VARIANT's lock beside it (`<recipes>/../images/`), as a
+    repository with committed locks holds it: locking is the developer's step before a commit, not the runner's.
+    Without it, every timed build compiled a lock for this recipes folder first (~5 s here: uv resolving against
+    the indexes), which no runner of a repository with committed locks pays. Not timed."""
+    if source != recipes:
+        shutil.copytree(source, recipes)
+    wheels = [arg for w in WHEELHOUSES for arg in ("--wheelhouse", w)]
+    bench.trainimg("lock", PIN_VARIANT, *wheels, recipes=recipes)
+    return recipes
 
 
 def build(bench: Harness, recipes: Path, label: str, *extra: str) -> dict[str, Any]:
@@ -50,10 +63,12 @@ def ci_rebuild(bench: Harness) -> None:
     from trainimg.recipe.loading import load_recipes
 
     tag = next(v.tag for v in load_recipes(BENCH_RECIPES).variants if v.name == PIN_VARIANT)
+    recipes = locked(bench, BENCH_RECIPES, bench.tmp / "repository" / "recipes")
     changed = bench.tmp / "one-change" / "recipes"
-    shutil.copytree(BENCH_RECIPES, changed)
+    shutil.copytree(recipes.parent, changed.parent)
     recipe = changed / "pytorch.yaml"
     recipe.write_text(change_pin(recipe.read_text(encoding="utf-8"), PIN_FROM, PIN_TO), encoding="utf-8")
+    locked(bench, changed, changed)  # the lock moves that pin only (its other pins are kept)
     with bench.fresh_registry() as info:
         remote = f"{info.host}/{tag}"
         bench.env["DOCKER_CONFIG"] = str(bench.tmp / "docker-config")  # BuildKit reads the cache with this login
@@ -61,10 +76,10 @@ def ci_rebuild(bench: Harness) -> None:
             run([docker_cli(), "login", info.host, "--username", info.username, "--password-stdin"], env=bench.env,
                 input=info.password, what="docker login to the bench registry")
             with own_engine(bench, "cold"):
-                cold = build(bench, BENCH_RECIPES, "cold")
+                cold = build(bench, recipes, "cold")
                 first = tested_push(bench, tag, info.host, info.username)
             with own_engine(bench, "rebuild"):
-                again = build(bench, BENCH_RECIPES, "rebuild", "--cache-from", remote)
+                again = build(bench, recipes, "rebuild", "--cache-from", remote)
                 repush = tested_push(bench, tag, info.host, info.username)
             with own_engine(bench, "pull"):
                 pull = bench.docker("pull", remote, what=f"docker pull {remote}").seconds

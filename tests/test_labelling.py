@@ -102,3 +102,15 @@ def test_a_config_over_a_layer_the_engine_lacks_is_refused_in_one_line(
         engine.store_config(go_json(config), tag)
     assert "must hold every layer" in str(err.value) and len(str(err.value).splitlines()) == 1, str(err.value)
     assert engine.image(tag) is None
+
+
+@pytest.mark.parametrize("path", ["/marker", "/etc/os-release"])  # a file, and a link (Debian's os-release)
+def test_a_file_copied_out_of_an_image_reads_as_cat_reads_it(small_image: tuple[DockerEngine, BuildRequest, str],
+                                                              path: str) -> None:
+    """DockerEngine.read_file copies the file out of a container it never starts; what it gives is what a run of
+    `cat` gives (the engine-neutral way), a link followed, and a missing file is cat's error."""
+    engine, _, built = small_image
+    assert engine.read_file(built, path) == Engine.read_file(engine, built, path) != ""
+    with pytest.raises(EngineError, match="No such file or directory"):
+        engine.read_file(built, "/no/such/file")
+    assert engine.client.containers.list(all=True, filters={"ancestor": built}) == []
