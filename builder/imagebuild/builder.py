@@ -62,8 +62,8 @@ from ..runtime.contract import (
     OCI_VERSION,
     VERSION_PREFIX,
 )
-from .labelling import labelled
 from .archplan import build_args, check_arches, check_bases, platform_of, selected
+from .labelling import labelled
 from .litter import pass_tag, release_names, remove_superseded
 from .lockcompile import ContextLocks, locks_into
 from .wheelhouse import Wheelhouse, check_dirs, pip_conf, serve, uv_conf, write_secret
