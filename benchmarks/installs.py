@@ -150,10 +150,11 @@ class SavedImage:
     steps: list[str]
 
 
-def saved_image(docker_cli: str, tag: str) -> SavedImage:
-    """`docker save tag`, streamed (never written to disk): layer files hashed, the config's history read."""
+def saved_image(docker_cli: str, tag: str, env: Mapping[str, str]) -> SavedImage:
+    """`docker save tag` on the engine `env` names (the bench's own: DOCKER_HOST), streamed (never written to
+    disk): layer files hashed, the config's history read."""
     image = SavedImage({}, [])
-    proc = subprocess.Popen([docker_cli, "save", tag], stdout=subprocess.PIPE)
+    proc = subprocess.Popen([docker_cli, "save", tag], stdout=subprocess.PIPE, env=dict(env))
     assert proc.stdout is not None
     with tarfile.open(fileobj=proc.stdout, mode="r|") as outer:
         for member in outer:
@@ -184,12 +185,13 @@ def _layer(fh: IO[bytes]) -> tuple[str, dict[str, FileState]]:
     return f"sha256:{hashing.sha.hexdigest()}", files
 
 
-def why_layers_differ(docker_cli: str, docker: Callable[..., Any], one: str, two: str) -> list[dict[str, Any]]:
+def why_layers_differ(docker_cli: str, docker: Callable[..., Any], one: str, two: str,
+                      env: Mapping[str, str]) -> list[dict[str, Any]]:
     """For each layer position whose diff ID differs between two builds: its Dockerfile step and what differs in
     it: files only in one, files whose content differs (a few named), files that differ only in their mtime."""
     layers = [json.loads(docker("image", "inspect", "--format", "{{json .RootFS.Layers}}", t).stdout)
               for t in (one, two)]
-    saved = [saved_image(docker_cli, t) for t in (one, two)]
+    saved = [saved_image(docker_cli, t, env) for t in (one, two)]
     steps = saved[0].steps
     out = []
     for i, (a, b) in enumerate(zip(layers[0], layers[1])):
@@ -213,8 +215,8 @@ class InstallBench:
     builds are ~6 GB each); each wheel cache mount goes after the warm build that reuses it."""
 
     def __init__(self, docker: Callable[..., Any], docker_build: Callable[..., Any], docker_cli: str,
-                 tmp: Path, base: str, log: Callable[[str], None], variant: str) -> None:
-        self.docker, self.docker_build, self.docker_cli = docker, docker_build, docker_cli
+                 tmp: Path, base: str, log: Callable[[str], None], variant: str, env: Mapping[str, str]) -> None:
+        self.docker, self.docker_build, self.docker_cli, self.env = docker, docker_build, docker_cli, env
         self.tmp, self.base, self.log, self.variant = tmp, base, log, variant
         self.run = uuid.uuid4().hex[:8]
         self.count = 0
@@ -303,7 +305,7 @@ class InstallBench:
             "packages": len(texts["freeze"][0].splitlines()),
             "sbom_components": len(sboms[0]),
             "sbom_differs": sorted(sboms[0] ^ sboms[1]),
-            "layers": why_layers_differ(self.docker_cli, docker, first.tag, second.tag),
+            "layers": why_layers_differ(self.docker_cli, docker, first.tag, second.tag, self.env),
         }
 
 
@@ -340,7 +342,7 @@ def measure_installs(bench: Harness, variants: Sequence[str]) -> dict[str, dict[
     for i, variant in enumerate(variants):
         context = bench.baked_context(SHIPPED_RECIPES, [variant])
         ib = InstallBench(bench.docker, functools.partial(bench.docker_build_run, context=context), docker_cli(),
-                          bench.tmp, BASE_IMAGE, log, variant)
+                          bench.tmp, BASE_IMAGE, log, variant, bench.env)
         try:
             with bench.pip_secrets() as flags:
                 builds = step("uv_vs_pip", bench, lambda: ib.uv_vs_pip(flags, keep_uv_cold=i == 0))
