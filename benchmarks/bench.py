@@ -13,7 +13,7 @@ machine (``matrix_build_ratio`` read 0.44, 0.53 and 0.72 on the same code), so e
 so ``--quick`` prunes nothing: it skips the builds that need a cold cache (each variant built alone and the naive
 baseline) and ``ci_rebuild_ratio``, prints their figures as ``skipped``, and writes ``reports/bench-quick.json``
 and no results file. ``ci_rebuild_ratio`` plays ephemeral CI runners on engines of their own
-(benchmarks/runner.py: this machine's dockerd stopped, one on an empty data root in its place, then it again).
+(benchmarks/runner.py: each a second dockerd on an empty data root, beside the machine's).
 
 The figures come in families (benchmarks/harness.py's FAMILIES, measured in that order: the matrix figures in
 benchmarks/core.py, the install figures in benchmarks/installs.py, the CI fleet in benchmarks/cifleet.py, ...,
@@ -93,8 +93,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
                         help="measure only registry_refusal_ms and reference_near_miss_ms (benchmarks/grammar.py; "
                              "in-process, no engine); writes reports/bench-grammar.json")
     parser.add_argument("--ci-rebuild", action="store_true",
-                        help="measure only ci_rebuild_ratio (benchmarks/runner.py: stops this machine's dockerd and "
-                             "builds on empty engines in its place, then starts it again); writes "
+                        help="measure only ci_rebuild_ratio (benchmarks/runner.py: builds on empty engines, each a second "
+                             "dockerd beside this machine's, which it leaves alone); writes "
                              "reports/bench-ci-rebuild.json")
     parser.add_argument("--layers", metavar="ARG", nargs=argparse.REMAINDER,
                         help="only the layer figures (benchmarks/layers.py VARIANT [--allow-missing C]); run on an "

@@ -64,8 +64,8 @@ class Family:
         getattr(importlib.import_module(module), function)(bench)
 
 
-# The families a full run (`make bench`) measures, in this order: ci_rebuild last, since it stops the engine and
-# runs its builds on empty ones (benchmarks/runner.py). `--ci` and `--installs` measure one family alone.
+# The families a full run (`make bench`) measures, in this order: ci_rebuild last, its builds on empty engines
+# beside the machine's (benchmarks/runner.py). `--ci` and `--installs` measure one family alone.
 FAMILIES: tuple[Family, ...] = (
     Family("matrix", ("render_ms_per_variant", "size_vs_naive", "matrix_build_ratio", "noop_rebuild_ratio",
                       "size_overhead", "allreduce_4_vs_1", "repush_bytes", "pin_change_rebuild_ratio"),

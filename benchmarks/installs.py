@@ -10,8 +10,9 @@ another build downloaded is reused. "Warm" reuses that cache id on another fresh
 wheels come from the cache. Each build's image and BuildKit records go once it is timed (the two builds the
 reproducibility check compares stay until their variant is done), each wheel cache mount after its warm build,
 pruned by id: a GPU variant's five builds and three caches would hold ~50 GB.
-Other users' images and BuildKit cache are never touched (run the bench alone: a record another build made
-meanwhile would be pruned too, costing that build its cache, nothing more).
+The builds run on an engine of the bench's own (benchmarks/ownengine.py: a second dockerd beside the machine's, on
+an empty data root): the records pruned "since the build began" are then this family's alone, and no other user's
+build (this machine's engine is shared) shares a step with, or slows, the engine being timed.
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from typing import IO, Any
 
 from figures import BENCH_PREFIX, ratio
 from harness import BASE_IMAGE, FAILED, FAMILY, SHIPPED_RECIPES, Harness, docker_cli, log, step
+from ownengine import own_engine
 
 INSTALLS_VARIANT = "pytorch-2.13.0-cpu-py3.11"
 CACHE_MOUNT = "exec.cachemount"  # the BuildKit record type of a `RUN --mount=type=cache`
@@ -148,10 +150,11 @@ class SavedImage:
     steps: list[str]
 
 
-def saved_image(docker_cli: str, tag: str) -> SavedImage:
-    """`docker save tag`, streamed (never written to disk): layer files hashed, the config's history read."""
+def saved_image(docker_cli: str, tag: str, env: Mapping[str, str]) -> SavedImage:
+    """`docker save tag` on the engine `env` names (the bench's own: DOCKER_HOST), streamed (never written to
+    disk): layer files hashed, the config's history read."""
     image = SavedImage({}, [])
-    proc = subprocess.Popen([docker_cli, "save", tag], stdout=subprocess.PIPE)
+    proc = subprocess.Popen([docker_cli, "save", tag], stdout=subprocess.PIPE, env=dict(env))
     assert proc.stdout is not None
     with tarfile.open(fileobj=proc.stdout, mode="r|") as outer:
         for member in outer:
@@ -182,12 +185,13 @@ def _layer(fh: IO[bytes]) -> tuple[str, dict[str, FileState]]:
     return f"sha256:{hashing.sha.hexdigest()}", files
 
 
-def why_layers_differ(docker_cli: str, docker: Callable[..., Any], one: str, two: str) -> list[dict[str, Any]]:
+def why_layers_differ(docker_cli: str, docker: Callable[..., Any], one: str, two: str,
+                      env: Mapping[str, str]) -> list[dict[str, Any]]:
     """For each layer position whose diff ID differs between two builds: its Dockerfile step and what differs in
     it: files only in one, files whose content differs (a few named), files that differ only in their mtime."""
     layers = [json.loads(docker("image", "inspect", "--format", "{{json .RootFS.Layers}}", t).stdout)
               for t in (one, two)]
-    saved = [saved_image(docker_cli, t) for t in (one, two)]
+    saved = [saved_image(docker_cli, t, env) for t in (one, two)]
     steps = saved[0].steps
     out = []
     for i, (a, b) in enumerate(zip(layers[0], layers[1])):
@@ -211,8 +215,8 @@ class InstallBench:
     builds are ~6 GB each); each wheel cache mount goes after the warm build that reuses it."""
 
     def __init__(self, docker: Callable[..., Any], docker_build: Callable[..., Any], docker_cli: str,
-                 tmp: Path, base: str, log: Callable[[str], None], variant: str) -> None:
-        self.docker, self.docker_build, self.docker_cli = docker, docker_build, docker_cli
+                 tmp: Path, base: str, log: Callable[[str], None], variant: str, env: Mapping[str, str]) -> None:
+        self.docker, self.docker_build, self.docker_cli, self.env = docker, docker_build, docker_cli, env
         self.tmp, self.base, self.log, self.variant = tmp, base, log, variant
         self.run = uuid.uuid4().hex[:8]
         self.count = 0
@@ -301,7 +305,7 @@ class InstallBench:
             "packages": len(texts["freeze"][0].splitlines()),
             "sbom_components": len(sboms[0]),
             "sbom_differs": sorted(sboms[0] ^ sboms[1]),
-            "layers": why_layers_differ(self.docker_cli, docker, first.tag, second.tag),
+            "layers": why_layers_differ(self.docker_cli, docker, first.tag, second.tag, self.env),
         }
 
 
@@ -319,15 +323,26 @@ def measure(bench: Harness) -> None:
 
 def run_installs(bench: Harness, variants: Sequence[str]) -> None:
     """uv_vs_pip and uv_vs_pip_warm over `variants` (the worst of them is the figure), and
-    reproducible_package_diffs for the first (benchmarks/installs.py). Each variant's images and BuildKit
-    records go before the next one starts."""
-    from installs import InstallBench
+    reproducible_package_diffs for the first (benchmarks/installs.py), on an engine of the bench's own."""
+    with own_engine(bench, "installs"):
+        measured = measure_installs(bench, variants)
+    if len(measured) < len(variants):
+        bench.fail("uv_vs_pip", f"failed: not measured for {', '.join(v for v in variants if v not in measured)}")
+        bench.fail("uv_vs_pip_warm", "not measured: the uv/pip builds of a variant failed")
+        if variants[0] not in measured:
+            bench.fail("reproducible_package_diffs", "not measured: the uv/pip builds failed")
+        return
+    set_installs(bench, measured)
 
+
+def measure_installs(bench: Harness, variants: Sequence[str]) -> dict[str, dict[str, ColdBuild]]:
+    """Each variant's uv and pip builds (and the first's reproducibility); each variant's images and BuildKit
+    records go before the next one starts. A variant whose builds failed is not in the answer."""
     measured: dict[str, dict[str, ColdBuild]] = {}
     for i, variant in enumerate(variants):
         context = bench.baked_context(SHIPPED_RECIPES, [variant])
         ib = InstallBench(bench.docker, functools.partial(bench.docker_build_run, context=context), docker_cli(),
-                          bench.tmp, BASE_IMAGE, log, variant)
+                          bench.tmp, BASE_IMAGE, log, variant, bench.env)
         try:
             with bench.pip_secrets() as flags:
                 builds = step("uv_vs_pip", bench, lambda: ib.uv_vs_pip(flags, keep_uv_cold=i == 0))
@@ -344,13 +359,8 @@ def run_installs(bench: Harness, variants: Sequence[str]) -> None:
                         set_reproducible(bench, variant, same)
         finally:
             ib.clean()
-    if len(measured) < len(variants):
-        bench.fail("uv_vs_pip", f"failed: not measured for {', '.join(v for v in variants if v not in measured)}")
-        bench.fail("uv_vs_pip_warm", "not measured: the uv/pip builds of a variant failed")
-        if variants[0] not in measured:
-            bench.fail("reproducible_package_diffs", "not measured: the uv/pip builds failed")
-        return
-    set_installs(bench, measured)
+    return measured
+
 
 def set_installs(bench: Harness, measured: Mapping[str, Mapping[str, ColdBuild]]) -> None:
     """The worst variant's whole-build ratio is the figure; each variant's seconds, and its install step's

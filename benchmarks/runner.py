@@ -2,15 +2,12 @@
 
 A CI runner that starts empty holds no layer and no BuildKit record; all it has is the registry. Pruning this
 machine's engine played that runner badly (`docker system prune -af` and a full builder prune took every other
-image and cache with it, so the next test run rebuilt ~30 GB of GPU variants) and not even faithfully (the prune
-leaves the engine's other state, and dockerd 20.10 leaves snapshot folders behind, `.ci/reclaim_overlay.py`).
-Here each runner is a real empty engine: this machine's dockerd is stopped, a dockerd with the same flags and a
-fresh `--data-root` starts in its place (same socket, same bridge, so builds reach PyPI as they always do), the
-base image is loaded into it (nothing can be pulled here), and when the runner is done its root is deleted. The
-machine's own dockerd is stopped once for all the runners and started again after the last by `.ci/setup-host`,
-its images and cache as they were.
+image and cache with it), and stopping this machine's dockerd to start an empty one in its place stopped every
+other user of the engine (other sessions' builds, a CI run). Here each runner is a dockerd of the bench's own,
+beside the machine's, on an empty data root holding only the base image (benchmarks/ownengine.py).
 
-On those runners, for the bench matrix's PyTorch CPU variant (`harness.PIN_VARIANT`):
+On those runners, for the bench matrix's PyTorch CPU variant (`harness.PIN_VARIANT`), its lock written beside
+its recipes before anything is timed, as a repository commits it (`locked`):
 - cold: built with nothing cached, tested, pushed to a fresh local registry through `trainimg push` (what a first
   release does): the denominator;
 - rebuild: on a second empty runner, `trainimg build --cache-from` the pushed image (its `.buildcache` manifest
@@ -19,104 +16,30 @@ On those runners, for the bench matrix's PyTorch CPU variant (`harness.PIN_VARIA
   (dockerd 20.10's pull; BuildKit's import of them in the rebuild was quicker, README "Registry cache");
 - one change: on a fourth, the recipe with one extra pin moved (`PIN_FROM` to `PIN_TO`), built `--cache-from`
   the pushed image: the steps whose inputs changed must run, the others should come from the registry.
-
-It stops the machine's dockerd, so it refuses to start while a container runs or DOCKER_HOST names another engine.
 """
 
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import tempfile
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from figures import change_pin, parse_pushed_bytes, ratio
-from harness import (
-    BASE_IMAGE,
-    BENCH_RECIPES,
-    PIN_FROM,
-    PIN_TO,
-    PIN_VARIANT,
-    ROOT,
-    Harness,
-    StepFailed,
-    docker_cli,
-    log,
-    run,
-    step,
-)
-
-DOCKERD = "/usr/sbin/dockerd"
-RUNNER_ROOTS = Path("/var/lib")  # beside /var/lib/docker: the same file system, so overlay2 behaves the same
-ENGINE_WAIT_S = 60
+from harness import BENCH_RECIPES, PIN_FROM, PIN_TO, PIN_VARIANT, WHEELHOUSES, Harness, docker_cli, log, run, step
+from ownengine import own_engine
 
 
-def engine_is_up(bench: Harness) -> bool:
-    answer = run([docker_cli(), "version", "--format", "{{.Server.Version}}"], env=bench.env, check=False, timeout=30)
-    return answer.stdout.strip() != ""
-
-
-def dockerd_running() -> bool:
-    return run(["pgrep", "-x", "dockerd"], check=False).stdout.strip() != ""
-
-
-def wait_until(done: Callable[[], bool], what: str) -> None:
-    deadline = time.monotonic() + ENGINE_WAIT_S
-    while not done():
-        if time.monotonic() > deadline:
-            raise StepFailed(f"{what} within {ENGINE_WAIT_S} s")
-        time.sleep(0.5)
-
-
-def stop_dockerd() -> None:
-    run(["pkill", "-x", "dockerd"], check=False)
-    wait_until(lambda: not dockerd_running(), "dockerd did not stop")
-
-
-def refuse_a_busy_engine(bench: Harness) -> None:
-    """The runner stops this machine's dockerd: never under someone's containers or another engine."""
-    if os.environ.get("DOCKER_HOST", "unix:///var/run/docker.sock") != "unix:///var/run/docker.sock":
-        raise StepFailed(f"DOCKER_HOST={os.environ['DOCKER_HOST']}: the runner figure stops and restarts this "
-                         f"machine's dockerd, not another engine")
-    running = bench.docker("ps", "-q").stdout.split()
-    if running:
-        raise StepFailed(f"{len(running)} container(s) running: the runner figure stops this machine's dockerd; "
-                         f"run it where nothing else uses the engine")
-
-
-@contextmanager
-def machine_engine_stopped(bench: Harness) -> Iterator[None]:
-    """This machine's dockerd stopped for the block (the runners take its place, one after another), then started
-    again by `.ci/setup-host`, its images and cache as they were."""
-    refuse_a_busy_engine(bench)
-    stop_dockerd()
-    try:
-        yield
-    finally:
-        run(["bash", str(ROOT / ".ci" / "setup-host")], what="restart this machine's dockerd (.ci/setup-host)")
-
-
-@contextmanager
-def empty_engine(bench: Harness, base_tar: Path, label: str) -> Iterator[None]:
-    """A dockerd on an empty data root, holding only the base image, for the block (inside
-    `machine_engine_stopped`); its root deleted after."""
-    root = Path(tempfile.mkdtemp(prefix="trainimg-bench-runner-", dir=RUNNER_ROOTS))
-    with open(bench.tmp / f"dockerd-{label}.log", "wb") as out:
-        subprocess.Popen([DOCKERD, "--storage-driver=overlay2", "--data-root", str(root)], stdout=out,
-                         stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, start_new_session=True)
-    try:
-        wait_until(lambda: engine_is_up(bench), "the runner's dockerd did not start")
-        bench.docker("load", "-i", str(base_tar), what="docker load of the base image")
-        yield
-    finally:
-        stop_dockerd()
-        shutil.rmtree(root, ignore_errors=True)
+def locked(bench: Harness, source: Path, recipes: Path) -> Path:
+    """`source` (a recipes folder) as `recipes`, with PIN_VARIANT's lock beside it (`<recipes>/../images/`), as a
+    repository with committed locks holds it: locking is the developer's step before a commit, not the runner's.
+    Without it, every timed build compiled a lock for this recipes folder first (~5 s here: uv resolving against
+    the indexes), which no runner of a repository with committed locks pays. Not timed."""
+    if source != recipes:
+        shutil.copytree(source, recipes)
+    wheels = [arg for w in WHEELHOUSES for arg in ("--wheelhouse", w)]
+    bench.trainimg("lock", PIN_VARIANT, *wheels, recipes=recipes)
+    return recipes
 
 
 def build(bench: Harness, recipes: Path, label: str, *extra: str) -> dict[str, Any]:
@@ -140,30 +63,29 @@ def ci_rebuild(bench: Harness) -> None:
     from trainimg.recipe.loading import load_recipes
 
     tag = next(v.tag for v in load_recipes(BENCH_RECIPES).variants if v.name == PIN_VARIANT)
+    recipes = locked(bench, BENCH_RECIPES, bench.tmp / "repository" / "recipes")
     changed = bench.tmp / "one-change" / "recipes"
-    shutil.copytree(BENCH_RECIPES, changed)
+    shutil.copytree(recipes.parent, changed.parent)
     recipe = changed / "pytorch.yaml"
     recipe.write_text(change_pin(recipe.read_text(encoding="utf-8"), PIN_FROM, PIN_TO), encoding="utf-8")
-    base_tar = bench.tmp / "base.tar"
-    bench.docker("save", "-o", str(base_tar), BASE_IMAGE, what="docker save of the base image")
+    locked(bench, changed, changed)  # the lock moves that pin only (its other pins are kept)
     with bench.fresh_registry() as info:
         remote = f"{info.host}/{tag}"
         bench.env["DOCKER_CONFIG"] = str(bench.tmp / "docker-config")  # BuildKit reads the cache with this login
         try:
             run([docker_cli(), "login", info.host, "--username", info.username, "--password-stdin"], env=bench.env,
                 input=info.password, what="docker login to the bench registry")
-            with machine_engine_stopped(bench):
-                with empty_engine(bench, base_tar, "cold"):
-                    cold = build(bench, BENCH_RECIPES, "cold")
-                    first = tested_push(bench, tag, info.host, info.username)
-                with empty_engine(bench, base_tar, "rebuild"):
-                    again = build(bench, BENCH_RECIPES, "rebuild", "--cache-from", remote)
-                    repush = tested_push(bench, tag, info.host, info.username)
-                with empty_engine(bench, base_tar, "pull"):
-                    pull = bench.docker("pull", remote, what=f"docker pull {remote}").seconds
-                    log(f"  pull: {pull:.1f} s")
-                with empty_engine(bench, base_tar, "one-change"):
-                    one = build(bench, changed, "one-change", "--cache-from", remote)
+            with own_engine(bench, "cold"):
+                cold = build(bench, recipes, "cold")
+                first = tested_push(bench, tag, info.host, info.username)
+            with own_engine(bench, "rebuild"):
+                again = build(bench, recipes, "rebuild", "--cache-from", remote)
+                repush = tested_push(bench, tag, info.host, info.username)
+            with own_engine(bench, "pull"):
+                pull = bench.docker("pull", remote, what=f"docker pull {remote}").seconds
+                log(f"  pull: {pull:.1f} s")
+            with own_engine(bench, "one-change"):
+                one = build(bench, changed, "one-change", "--cache-from", remote)
         finally:
             bench.env.pop("DOCKER_CONFIG", None)
     bench.details["ci_rebuild"] = {"cold": cold, "rebuild": again, "one_change": one, "pull_seconds": pull,
@@ -181,8 +103,8 @@ def ci_rebuild(bench: Harness) -> None:
 
 
 def measure(bench: Harness) -> None:
-    """The runner family (harness.FAMILIES): last in a full run, since it restarts the engine."""
+    """The runner family (harness.FAMILIES): its builds run on engines of their own, beside the machine's."""
     if bench.quick:
-        bench.skip("ci_rebuild_ratio", "skipped (--quick): it stops and restarts this machine's engine")
+        bench.skip("ci_rebuild_ratio", "skipped (--quick): four cold engines and builds")
         return
     step("ci_rebuild_ratio", bench, lambda: ci_rebuild(bench))

@@ -1,6 +1,7 @@
 """Registry cache for ephemeral CI: every build writes BuildKit's inline cache metadata into the image (and keeps
-it through the labelling pass), so the pushed image is a `--cache-from` source; `release` defaults to the images
-the lockfile's previous entries pushed.
+it when the labels read back from the image go into its config: imagebuild/labelling.py, no second BuildKit pass),
+so the pushed image is a `--cache-from` source; `release` defaults to the images the lockfile's previous entries
+pushed.
 
 The engine is shared, so nothing here prunes it: a private variant (its extras step new on every run) is built,
 pushed to the session's registry with the metadata checked in the config blob the registry serves, its local
@@ -13,6 +14,7 @@ from __future__ import annotations
 import base64
 import json
 import os
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -23,6 +25,7 @@ import pytest
 import requests
 from conftest import BARE_VERSION, LOCAL_BASE, bare_recipe, remove_image, trainimg
 from conftest_registry import RegistryLogin
+from enginerecorder import EngineRecorder
 
 from trainimg.engine.docker import DockerEngine
 from trainimg.publish.lockedbases import cache_sources
@@ -87,9 +90,16 @@ def test_pushed_image_carries_inline_cache_and_serves_a_rebuild(private_build: t
                                                                 registry: RegistryLogin, tmp_path: Path) -> None:
     recipes, env, tag = private_build
     first = tmp_path / "first.json"
-    r = trainimg("--recipes", str(recipes), "build", "cachetest", "--base-image", LOCAL_BASE, "--progress", "plain",
-                 "--json", str(first), env=env, timeout=900)
+    (tmp_path / "engine").mkdir()
+    recorder = EngineRecorder(tmp_path / "engine")  # what the build asks the engine for
+    try:
+        r = trainimg("--recipes", str(recipes), "build", "cachetest", "--base-image", LOCAL_BASE, "--progress",
+                     "plain", "--json", str(first), env={**env, "DOCKER_HOST": recorder.docker_host}, timeout=900)
+    finally:
+        recorder.stop()
     assert r.returncode == 0, r.stderr[-3000:]
+    builds = [line for line in recorder.requests if re.search(r"^POST /\S*/build(\?|$)", line)]
+    assert len(builds) == 1, builds  # one BuildKit pass: the labels read back went into the config it wrote
     (built,) = json.loads(first.read_text(encoding="utf-8"))
     remote = f"{registry.host}/{tag}"
     client.api.tag(built["image_id"], remote.rsplit(":", 1)[0], remote.rsplit(":", 1)[1])
@@ -97,8 +107,8 @@ def test_pushed_image_carries_inline_cache_and_serves_a_rebuild(private_build: t
                                 stream=True, decode=True):
         assert "error" not in line, line
     config = registry_config(registry, remote)
-    assert INLINE_CACHE_KEY in config, sorted(config)  # the labelling pass kept BuildKit's cache metadata
-    assert config["config"]["Labels"]["trainimg.version.hypertune"] == "0.1.0.dev6"  # a label of that pass
+    assert INLINE_CACHE_KEY in config, sorted(config)  # the labelling kept BuildKit's cache metadata
+    assert config["config"]["Labels"]["trainimg.version.hypertune"] == "0.1.0.dev6"  # a label read back
 
     for ref in (tag, remote):  # only this variant's own images go: the engine is shared
         client.api.remove_image(ref, force=True)

@@ -8,6 +8,8 @@ docker CLI, so no caller can make the engine's racy calls (list-then-inspect) by
 
 from __future__ import annotations
 
+import io
+import tarfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
@@ -130,6 +132,25 @@ class EngineLost(EngineError):
     """The engine stopped answering in the middle of a stream (a push): the operation may be tried again."""
 
 
+class ChunkReader(io.RawIOBase):
+    """An engine's stream of chunks (`save_stream`) as a readable file, for tarfile's stream mode (`r|`)."""
+
+    def __init__(self, chunks: Iterable[bytes]) -> None:
+        self._chunks, self._rest = iter(chunks), b""
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        while not self._rest:
+            self._rest = next(self._chunks, b"")
+            if not self._rest:
+                return 0
+        n = min(len(buffer), len(self._rest))
+        buffer[:n], self._rest = self._rest[:n], self._rest[n:]
+        return n
+
+
 class Engine(ABC):
     """Build, inspect, run and push. Every failure the engine reports is raised as `EngineError`; absences that
     callers expect (no such image, a container removed by someone else) are values, not exceptions."""
@@ -154,6 +175,28 @@ class Engine(ABC):
         without a copy of the whole image on disk. Not abstract: an engine without it cannot verify or push through
         the client, and says so."""
         raise EngineError(f"this engine cannot save {ref}")
+
+    def image_config(self, ref: str) -> bytes:
+        """The exact bytes of image `ref`'s config (its ID is their sha256): what no inspect shows, the history and
+        BuildKit's inline cache among them. Read from the `docker save` stream, the one way every engine has (its
+        layers stream past, unwritten; the engine stages the whole export first); an engine that can read its
+        image store more cheaply overrides this."""
+        info = self.image(ref)
+        if info is None:
+            raise EngineError(f"image {ref} is not on this engine")
+        name = f"{info.id.split(':')[-1]}.json"
+        with tarfile.open(fileobj=io.BufferedReader(ChunkReader(self.save_stream(ref))), mode="r|") as saved:
+            for member in saved:
+                found = saved.extractfile(member) if member.name == name else None
+                if found is not None:
+                    return found.read()
+        raise EngineError(f"the engine's save of {ref} holds no image config {name}")
+
+    def store_config(self, config: bytes, tag: str) -> str:
+        """Store the image whose config is `config`, named `tag`, over layers the engine already holds (its
+        `rootfs.diff_ids`: no layer is written, so every layer stays the one built); returns its ID. Not abstract:
+        an engine without it says so."""
+        raise EngineError(f"this engine cannot store an image config as {tag}")
 
     @abstractmethod
     def tag(self, image_id: str, ref: str) -> None:

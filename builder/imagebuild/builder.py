@@ -2,13 +2,12 @@
 
 Order of work for one run: plan every chosen variant (and the variants they extend); build each parent stage
 that two or more variants share once (keyed by its content hash), so the variants then hit BuildKit's cache for
-it; build each variant; read its in-image manifest back; label the image with what is really installed; tag it.
-Only a fully built and labelled image gets a tag.
+it; build each variant (one BuildKit pass); read its in-image manifest back; label the image with what is really
+installed, in the config the build wrote (labelling.py); tag it. Only a fully built and labelled image gets a tag.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
@@ -64,6 +63,7 @@ from ..runtime.contract import (
     VERSION_PREFIX,
 )
 from .archplan import build_args, check_arches, check_bases, platform_of, selected
+from .labelling import labelled
 from .litter import pass_tag, release_names, remove_superseded
 from .lockcompile import ContextLocks, locks_into
 from .wheelhouse import Wheelhouse, check_dirs, pip_conf, serve, uv_conf, write_secret
@@ -335,13 +335,12 @@ class Builder:
         res = self.engine.build(req, lambda line: self.progress.line(task, line))
         manifest = json.loads(self.engine.read_file(res.image_id, MANIFEST_PATH))
         base = args.get(BASE_ARG) or args.get(PARENT_ARG, "")
-        # The labels go on through BuildKit again (every step cached, labels outside the cache keys): an image
-        # relabelled by the classic builder would lose the inline cache metadata that --cache-from reads.
+        # The labels go into the config BuildKit wrote, stored over the same layers (labelling.py): no second pass.
         labels = labels_from_manifest(v, manifest, prov, base)
         labels[LOCK_DIGEST_LABEL] = self.locks.digests[plan.key]
         if inputs:
             labels[INPUTS_LABEL] = inputs
-        image_id = self.engine.build(dataclasses.replace(req, labels=labels, tags=names[1:], no_cache=False)).image_id
+        image_id = labelled(self.engine, res.image_id, labels, names[1])
         old = self.engine.image(plan.local_tag)
         self.engine.tag(image_id, plan.local_tag)
         release_names(self.engine, names)

@@ -1,8 +1,8 @@
 """No litter: a build leaves no nameless image behind, and `trainimg prune` removes what trainimg made, by label.
 
-Why a no-op rebuild used to add `<none>` images: every variant is built twice through BuildKit (the second pass
-adds the labels read back from the first), and the 20.10 engine stores each result, named or not; shared parent
-stages are stored the same way; and when the variant's tag moves to a new image, the old one keeps nothing
+Why a no-op rebuild used to add `<none>` images: every variant's build stores two images (BuildKit's, then the same
+layers with the labels read back from it: labelling.py), and the 20.10 engine keeps each, named or not; shared
+parent stages are stored the same way; and when the variant's tag moves to a new image, the old one keeps nothing
 naming it. So the builder names every image it stores from the moment the engine stores it (a `trainimg-pass/`
 tag unique to this process: another process's cleanup only ever takes images nothing names, so it cannot take
 one this builder is still reading), takes those names off when the variant is tagged, and removes the image the

@@ -26,8 +26,10 @@ from .installer import (
     INSTALLER_STAGE,
     PIP_CONF_SECRET,
     UV,
+    UV_CACHE,
     UV_CONF_SECRET,
     UV_DIR,
+    UV_UNPACKED,
     UV_SHA256_BY_ARCH,
     UV_VERSION,
     WHEEL_CACHE_ID,
@@ -166,7 +168,8 @@ def packages(v: Variant, compat: Compat, installer: str, arch: str = DEFAULT_ARC
     after[groups[-1]].append(f"cp {BUILD_MOUNTS}/{LOCK_NAME} {IMAGE_LOCK_PATH}")
     steps = [_render("install", comment=notes[g], group=g, installer=installer, lock=lock_source(v, arch),
                      whole_lock=g == groups[-1], locks_stage=LOCKS_STAGE, locks_dir=LOCKS_DIR,
-                     installer_stage=INSTALLER_STAGE, uv_dir=UV_DIR, cache_id=WHEEL_CACHE_ID,
+                     installer_stage=INSTALLER_STAGE, uv_dir=UV_DIR, cache_id=WHEEL_CACHE_ID, uv_cache=UV_CACHE,
+                     unpacked=UV_UNPACKED,
                      python=f"{VENV}/bin/python", compiler=f"{RUNTIME_SOURCE}/bytecode.py", after=after[g],
                      ca_secret=CA_SECRET,
                      conf_secret=UV_CONF_SECRET if installer == UV else PIP_CONF_SECRET) for g in groups]

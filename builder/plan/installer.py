@@ -13,6 +13,7 @@ from collections.abc import Sequence
 
 
 from ..options import DEFAULT_INSTALLER, INSTALLERS
+from ..runtime.contract import VENV
 from .reproducible import MOUNT_ROOT, SECRETS_DIR
 
 UV, PIP = INSTALLERS
@@ -43,6 +44,14 @@ UV_CONF_SECRET = "uv_conf"
 BUILD_MOUNTS = MOUNT_ROOT
 UV_DIR = "/opt/trainimg-uv"
 WHEEL_CACHE_ID = "trainimg-wheels"
+# uv's cache, in the wheel cache mount: its own folder, so a copy going in can be renamed into place whole.
+UV_CACHE = f"{BUILD_MOUNTS}/cache/uv"
+# Where a cold uv install unpacks the wheels: on the layer's own file system, so uv hard-links them into the venv
+# instead of copying (a BuildKit cache mount is another file system: from it, every file was written twice, once
+# unpacked into the cache, once copied into the venv). Inside the venv's folder, which
+# every install step changes anyway: a folder made and removed elsewhere (/tmp) would leave its parent, with the
+# step's time sealed into it, in the layer, and a cold build's layer would differ from a warm one's.
+UV_UNPACKED = f"{VENV}/.trainimg-uv-cache"
 
 # uv:  "Hash mismatch for `six==1.16.0`" ... "Expected:" / "  sha256:..." ... "Computed:" / "  sha256:..."
 _UV_PACKAGE = re.compile(r"Hash mismatch for `([^`]+)`")

@@ -20,7 +20,6 @@ image copied by digest (upstream/mirror.py) keeps its config's exact bytes: `exa
 from __future__ import annotations
 
 import hashlib
-import io
 import json
 import os
 import posixpath
@@ -33,7 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
-from ..engine.base import Engine
+from ..engine.base import ChunkReader as _ChunkReader, Engine
 from ..errors import RegistryError, UserInputError
 from ..options.compression import DEFAULT_COMPRESSION, ESTARGZ, GZIP, Compression
 from .estargz import estargz_layer
@@ -210,13 +209,9 @@ def _put_image(api: RegistryAPI, repository: str, fmt: Format, config: bytes, la
 
 
 def saved_config(engine: Engine, local_ref: str) -> bytes:
-    """The image config of local image `local_ref`, its exact bytes, read from the engine's `docker save` stream (the
-    engine shows no other way; its layers stream past, unwritten)."""
-    with tarfile.open(fileobj=_ChunkReader(engine.save_stream(local_ref)), mode="r|") as outer:
-        for member in outer:
-            if member.name.endswith(".json") and "/" not in member.name and member.name != "manifest.json":
-                return _member(outer, member).read()
-    raise RegistryError(f"the engine's save of {local_ref} lacks its image config")
+    """The image config of local image `local_ref`, its exact bytes (`Engine.image_config`: the engine's image store
+    where it can be read, else its `docker save` stream)."""
+    return engine.image_config(local_ref)
 
 
 def _spool(layer: IO[bytes], tmp: Path) -> tuple[Path, str]:
@@ -318,25 +313,6 @@ class _Sender:
                     self.result.mounted.append(digest)
                 return True
         return False
-
-
-class _ChunkReader(io.RawIOBase):
-    """The engine's `docker save` chunks as a readable stream, for tarfile's stream mode (`r|`)."""
-
-    def __init__(self, chunks: Iterable[bytes]) -> None:
-        self._chunks, self._rest = iter(chunks), b""
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        while not self._rest:
-            self._rest = next(self._chunks, b"")
-            if not self._rest:
-                return 0
-        n = min(len(buffer), len(self._rest))
-        buffer[:n], self._rest = self._rest[:n], self._rest[n:]
-        return n
 
 
 def _member(outer: tarfile.TarFile, member: tarfile.TarInfo) -> IO[bytes]:
