@@ -17,10 +17,10 @@ SKIP_AUDIT ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test test-quick lint setup install render check registry-start registry-stop clean bench stress \
+.PHONY: demo test test-quick lint setup setup-demo install install-demo render check registry-start registry-stop clean bench stress \
   docs docs-build docs-reference
 
-demo: setup install
+demo: setup-demo install-demo
 	@test -n "$(VARIANT)" || { echo "demo: no CPU PyTorch variant on $(BASE)'s Debian in recipes/"; exit 2; }
 	trainimg validate
 	trainimg render --check
@@ -75,13 +75,24 @@ stress: setup install
 setup:
 	bash .ci/setup-host
 
+# The demo's part of it (the engine, debootstrap and the bookworm base, the registry): no test tool.
+setup-demo:
+	bash .ci/setup-host --demo
+
 # pip runs only when another checkout is the one installed, or pyproject.toml changed since this one was (the
 # stamp): `.ci/run`, `make lint` and `make test` each ask, and it installs once (15 s a time here).
 install:
 	@$(PYTHON) -c 'import importlib.util as u, sys; s = u.find_spec("trainimg"); \
 	  sys.exit(not (s and s.origin and s.origin.startswith("$(CURDIR)/")))' 2>/dev/null \
 	  && [ .install.stamp -nt pyproject.toml ] \
-	  || { $(PYTHON) -m pip install -q -e '.[test]' && touch .install.stamp; }
+	  || { $(PYTHON) -m pip install -q -e '.[test]' && touch .install.stamp .install-demo.stamp; }
+
+# The demo's install: trainimg alone, without the test and docs extras (the real clients, mkdocs, mypy, ...).
+install-demo:
+	@$(PYTHON) -c 'import importlib.util as u, sys; s = u.find_spec("trainimg"); \
+	  sys.exit(not (s and s.origin and s.origin.startswith("$(CURDIR)/")))' 2>/dev/null \
+	  && [ .install-demo.stamp -nt pyproject.toml ] \
+	  || { $(PYTHON) -m pip install -q -e . && touch .install-demo.stamp; }
 
 # The documentation site (mkdocs.yml, docs/): `make docs` serves it on localhost:8000 and rebuilds on each edit;
 # `make docs-build` writes it to site/ (strict: a broken link, anchor or page missing from the nav fails);
