@@ -64,14 +64,16 @@ def test_the_gates_order_goes_first_in_the_estargz_layers(pinned_cpu_image: str,
     image_id = str(_cpu_row(state_env, tmp_path_factory)["image_id"])
     image = f"trainimg-test/estargz:{uuid.uuid4().hex[:8]}"
     client.images.get(image_id).tag(image)
+    where = f"{registry.host}/lazy{uuid.uuid4().hex[:8]}"
     try:
-        _gate_and_push(image, image_id, env, registry, tmp_path, estargz_verify)
+        _gate_and_push(image, image_id, where, env, registry, tmp_path, estargz_verify)
     finally:
-        remove_image(client, image)
+        for name in (image, f"{where}/{image}", f"{where}/old/{image}"):  # the names the pushes gave it too
+            remove_image(client, name)
 
 
-def _gate_and_push(image: str, image_id: str, env: dict[str, str], registry: RegistryLogin, tmp_path: Path,
-                   estargz_verify: Callable[..., dict[str, Any]]) -> None:
+def _gate_and_push(image: str, image_id: str, where: str, env: dict[str, str], registry: RegistryLogin,
+                   tmp_path: Path, estargz_verify: Callable[..., dict[str, Any]]) -> None:
     gated = trainimg("test", image, "--progress", "quiet", env=env, timeout=1200)
     assert gated.returncode == 0, gated.stdout[-2000:] + gated.stderr[-3000:]
     order = records.prefetch_order(image_id, env)
@@ -87,7 +89,6 @@ def _gate_and_push(image: str, image_id: str, env: dict[str, str], registry: Reg
     assert regated.returncode == 0, regated.stderr[-3000:]
     assert records.prefetch_order(image_id, again_env) == order
 
-    where = f"{registry.host}/lazy{uuid.uuid4().hex[:8]}"
     target = RegistryTarget.parse(where)
     login = ("--username", registry.username, "--password-stdin")
     pushed = trainimg("push", image, "--registry", where, "--compression", "estargz", *login, env=env,
