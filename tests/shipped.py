@@ -21,6 +21,7 @@ from trainimg.plan.requirements import lock_path
 from trainimg.recipe.compat import load_compat, spoken
 from trainimg.recipe.loading import load_recipes
 from trainimg.recipe.variant import RecipeSet, Variant
+from trainimg.runtime.lockpins import pins
 
 ROOT = Path(__file__).resolve().parent.parent
 #: The environment variables .ci/setup-host reads for the local bases' names (codename -> amd64, arm64).
@@ -93,3 +94,14 @@ def gpu_words(v: Variant) -> tuple[str, str, str]:
     recipe's NCCL and cuDNN constraints as the checks word them."""
     return (f"CUDA {(v.cuda or '').split('.')[0]}", f"the recipe asks for {spoken(v.nccl or '')}",
             f"the recipe asks for {spoken(v.cudnn or '')}")
+
+
+def locked(v: Variant, distribution_prefix: str) -> str:
+    """The version `v`'s amd64 lock pins for the one distribution whose name starts with `distribution_prefix`
+    (``nvidia-nccl-`` -> ``2.30.7``): what its image holds, read from the data a bump rewrites."""
+    found = {name: version for name, version in pins(lock_path(ROOT, v.name).read_text(encoding="utf-8")).items()
+             if name.startswith(distribution_prefix)}
+    if len(found) != 1:
+        raise LookupError(f"{v.name}'s lock pins {sorted(found) or 'nothing'} for {distribution_prefix}*")
+    return next(iter(found.values()))
+

@@ -31,6 +31,7 @@ from trainimg.engine.docker import DockerEngine
 from trainimg.conformance.replicas import ReplicaResult
 from conftest import LOCAL_BASE, trainimg
 from conftest_images import CUDA_TAG, CUDA_VARIANT, GPU_VARIANTS
+from shipped import locked, pick
 
 
 def _exists(client: docker.DockerClient, ref: str) -> bool:
@@ -111,8 +112,9 @@ def test_labels_and_list_state_the_versions_read_back(gpu_images: dict[str, dict
 def test_absence_is_recorded_in_labels(cuda_image: str) -> None:
     labels = docker.from_env().images.get(cuda_image).labels
     assert labels["trainimg.absent"] == "google-reduction-server"
-    assert labels["trainimg.version.nccl"] == "2.30.7"
-    assert labels["trainimg.version.framework"] == "2.14.1"  # PyPI's CUDA 13.0 wheel has no local tag
+    cuda = pick("pytorch", gpu=True)  # the variant cuda_image is (tests/conftest_images.py)
+    assert labels["trainimg.version.nccl"] == locked(cuda, "nvidia-nccl-")
+    assert labels["trainimg.version.framework"] == locked(cuda, "torch")  # PyPI's CUDA wheel has no local tag
     assert expectations(labels)["reduction_server"] == "absent"
 
 

@@ -27,7 +27,7 @@ from trainimg.runtime.probe import CHECK_NAMES
 from trainimg.runtime.selftest import NOT_EMULATED, local_replicas, plan_allreduce
 from trainimg.runtime.shm import size_for
 from trainimg.runtime.topology import PLATFORMS
-from shipped import pick
+from shipped import locked, pick
 
 JUNIT_XSD = ROOT / "builder" / "conformance" / "data" / "junit.xsd"
 # framework -> (variant, platform its selftest emulates)
@@ -216,9 +216,11 @@ def test_selftest_in_the_cuda_image_skips_gpu_checks_with_reasons(cuda_image_id:
     code, logs = selftest(client, cuda_image_id, tmp_path, "--nproc-per-node", "2", "--json", "/out/r.json")
     assert code == 0, logs[-3000:]
     checks = checks_of(json.loads((tmp_path / "r.json").read_text()))
-    assert checks["nccl"]["status"] == "passed" and "2.30.7" in checks["nccl"]["reason"]
-    assert checks["framework"]["status"] == "passed" and "CUDA 13.0" in checks["framework"]["reason"]
-    assert checks["cudnn"]["status"] == "passed" and "9.24" in checks["cudnn"]["reason"]
+    cuda = pick("pytorch", gpu=True)  # the image cuda_image_id is (tests/conftest_images.py), its facts its lock's
+    cudnn = ".".join(locked(cuda, "nvidia-cudnn-").split(".")[:2])  # cudnnGetVersion's parts, as the check says it
+    assert checks["nccl"]["status"] == "passed" and locked(cuda, "nvidia-nccl-") in checks["nccl"]["reason"]
+    assert checks["framework"]["status"] == "passed" and f"CUDA {cuda.cuda} build" in checks["framework"]["reason"]
+    assert checks["cudnn"]["status"] == "passed" and cudnn in checks["cudnn"]["reason"], checks["cudnn"]
     assert checks["reduction_server"]["status"] == "skipped" and "absent" in checks["reduction_server"]["reason"]
     for name in ("gpu", "allreduce_nccl"):
         assert checks[name]["status"] == "skipped" and checks[name]["reason"] == "no GPU", checks[name]

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from trainimg.conformance.startreads import READS_MOUNT, StartReads
+from trainimg.runtime import reads as recorder
 from trainimg.runtime.reads import READS_ENV, merge
 
 
@@ -22,12 +23,17 @@ def test_a_process_records_what_it_read_in_order(tmp_path: Path) -> None:
     source = os.path.realpath("/etc/os-release")  # Debian's is a link to /usr/lib/os-release
     link = tmp_path / "os-release"  # under /tmp, a link to a file elsewhere: the file counts, where it is
     link.symlink_to("/etc/os-release")
-    code = ("from trainimg.runtime import reads; reads.start()\n"
+    # The module loaded from its file by a Python started without `site` (-S): as bare as an image's start, where
+    # no .pth of this machine's site-packages maps a library (bz2, lzma) before the recorder starts.
+    module = Path(recorder.__file__).resolve()
+    code = ("import importlib.util as u\n"
+            f"spec = u.spec_from_file_location('reads', {str(module)!r}); reads = u.module_from_spec(spec)\n"
+            "spec.loader.exec_module(reads); reads.start()\n"
             "import email.parser\n"
             f"open({str(link)!r}).read(); open('/proc/self/status').read()\n"
             f"open({str(tmp_path / 'written.txt')!r}, 'w').write('x')\n"
             f"import ctypes; ctypes.CDLL({ctypes.util.find_library('bz2')!r})\n")
-    run = subprocess.run([sys.executable, "-c", code], env={**os.environ, READS_ENV: str(folder)},
+    run = subprocess.run([sys.executable, "-S", "-c", code], env={**os.environ, READS_ENV: str(folder)},
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
     (record,) = [json.loads(p.read_text()) for p in folder.glob("*.json")]
