@@ -9,13 +9,11 @@ drops BuildKit's inline cache, which `--cache-from` and the pushed `<tag>.buildc
 
 So the config the build wrote, its exact bytes (`Engine.image_config`), gets the labels merged into
 `config.Labels` and is stored over the layers the engine already holds (`Engine.store_config`: a `docker load` of
-that config alone). The layers, the history's steps and the inline cache's records stay as built (no layer is
-written, so each stays the one built); the build-clock times (`created`, each history entry's, the inline cache's
-`createdAt`) are fixed as a push fixes them (registry/imageconfig.fixed_times), because BuildKit 0.8 may answer a
-fully cached build from either of two records of a step made at different times: a rebuild with nothing changed
-keeps its image ID whichever it took (a suite run saw one rebuild get another ID before this). It is serialised as
-dockerd and BuildKit write a config (Go's encoding/json: keys of the labels sorted, no spaces, ``<``, ``>`` and
-``&`` escaped).
+that config alone). Nothing else changes: the layers (no layer is written, so each stays the one built), the
+history and its times, the inline cache. It is serialised as dockerd and BuildKit write a config (Go's
+encoding/json: keys of the labels sorted, no spaces, ``<``, ``>`` and ``&`` escaped), so the image is byte for
+byte the one the second pass made, with the same image ID (a fully cached pass reproduces the first pass's config,
+labels aside).
 """
 
 from __future__ import annotations
@@ -26,7 +24,6 @@ from typing import Any
 
 from ..engine.base import Engine
 from ..errors import EngineError
-from ..registry.imageconfig import fixed_times
 
 # What Go's encoding/json escapes inside strings that Python's json.dumps(ensure_ascii=False) writes as they are
 # (its HTML-safe escapes and the two JavaScript line separators), and the two short escapes Python has and Go has not.
@@ -47,14 +44,13 @@ def go_json(data: Any) -> bytes:
 
 def with_labels(config: bytes, labels: Mapping[str, str]) -> bytes:
     """`config` (an image config's bytes) with `labels` set in `config.Labels` (a label it has already takes the
-    new value), the labels in key order as the engine writes them, and its build-clock times fixed as a push fixes
-    them (registry/imageconfig.fixed_times: the image ID one per input, whichever cache record BuildKit took)."""
+    new value), the labels in key order as the engine writes them; nothing else of the config changes."""
     data = json.loads(config)
     if not isinstance(data, dict) or not isinstance(data.get("config"), dict):
         raise EngineError("the image config has no `config` object to carry labels")
     merged = {**(data["config"].get("Labels") or {}), **labels}
     data["config"]["Labels"] = dict(sorted(merged.items()))
-    return go_json(fixed_times(data))
+    return go_json(data)
 
 
 def labelled(engine: Engine, image_id: str, labels: Mapping[str, str], tag: str) -> str:

@@ -40,14 +40,14 @@ def image_config(config: bytes, diff_ids: Sequence[str] | None = None) -> bytes:
     its own when the pushed layers unpack to other tars (eStargz: registry/estargz.py)."""
     data = _with_diff_ids(_config(config), diff_ids)
     data.pop(INLINE_CACHE_KEY, None)
-    return _compact(fixed_times(data))
+    return _compact(_fix_times(data))
 
 
 def cache_config(config: bytes, diff_ids: Sequence[str] | None = None) -> bytes | None:
     """The config of the build cache's manifest: fixed times, with the inline cache (and `diff_ids`, as
     `image_config`); None when it has none."""
     data = _with_diff_ids(_config(config), diff_ids)
-    return _compact(fixed_times(data)) if INLINE_CACHE_KEY in data else None
+    return _compact(_fix_times(data)) if INLINE_CACHE_KEY in data else None
 
 
 def cache_tag(tag: str) -> str:
@@ -85,11 +85,9 @@ def _with_diff_ids(data: dict[str, Any], diff_ids: Sequence[str] | None) -> dict
     return data
 
 
-def fixed_times(data: dict[str, Any]) -> dict[str, Any]:
+def _fix_times(data: dict[str, Any]) -> dict[str, Any]:
     """`data` (a parsed config) with its build-clock times set to `FIXED_TIME`, in place: serialised compactly in
-    its own key order, the same bytes for every build of the same inputs. The local image's config gets the same
-    times when its labels go in (imagebuild/labelling.py): BuildKit 0.8 may answer a fully cached build from either
-    of two records of a step made at different times, and the image ID must not depend on which."""
+    its own key order, the same bytes for every build of the same inputs."""
     if "created" in data:
         data["created"] = FIXED_TIME
     for entry in data.get("history") or []:
