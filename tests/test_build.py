@@ -28,10 +28,14 @@ from brokenimages import TestImages, registry_digest
 from conftest import BARE_VERSION, CPU_VARIANT, LOCAL_BASE, ROOT, bare_recipe, cpu_recipe, remove_image, trainimg
 from conftest_registry import RegistryLogin
 
+from trainimg.engine.docker import DockerEngine
 from trainimg.plan.installer import UV
 from trainimg.plan.requirements import lock_header, lock_path, variant_requirements
 from trainimg.recipe.compat import load_compat
 from trainimg.recipe.loading import load_recipes
+from trainimg.registry.blobpush import saved_config
+from trainimg.registry.imageconfig import image_config
+from trainimg.registry.registryapi import sha256_digest
 from trainimg.runtime import lockgroups
 
 REAL_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
@@ -123,22 +127,24 @@ def test_build_json_report_and_the_image_runs(cpu_rebuild: Rebuild, client: dock
     assert rank.decode().strip() == "0"
 
 
-def test_rebuild_with_nothing_changed_is_fully_cached_and_keeps_the_image_id(
+def test_rebuild_with_nothing_changed_is_fully_cached_and_pushes_the_same_digest(
         cpu_rebuild: Rebuild, state_env: dict[str, str], tmp_path: Path) -> None:
-    """Two builds one after the other, nothing changed between them. Not against the module's fixture build: the
-    lane's other tests build the variant between the two (a release with another audit state, a secret build), and
-    warm suite runs saw the ID differ then."""
-    def build(name: str) -> dict[str, Any]:
+    """Two builds one after the other, nothing changed between them: every step cached, and the same image by the
+    digest a push gives it (its layers, labels and config, build-clock times fixed: registry/imageconfig), read from
+    each build's own image as it is stored. Not the local image ID: a fully cached BuildKit 0.8 build re-stamps the
+    times in the config it exports when the image it exported before is gone, and warm suite runs saw two
+    back-to-back builds get two IDs that way; what a registry and a verify see is the pushed digest."""
+    def build(name: str) -> tuple[dict[str, Any], str]:
         out = tmp_path / f"{name}.json"
         r = trainimg("build", CPU_VARIANT, "--base-image", LOCAL_BASE, "--json", str(out), "--progress", "quiet",
                      env=state_env)
         assert r.returncode == 0, r.stderr[-3000:]
         (row,) = json.loads(out.read_text(encoding="utf-8"))
-        return row
+        return row, sha256_digest(image_config(saved_config(DockerEngine(), row["image_id"])))
 
-    first, again = build("first"), build("again")
-    assert again["steps"] == again["cache_hits"] > 0, again
-    assert again["image_id"] == first["image_id"]
+    (first, first_digest), (again, again_digest) = build("first"), build("again")
+    assert first["steps"] == first["cache_hits"] > 0 and again["steps"] == again["cache_hits"], (first, again)
+    assert again_digest == first_digest, (first["image_id"], again["image_id"])
 
 
 def test_labels_and_manifest_state_what_is_installed(cpu_rebuild: Rebuild, client: docker.DockerClient,
