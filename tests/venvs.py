@@ -13,6 +13,7 @@ import functools
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -46,7 +47,7 @@ def _make(directory: str, python: str, requirements: list[str], modules: list[st
     # files missing ("No module named 'tensorflow.python'"), which find_spec alone would take for a venv.
     stamp = os.path.join(directory, ".trainimg-installed")
     wanted = "\n".join(requirements) + "\n"
-    if os.path.exists(python) and _read(stamp) == wanted and \
+    if os.path.exists(python) and os.path.isfile(stamp) and Path(stamp).read_text(encoding="utf-8") == wanted and \
             subprocess.run([python, "-c", _CHECK, *modules]).returncode == 0:
         return python
     try:
@@ -62,14 +63,6 @@ def _make(directory: str, python: str, requirements: list[str], modules: list[st
     with open(stamp, "w", encoding="utf-8") as fh:
         fh.write(wanted)
     return python
-
-
-def _read(path: str) -> str | None:
-    try:
-        with open(path, encoding="utf-8") as fh:
-            return fh.read()
-    except OSError:
-        return None
 
 
 def venv(name: str) -> str:
