@@ -43,7 +43,7 @@ from trainimg.errors import RegistryError
 from trainimg.registry.referrers import OCI_INDEX, OCI_MANIFEST, attach, fallback_tag, subject_of
 from trainimg.registry.registryapi import RegistryAPI
 from trainimg.runtime.contract import SBOM_PATH, VERSION_PREFIX
-from trainimg.runtime.sbom import HASH_SOURCE, MEDIA_TYPE, PACKAGE_PROPERTY, VERSION_SOURCE
+from trainimg.runtime.sbom import AUDIT_PROPERTY, HASH_SOURCE, MEDIA_TYPE, PACKAGE_PROPERTY, VERSION_SOURCE
 
 RUN = uuid.uuid4().hex[:8]
 PROBE = "trainimg-sbom-probe"
@@ -78,10 +78,13 @@ def lock_pins(variant: str) -> dict[str, tuple[str, set[str]]]:
     return pins
 
 
-def in_image(image: str, *command: str) -> str:
-    """`command`'s stdout in a throwaway container (the docker CLI: the SDK's run can lose a short output)."""
-    proc = subprocess.run([os.environ.get("TRAINIMG_DOCKER_CLI", "docker"), "run", "--rm", "--network", "none", image,
-                           *command], capture_output=True, text=True, timeout=300, check=True)
+def in_image(image: str, *command: str, stdin: str | None = None) -> str:
+    """`command`'s stdout in a throwaway container (the docker CLI: the SDK's run can lose a short output), `stdin`
+    given to it where there is one."""
+    interactive = ["--interactive"] if stdin is not None else []
+    proc = subprocess.run([os.environ.get("TRAINIMG_DOCKER_CLI", "docker"), "run", "--rm", "--network", "none",
+                           *interactive, image, *command], input=stdin, capture_output=True, text=True, timeout=300,
+                          check=True)
     return proc.stdout
 
 
@@ -125,13 +128,19 @@ def test_cpu_image_sbom_validates_and_lists_what_is_installed(cpu_sbom: str, cpu
 
 
 def test_sbom_is_deterministic(cpu_image: str, client: docker.DockerClient) -> None:
-    """A fresh run in a new container gives the file's bytes: sorted, no timestamp, serial from the content. Both
-    from one image, by its ID: the variant's tag moves when another test of the lane builds it with another audit
-    state (a release with --skip-audit writes "skipped", a build "not-audited"), as a suite run saw."""
+    """A fresh run in a new container, given the audit the build mounted, gives the file's bytes: sorted, no
+    timestamp, serial from the content. Both from one image, by its ID: the variant's tag moves when another test of
+    the lane builds it with another audit state. The audit document is the build's input, not something the image
+    holds (a release with --skip-audit wrote "skipped"; a run given none says "not-audited", as a suite run saw), so
+    the run is given the state and VEX the file records; the components and the serial are computed again."""
     image_id = client.images.get(cpu_image).id
     written = in_image(image_id, "cat", SBOM_PATH)
-    assert json.loads(written)["components"]  # the file the build wrote, not an empty one
-    assert in_image(image_id, "python", "-m", "trainimg_runtime", "sbom") == written
+    doc = json.loads(written)
+    assert doc["components"]  # the file the build wrote, not an empty one
+    state = next(p["value"] for p in doc["metadata"]["properties"] if p["name"] == AUDIT_PROPERTY)
+    audit = json.dumps({"state": state, "vulnerabilities": doc.get("vulnerabilities", [])})
+    rerun = in_image(image_id, "python", "-m", "trainimg_runtime", "sbom", "--audit", "/dev/stdin", stdin=audit)
+    assert rerun == written
 
 
 @pytest.fixture(scope="module")
