@@ -17,7 +17,7 @@ SKIP_AUDIT ?=
 PYTEST_ARGS ?=
 BENCH_ARGS ?=
 
-.PHONY: demo test test-quick lint setup setup-demo install install-demo render check registry-start registry-stop clean bench stress \
+.PHONY: demo test test-quick lint setup setup-bench setup-demo install install-demo render check registry-start registry-stop clean bench stress \
   docs docs-build docs-reference
 
 demo: setup-demo install-demo
@@ -65,7 +65,7 @@ lint: install
 	if [ $$rc -eq 0 ]; then echo "lint: clean"; else echo "lint: violations above"; fi; \
 	exit $$rc
 
-bench: setup install
+bench: setup-bench install
 	$(PYTHON) benchmarks/bench.py $(BENCH_ARGS)
 
 # Not in CI: 60 concurrent `trainimg test` runs of a good image; false failures and leftovers must both be 0.
@@ -74,6 +74,10 @@ stress: setup install
 
 setup:
 	bash .ci/setup-host
+
+# Everything the tests use, and trixie's arm64 base (benchmarks/arm64.py builds the shipped JAX CPU variant on it).
+setup-bench:
+	bash .ci/setup-host --bench
 
 # The demo's part of it (the engine, debootstrap and the bookworm base, the registry): no test tool.
 setup-demo:

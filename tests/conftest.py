@@ -61,7 +61,8 @@ CPU_BUILD = [CPU_VARIANT, "--base-image", LOCAL_BASE]  # the cpu_image fixture's
 ENGINE_GROUP = "engine"
 RUNS_GROUP = "engine-beside"
 RUNS_BESIDE = {"test_gate_platforms", "test_frameworks", "test_selftest", "test_gate_mpi", "test_jobs",
-               "test_conformance", "test_audit_image", "test_structure", "test_node_gate", "test_arm64"}
+               "test_conformance", "test_audit_image", "test_structure", "test_node_gate", "test_arm64",
+               "test_ci_fleet"}
 MOVING_FIXTURES = {"cpu_image", "framework_images", "gpu_images", "cuda_image"}  # tags a building test moves
 
 
