@@ -22,15 +22,15 @@ from __future__ import annotations
 
 import secrets
 import shutil
-import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from harness import BASE_IMAGE, Harness, StepFailed, docker_cli, log, run
+from harness import BASE_IMAGE, ROOT, Harness, StepFailed, docker_cli, log, run
 
 DOCKERD = "/usr/sbin/dockerd"
 RUNNER_ROOTS = Path("/var/lib")  # beside /var/lib/docker: the same file system, so overlay2 behaves the same
@@ -72,25 +72,17 @@ def own_bridge() -> Iterator[str]:
         run(["ip", "link", "del", name], check=False)
 
 
-def mounts_under(*folders: Path) -> list[str]:
-    """Mount points the host still has under `folders` (a dockerd that died leaves its overlays mounted)."""
-    points = [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines()]
-    return [p for p in points if any(p == str(f) or p.startswith(f"{f}/") for f in folders)]
-
-
 def stop_runner(proc: subprocess.Popen[bytes], root: Path, exec_root: Path) -> None:
     """Stop the runner's dockerd by its own pid (its containerd goes with it), then delete its roots, unmounting
-    what it left mounted there first (never following a mount out of them)."""
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=ENGINE_WAIT_S)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-    for point in sorted(mounts_under(root, exec_root), key=len, reverse=True):
-        run(["umount", "--lazy", point], check=False)
-    if mounts_under(root, exec_root):
+    what it left mounted there first (never following a mount out of them): the tests' own teardown of a daemon
+    they started (tests/containerdnode.py), as benchmarks/lazystart.py uses its lazy node."""
+    sys.path.insert(0, str(ROOT / "tests"))
+    from containerdnode import mounts, stop, under, unmount_under
+
+    stop(proc, ENGINE_WAIT_S)
+    for folder in (root, exec_root):
+        unmount_under(folder)
+    if any(under(point, folder) for point, _ in mounts() for folder in (root, exec_root)):
         log(f"  runner: {root} keeps mounts; left in place")
         return
     shutil.rmtree(root, ignore_errors=True)
