@@ -20,7 +20,7 @@ import statistics
 from pathlib import Path
 
 from figures import ratio
-from harness import SHIPPED_RECIPES, Harness, log, step
+from harness import SHIPPED_RECIPES, Harness, StepFailed, log, step
 
 from trainimg.recipe.compat import load_compat
 from trainimg.recipe.loading import load_recipes
@@ -68,6 +68,8 @@ def layers(bench: Harness, image_id: str) -> list[str]:
 
 
 def measure_arm64(bench: Harness) -> None:
+    if bench.docker("image", "inspect", ARM64_BASE, check=False).stdout.strip() in ("", "[]"):
+        raise StepFailed(f"no {ARM64_BASE} on this engine: `make bench` makes it (.ci/setup-host --bench)")
     recipes = bench_recipes(bench)
     builds: dict[str, list[float]] = {"amd64": [], "arm64": []}
     arm_layers: list[list[str]] = []
