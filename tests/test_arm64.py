@@ -172,8 +172,9 @@ def test_test_base_image_names_the_base_each_architecture_was_built_on(
     r = trainimg("--recipes", str(s.recipes), "test", SMALL, "--arch", "arm64", "--base-image",
                  f"arm64={LOCAL_BASE}", "--progress", "quiet", env=s.env, timeout=120)
     assert r.returncode == 2 and r.stderr.count("\n") == 1, r.stderr
-    assert r.stderr.startswith(f"--base-image: {local_tag(arm64_entry.tag, 'arm64')} (arm64) was built on {ARM64_BASE}, not "
-                               f"{LOCAL_BASE}"), r.stderr
+    engine_name = local_tag(arm64_entry.tag, "arm64")
+    assert r.stderr.startswith(f"--base-image: {engine_name} (arm64) was built on {ARM64_BASE}, not {LOCAL_BASE}"), \
+        r.stderr
 
 
 # -- (b) the release: one index ---------------------------------------------------------------------------------------
