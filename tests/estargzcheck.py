@@ -10,6 +10,7 @@ the landmark is (the snapshotter prefetches the blob before it) and where named 
 from __future__ import annotations
 
 import fcntl
+import gzip
 import hashlib
 import json
 import os
@@ -52,3 +53,23 @@ def verify(go: str, blob: Path, toc_digest: str, *names: str) -> dict[str, Any]:
     if run.returncode != 0:
         raise AssertionError(f"estargz-verify refused {blob.name}: {run.stderr.strip()}")
     return json.loads(run.stdout)
+
+
+def gunzip(blob: Path) -> bytes:
+    """The tar an eStargz `blob` unpacks to, as any gunzip reads it: every gzip member in turn.
+
+    Not `gzip.decompress(blob.read_bytes())`: on Python 3.11 it copies the rest of the blob after each member, and a
+    base layer's blob holds thousands of members (one per file and chunk), which took minutes of one core.
+    """
+    with gzip.open(blob) as stream:
+        return stream.read()
+
+
+def tar_digest(blob: Path) -> tuple[str, int]:
+    """(the sha256 diff ID, the size) of the tar `blob` unpacks to, read in a stream."""
+    digest, size = hashlib.sha256(), 0
+    with gzip.open(blob) as stream:
+        while chunk := stream.read(1 << 20):
+            digest.update(chunk)
+            size += len(chunk)
+    return f"sha256:{digest.hexdigest()}", size

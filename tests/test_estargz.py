@@ -35,7 +35,7 @@ import docker
 import pytest
 from conftest import remove_image
 from conftest_registry import RegistryLogin
-from estargzcheck import verify
+from estargzcheck import gunzip, tar_digest, verify
 
 from trainimg.engine.docker import DockerEngine
 from trainimg.options.compression import Compression
@@ -85,7 +85,7 @@ def _layer(path: Path) -> Path:
 
 def _unpacked(blob: Path) -> tuple[bytes, list[str], dict[str, Any]]:
     """What a puller that knows nothing of eStargz gets: the tar, its entry names in order, and the TOC in it."""
-    plain = gzip.decompress(blob.read_bytes())
+    plain = gunzip(blob)
     with tarfile.open(fileobj=io.BytesIO(plain)) as tar:
         names = tar.getnames()
         toc = json.load(tar.extractfile(TOC_NAME))  # type: ignore[arg-type]
@@ -211,14 +211,13 @@ def test_an_estargz_push_is_one_digest_and_docker_pulls_it_whole(
     manifest = json.loads(body)
     config = json.loads(api.blob(repository, manifest["config"]["digest"]))
     assert media_type == OCI_MANIFEST and len(manifest["layers"]) == len(config["rootfs"]["diff_ids"]) == 2
-    for layer, diff_id in zip(manifest["layers"], config["rootfs"]["diff_ids"]):
+    for layer, config_diff_id in zip(manifest["layers"], config["rootfs"]["diff_ids"]):
         assert layer["mediaType"] == OCI_GZIP_LAYER and set(layer["annotations"]) == {TOC_DIGEST, UNCOMPRESSED_SIZE}
         blob = _blob(api, repository, layer["digest"], tmp_path / "layer.esgz")
         seen = estargz_verify(blob, layer["annotations"][TOC_DIGEST])
         assert seen["landmark"] == NO_PREFETCH_LANDMARK and seen["files"] > 0, seen
-        plain = gzip.decompress(blob.read_bytes())  # the config names the tar the blob unpacks to
-        assert f"sha256:{hashlib.sha256(plain).hexdigest()}" == diff_id
-        assert layer["annotations"][UNCOMPRESSED_SIZE] == str(len(plain))
+        unpacked, size = tar_digest(blob)  # the config names the tar the blob unpacks to
+        assert unpacked == config_diff_id and layer["annotations"][UNCOMPRESSED_SIZE] == str(size)
     ref = target.ref("trainimg/a:v1")
     env = {**os.environ, "DOCKER_CONFIG": str(tmp_path / "docker")}  # a login of its own, not the user's
     subprocess.run([docker_cli, "login", registry.host, "-u", registry.username, "--password-stdin"],
@@ -325,9 +324,8 @@ def _toc_says(blob: Path, dest: Path, name: str, mode: int) -> tuple[dict[str, A
     text = json.dumps(toc, separators=(",", ":")).encode()
     dest.write_bytes(data[:offset] + gzip_member(own_entry_header(TOC_NAME, len(text)) + padded(text) + bytes(1024))
                      + footer(offset))
-    diff_id = f"sha256:{hashlib.sha256(gzip.decompress(dest.read_bytes())).hexdigest()}"
     return ({"mediaType": OCI_GZIP_LAYER, "size": dest.stat().st_size, "digest": _sha256_file(dest),
-             "annotations": {TOC_DIGEST: f"sha256:{hashlib.sha256(text).hexdigest()}"}}, diff_id)
+             "annotations": {TOC_DIGEST: f"sha256:{hashlib.sha256(text).hexdigest()}"}}, tar_digest(dest)[0])
 
 
 def _sha256_file(path: Path) -> str:
