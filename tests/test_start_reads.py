@@ -29,10 +29,12 @@ def test_a_process_records_what_it_read_in_order(tmp_path: Path) -> None:
     code = ("import importlib.util as u\n"
             f"spec = u.spec_from_file_location('reads', {str(module)!r}); reads = u.module_from_spec(spec)\n"
             "spec.loader.exec_module(reads); reads.start()\n"
+            "import _decimal\n"  # an extension module: the linker maps its file, seen at the next import
             "import email.parser\n"
             f"open({str(link)!r}).read(); open('/proc/self/status').read()\n"
             f"open({str(tmp_path / 'written.txt')!r}, 'w').write('x')\n"
-            f"import ctypes; ctypes.CDLL({ctypes.util.find_library('bz2')!r})\n")
+            f"import ctypes; ctypes.CDLL({ctypes.util.find_library('bz2')!r})\n"
+            "import tomllib\n")  # the import after a dlopen: the library is seen before the module's file
     run = subprocess.run([sys.executable, "-S", "-c", code], env={**os.environ, READS_ENV: str(folder)},
                          capture_output=True, text=True, timeout=120)
     assert run.returncode == 0, run.stderr
@@ -41,8 +43,10 @@ def test_a_process_records_what_it_read_in_order(tmp_path: Path) -> None:
     assert len(reads) == len(set(reads)) and all(os.path.isabs(p) and os.path.isfile(p) for p in reads)
     python = os.path.realpath(sys.executable)
     parser = [i for i, p in enumerate(reads) if "/email/" in p and "parser" in p]  # its bytecode (or source)
+    decimal = [i for i, p in enumerate(reads) if os.path.basename(p).startswith("_decimal.")]  # mapped, not opened
     bz2 = [i for i, p in enumerate(reads) if os.path.basename(p).startswith("libbz2.so")]  # mapped by the loader
-    assert reads.index(python) < parser[0] < reads.index(source) < bz2[0], reads
+    toml = [i for i, p in enumerate(reads) if "/tomllib/" in p]
+    assert reads.index(python) < decimal[0] < parser[0] < reads.index(source) < bz2[0] < toml[0], reads
     assert not [p for p in reads if p.startswith(("/proc", "/tmp"))]  # the kernel's; what the run writes
     assert float(record["started"]) > 0 and record["node"] == os.uname().nodename
 

@@ -5,11 +5,13 @@ checks); nothing else knows so exactly which files a training start reads, which
 fetch first (registry/estargz.py). With READS_ENV naming a folder (the host mounts one there), each runtime process
 (`python -m trainimg_runtime ...`, and the all-reduce workers it starts) records
 * each file Python opens for reading (the `open` audit event, `sys.addaudithook`: sources, bytecode, data files);
-* each file mapped into the process (`/proc/self/maps`, read again at each import and at the end): the interpreter
-  and the shared libraries the dynamic linker loads, extension modules and the framework's own (`libtorch_cpu.so`),
-  which no Python open sees. At each import, not on a clock: a library loaded by one import is seen at the next, so
-  two runs of the same start give the same order (and an eStargz push of it the same digest); 0.5 ms a reading with
-  torch loaded, about 1,000 imports in `import torch`;
+* each file mapped into the process (`/proc/self/maps`): the interpreter and the shared libraries the dynamic
+  linker loads, extension modules and the framework's own (`libtorch_cpu.so`), which no Python open sees. Read
+  again at the first import after the linker may have loaded something (an extension module's import, which audits
+  its file just before loading it, or `ctypes.dlopen`), and at the end; not on a clock, so two runs of the same start
+  give the same order (and an eStargz push of it the same digest). Not at every import: a reading costs about 1 ms
+  with TensorFlow mapped, and `import tensorflow` is thousands of imports (a reading at each of them took its import
+  from 1.8 s to 4.8 s of one core, now 2.1 s; libraries a framework's C++ loads itself are seen at the next reading);
 * at the start, what was read before the hook could be installed: the maps, and the modules already imported.
 At exit, and when the all-reduce prints its verdict (a TensorFlow rank leaves by `os._exit`), or before the
 launcher execs torchrun, it writes them, symlinks resolved, kept to regular files of the image's own filesystem
@@ -43,6 +45,7 @@ class _Recorder:
         self.folder, self.started = folder, time.time()
         self.seen: dict[str, None] = {}
         self.busy = False
+        self.linked = True  # the linker may have mapped files since the last `maps` reading
         self.node = os.uname().nodename
         self.name = os.path.join(folder, f"{self.node}-{os.getpid()}-{time.monotonic_ns()}.json")
 
@@ -54,7 +57,11 @@ class _Recorder:
             if event == "open":
                 self._opened(args)
             elif event == "import":
-                self.maps()
+                if self.linked:
+                    self.maps()
+                self.linked = args[1] is not None  # an extension module's file: the linker loads it next
+            elif event == "ctypes.dlopen":
+                self.linked = True
         except Exception:  # noqa: BLE001  (a path that cannot be read as one: not recorded)
             pass
 
@@ -71,7 +78,7 @@ class _Recorder:
     def maps(self) -> None:
         """Every file mapped now (the dynamic linker's loads since the last reading), those new since the last
         reading by name: the maps list them by address, which changes from run to run (ASLR)."""
-        self.busy = True
+        self.busy, self.linked = True, False
         try:
             with open("/proc/self/maps", encoding="utf-8", errors="surrogateescape") as fh:
                 mapped = {line[line.find("/"):].rstrip("\n") for line in fh if "/" in line}
