@@ -75,6 +75,26 @@ def test_the_same_sources_give_the_same_bytes_whatever_the_hash_seed(tmp_path: P
     assert outputs[0] == outputs[1]
 
 
+def test_the_bytes_do_not_depend_on_how_many_compile_at_once(tmp_path: Path) -> None:
+    """The sorted sources go to slices fixed by their number (each in a process of its own): one worker or four,
+    the same slices, the same bytes, and every source compiled once."""
+    count = 3 * bytecode.SLICE_MIN + 17
+    outputs = []
+    for workers in (1, 4):
+        shutil.rmtree(tmp_path / "build", ignore_errors=True)
+        site = site_with_one_distribution(tmp_path / "build")
+        record = site / "demo-1.0.dist-info" / "RECORD"
+        for i in range(count):
+            (site / "demo" / f"m{i:04}.py").write_text(SOURCE + f"VALUE = {i}\n")
+        record.write_text(record.read_text() + "".join(f"demo/m{i:04}.py,,\n" for i in range(count)))
+        assert bytecode.compile_missing([str(site)], workers=workers) == (count + 1, 1)
+        outputs.append({p.name: p.read_bytes() for p in (site / "demo" / "__pycache__").iterdir()})
+    assert len(outputs[0]) == count + 1 and outputs[0] == outputs[1]
+    todo = [Path(f"{i:05}.py") for i in range(count)]
+    parts = bytecode.slices(todo)
+    assert len(parts) == 3 and [p for part in parts for p in part] == todo
+
+
 def test_a_flag_is_refused_with_one_line(tmp_path: Path) -> None:
     r = subprocess.run([sys.executable, str(SCRIPT), "--all"], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and len(r.stderr.strip().splitlines()) == 1 and "usage:" in r.stderr
