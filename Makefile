@@ -42,7 +42,14 @@ demo: setup-demo install-demo
 # in this process.
 PYTEST_WORKERS ?= auto
 XDIST = $(if $(filter 0,$(PYTEST_WORKERS)),,-n $(PYTEST_WORKERS) --dist loadgroup)
+# The tutorials' steps start `trainimg registry start` on localhost:5000, as their reader does: a local registry left
+# running there (by `make demo`) is stopped first, its images and password kept (`make registry-start` serves them).
 test: setup install
+	@if trainimg registry status 2>/dev/null | grep -q ': running'; then \
+	  echo "test: stopping the local registry on localhost:5000 (the tutorials start their own there; its data is" \
+	    "kept: make registry-start serves it again)"; \
+	  trainimg registry stop > /dev/null; \
+	fi
 	$(PYTHON) -m pytest -q $(XDIST) $(PYTEST_ARGS)
 
 # Tiers 1 and 2: in-process tests and host tools (framework venvs, Slurm, Chromium, ...), no engine. DOCKER_HOST

@@ -243,12 +243,19 @@ def test_the_shipped_locks_pass_on_the_shipped_data(db: Path) -> None:
 # -- the same through an OSV-compatible service, and pip-audit against the same service ----------------------------
 
 
-def test_the_service_gives_the_folders_answer(team: Path, service: str, tmp_path: Path) -> None:
+def test_the_service_gives_the_folders_answer(team: Path, service: str, db: Path, tmp_path: Path) -> None:
     url = service
     r = audit(team, url, "--json", str(tmp_path / "a.json"))
     assert r.returncode == 1 and "PYSEC-2023-135" in r.stderr and "fixed in 2023.7.22" in r.stderr, r.stderr
     details = json.loads((tmp_path / "a.json").read_text())["suites"][0]["checks"][0]["details"]
     assert details["dated_by"] == "the service's Last-Modified" and details["source"] == url
+    # The same database read as a folder: the same findings, each with the same state and fixes (and its source).
+    folder = audit(team, str(db), "--json", str(tmp_path / "f.json"))
+    assert folder.returncode == 1, folder.stderr
+    read = json.loads((tmp_path / "f.json").read_text())["suites"][0]["checks"][0]["details"]
+    assert {f.pop("source") for f in details["findings"]} == {url}
+    assert {f.pop("source") for f in read["findings"]} == {str(db)}
+    assert details["findings"] and details["findings"] == read["findings"]
 
 
 def test_a_package_the_service_did_not_answer_for_fails(team: Path, db: Path) -> None:

@@ -34,13 +34,14 @@ TRAIN = textwrap.dedent("""\
     import json, os, socket, sys, time
     role = os.environ["TRAINIMG_ROLE"]
     out = "/data/output" if os.path.isdir("/data/output") else None
+    side_dir = os.environ.get("SIDE_DIR") or out  # where a ps or evaluator says it ran (a folder every replica sees)
     info = {"role": role, "host": socket.gethostname(), "tf_config": os.environ.get("TF_CONFIG"),
             "cluster_spec": os.environ.get("CLUSTER_SPEC"), "args": sys.argv[1:],
             "trial": os.environ.get("CLOUD_ML_TRIAL_ID"), "user": os.environ.get("USER_VAR")}
     if role in ("ps", "evaluator"):
         task = json.loads(os.environ.get("TF_CONFIG") or os.environ["CLUSTER_SPEC"])["task"]
-        if out:
-            with open(f"{out}/{role}-{task['index']}.json", "w") as f:
+        if side_dir:
+            with open(f"{side_dir}/{role}-{task['index']}.json", "w") as f:
                 json.dump(info, f)
         print("SIDE " + json.dumps(info), flush=True)
         time.sleep(3600)  # a ps never exits by itself
@@ -55,11 +56,12 @@ TRAIN = textwrap.dedent("""\
     if out:
         with open(f"{out}/rank-{rank}.json", "w") as f:
             json.dump(info, f)
-        if role == "chief":  # wait for every node's ps to have written its file (UAI layout test)
-            want = int(os.environ.get("WAIT_PS", "0"))
-            deadline = time.time() + 600  # a hang guard: the loop ends once every ps wrote
-            while len([n for n in os.listdir(out) if n.startswith("ps-")]) < want and time.time() < deadline:
-                time.sleep(0.2)
+    if side_dir and role == "chief":  # wait for WAIT_SIDE side replicas to have written their files
+        want = int(os.environ.get("WAIT_SIDE", "0"))
+        deadline = time.time() + 600  # a hang guard: the loop ends once every one wrote
+        while len([n for n in os.listdir(side_dir) if n.startswith(("ps-", "evaluator-"))]) < want \
+                and time.time() < deadline:
+            time.sleep(0.2)
     dist.barrier()
     dist.destroy_process_group()
     sys.exit(0 if t.item() == expected else 1)
@@ -124,7 +126,8 @@ def _check_allreduce(result, world: int) -> None:
 def test_vertex_allreduce_with_evaluator(engine: DockerEngine, workdir: Path, tmp_path: Path) -> None:
     lines: list[tuple[str, str]] = []
     opts = JobOptions(platform="vertex", replicas=2, ps=None, evaluators=1, trial=None,
-                      env=parse_env(["USER_VAR=hello"]), volumes=parse_volumes([f"{workdir}:/work"]),
+                      env=parse_env(["USER_VAR=hello", "SIDE_DIR=/work", "WAIT_SIDE=1"]),
+                      volumes=parse_volumes([f"{workdir}:/work"]),
                       command=["python", "/work/train.py", "--epochs=1"], timeout=120)
     result = run_job(engine, IMAGE, opts, on_log=lambda n, line: lines.append((n, line)), state=tmp_path / "state")
     _check_allreduce(result, 2)
@@ -136,8 +139,14 @@ def test_vertex_allreduce_with_evaluator(engine: DockerEngine, workdir: Path, tm
     assert spec["task"] == {"type": "workerpool0", "index": 0}
     assert json.loads(rec["tf_config"])["task"]["type"] == "chief"
     assert [r.role for r in result.replicas] == ["chief", "worker", "evaluator"]
+    # The evaluator ran as one (Vertex's workerpool3, TF_CONFIG's evaluator), was not waited for, and its sleep of
+    # an hour ended with the job: the job is over and nothing of it is left (below).
     evaluator = result.replicas[2]
-    assert evaluator.exit_code is None and not evaluator.timed_out  # stopped when the job ended
+    (side,) = _records(evaluator.logs, "SIDE ")
+    assert side == json.loads((workdir / "evaluator-0.json").read_text())
+    assert json.loads(side["cluster_spec"])["task"] == {"type": "workerpool3", "index": 0}
+    assert json.loads(side["tf_config"])["task"] == {"type": "evaluator", "index": 0}
+    assert evaluator.exit_code is None and not evaluator.timed_out
     assert any(n == "chief-0" and line.startswith("RESULT ") for n, line in lines)
     assert result.output_dir is None
     assert _leftovers(engine.client, result.run_id) == []
@@ -162,7 +171,7 @@ def test_uai_allreduce_shared_output_and_ps_on_every_node(engine: DockerEngine, 
                                                           tmp_path: Path) -> None:
     nodes = 3
     opts = JobOptions(platform="uai", replicas=nodes, ps=None, evaluators=0, trial=None,
-                      env={"WAIT_PS": str(nodes)}, volumes=parse_volumes([f"{workdir}:/work"]),
+                      env={"WAIT_SIDE": str(nodes)}, volumes=parse_volumes([f"{workdir}:/work"]),
                       command=["python", "/work/train.py"], timeout=120)
     result = run_job(engine, IMAGE, opts, on_log=None, state=tmp_path / "state")
     _check_allreduce(result, nodes)

@@ -118,7 +118,9 @@ def test_cpu_image_sbom_validates_and_lists_what_is_installed(cpu_sbom: str, cpu
         assert {h["content"] for h in pypi[name]["hashes"]} == hashes and prop(pypi[name], HASH_SOURCE) == "lock"
     assert "pkg:pypi/torch@2.13.0%2Bcpu" in comps
     # What the lock does not pin (the venv's own pip) still has a hash, from its dist-info RECORD.
-    assert all(prop(c, HASH_SOURCE) == "record" and c["hashes"] for n, c in pypi.items() if n not in pins)
+    unpinned = {n: c for n, c in pypi.items() if n not in pins}
+    assert "pip" in unpinned, sorted(pypi)
+    assert all(prop(c, HASH_SOURCE) == "record" and c["hashes"] for c in unpinned.values()), unpinned
     # dpkg's packages, as dpkg itself reports them in the image.
     libc = in_image(cpu_image, "dpkg-query", "-W", "-f", "${Version} ${Architecture}", "libc6").split()
     assert f"pkg:deb/debian/libc6@{libc[0].replace('+', '%2B')}?arch={libc[1]}&distro=bookworm" in comps

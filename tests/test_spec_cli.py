@@ -111,7 +111,11 @@ def test_local_reference_reads_the_image_labels(labelled: TestImages) -> None:
     gpu = pushed_name(labelled, labelled.build(
         "spec-gpu", [], labels={"trainimg.framework": "pytorch", "trainimg.version.nccl": "2.27.7",
                                 "trainimg.reduction-server": "wanted", "trainimg.absent": ""}, labels_file=False))
-    assert pool0(spec("--platform", "vertex", "--image", gpu, *SHAPE, "--reduction-servers", "2"))
+    # its labels name the framework and say it has NCCL: the Reduction Server's pool is there, with its 2 replicas
+    pools = json.loads(spec("--platform", "vertex", "--image", gpu, *SHAPE, "--reduction-servers", "2", "--",
+                            "python", "t.py").stdout)["jobSpec"]["workerPoolSpecs"]
+    assert pools[0]["containerSpec"]["command"][3:5] == ["--framework", "pytorch"]
+    assert "reductionserver" in pools[2]["containerSpec"]["imageUri"] and int(pools[2]["replicaCount"]) == 2, pools
     plain = pushed_name(labelled, labelled.build("spec-plain", []))
     one_line_error(spec("--platform", "vertex", "--image", plain, *SHAPE), "--image", "no trainimg labels")
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import re
+import time
 import xml.etree.ElementTree as ET
 from collections.abc import Iterator
 from pathlib import Path
@@ -63,12 +64,16 @@ def run_test(image: str, config: Path, env: dict[str, str]) -> tuple[int, str, d
 
 def test_structure_tests_pass_then_fail_and_the_failure_blocks_push(team_image: str, tmp_path: Path,
                                                                      state_env: dict[str, str],
-                                                                     registry: RegistryLogin) -> None:
+                                                                     registry: RegistryLogin,
+                                                                     client: docker.DockerClient) -> None:
     env = {**state_env, "TRAINIMG_REGISTRY_PASSWORD": registry.password}
     good = tmp_path / "team.yaml"
     good.write_text(documented_config(), encoding="utf-8")
+    since = time.time_ns()
     code, err, suite, junit = run_test(team_image, good, env)
     assert code == 0, err[-2000:]
+    # The gate's containers are among the image's the engine's events show (what the refusals below count on).
+    assert containers_created(client, team_image, since), "no container of the image in the engine's events"
     ours = [c for c in suite["checks"] if c["name"].startswith("structure: team.yaml: ")]
     assert len(ours) >= 3 and all(c["status"] == "passed" for c in ours), ours
     assert len([tc for tc in junit.iter("testcase") if tc.get("name", "").startswith("structure: ")]) == len(ours)
@@ -94,11 +99,27 @@ def test_structure_tests_pass_then_fail_and_the_failure_blocks_push(team_image: 
 @pytest.mark.parametrize("text", [None, "schemaVersion: 9.9.9\ncommandTests: []\n", "- just\n- a list\n",
                                   "schemaVersion: [unclosed\n"])
 def test_a_missing_or_broken_config_is_one_line_exit_2_before_any_container(
-        team_image: str, tmp_path: Path, state_env: dict[str, str], text: str | None) -> None:
+        team_image: str, client: docker.DockerClient, tmp_path: Path, state_env: dict[str, str],
+        text: str | None) -> None:
     config = tmp_path / "broken.yaml"
     if text is not None:
         config.write_text(text, encoding="utf-8")
+    since = time.time_ns()
     r = trainimg("test", team_image, "--structure-tests", str(config), env=state_env, timeout=60)
     assert r.returncode == 2, r.stderr[-2000:]
     (line,) = r.stderr.strip().splitlines()
     assert "--structure-tests" in line and "broken.yaml" in line, line
+    # No container of the image was made: the engine's own events say so, and they do show the one made here after.
+    control = client.containers.create(team_image, command=["true"])
+    control.remove()
+    assert containers_created(client, team_image, since) == [control.id]
+
+
+def containers_created(client: docker.DockerClient, image: str, since_ns: int) -> list[str]:
+    """The IDs of the containers the engine made of `image` (by name or ID) since `since_ns`, oldest first."""
+    image_id = client.images.get(image).id
+    names = {image, image_id, image_id.removeprefix("sha256:")}
+    events = client.events(since=since_ns // 10**9, until=int(time.time()) + 1, decode=True,
+                           filters={"type": "container", "event": "create"})
+    return [e["id"] for e in events
+            if e.get("timeNano", 0) >= since_ns and e.get("Actor", {}).get("Attributes", {}).get("image") in names]
