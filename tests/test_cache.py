@@ -116,10 +116,13 @@ def test_pushed_image_carries_inline_cache_and_serves_a_rebuild(private_build: t
     r = trainimg("--recipes", str(recipes), "build", "cachetest", "--base-image", LOCAL_BASE, "--progress", "plain",
                  "--cache-from", remote, "--json", str(again), env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
-    # BuildKit read the pushed image's cache (a step of its own, DONE), and did not fail to (an error block names it)
-    assert f"importing cache manifest from {remote}\n" in r.stderr, r.stderr[-3000:]
-    assert f"> importing cache manifest from {remote}:" not in r.stderr, r.stderr[-3000:]
+    # BuildKit read the pushed image's cache (a step of its own), and did not fail to: BuildKit 0.8 says so only as
+    # `#N ERROR: ...` under that step (a 401 when the engine has no login), which the build's report carries.
+    (step,) = re.findall(rf"^\S* ?#(\d+) importing cache manifest from {re.escape(remote)}$", r.stderr, re.M)
+    assert not re.search(rf"#{step} ERROR", r.stderr), r.stderr[-3000:]
     (rebuilt,) = json.loads(again.read_text(encoding="utf-8"))
+    # (its `.buildcache` companion was not pushed here: BuildKit finds none, and says so)
+    assert [u for u in rebuilt["unread_caches"] if u.startswith(f"{remote}: ")] == [], rebuilt["unread_caches"]
     assert rebuilt["cache_hits"] == rebuilt["steps"], rebuilt
     assert rebuilt["manifest"] == built["manifest"]
     print(f"cache rebuild ratio (not asserted; local BuildKit cache also present): "

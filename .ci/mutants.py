@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""Break a feature once and watch its test fail: the breaks that showed a test can fail, kept to run again.
+
+A test that passes with its feature broken checks nothing (CONTRIBUTING.md, "Tests are real"). Each mutant below
+is one such break, written as the smallest edit of the product that removes the feature while leaving everything
+else working, and the test that must then fail. For each: the test must pass on the checkout as it is, fail with the
+edit applied, and the file is put back whatever happens. The engine tests need what `make test` needs (the engine,
+the images the fixtures build: seconds when warm).
+
+    python3 .ci/mutants.py [NAME ...]        (default: every mutant; --list names them)
+
+Exit 0 when every named test passed intact and failed broken; 1 when one did not; 2 when a mutant no longer
+applies (its text is not in the file once: the product changed, so the mutant must be rewritten).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+EDIT_ERRORS = ("NameError", "SyntaxError", "IndentationError", "ImportError")  # a failure of the edit, not the test
+
+
+@dataclass(frozen=True)
+class Mutant:
+    name: str
+    file: str  # relative to the checkout
+    old: str  # found exactly once in `file`
+    new: str
+    test: str  # a pytest node id
+    why: str  # what the edit removes
+
+
+MUTANTS = (
+    Mutant("spec-drops-reducers", "builder/jobs/spec.py",
+           "    return int(wanted)\n\n\ndef _check_reduction_server_image",
+           "    return 0\n\n\ndef _check_reduction_server_image",
+           "tests/test_spec_cli.py::test_local_reference_reads_the_image_labels",
+           "--reduction-servers 2 on a labelled GPU image gives no Reduction Server pool"),
+    Mutant("service-loses-aliases", "builder/audit/sources.py",
+           'records[vid] = Advisory.from_json(_json(response), f"{base}/v1/vulns/{vid}")',
+           'records[vid] = Advisory.from_json({**_json(response), "aliases": []}, f"{base}/v1/vulns/{vid}")',
+           "tests/test_audit.py::test_the_service_gives_the_folders_answer",
+           "the OSV service's records lose their aliases: its findings differ from the folder's"),
+    Mutant("container-before-config-check", "builder/pipeline.py",
+           "    check_structure_tests(opts.structure_tests)  # bad configs fail before any container starts\n",
+           "    import docker\n    for image, _ in images:\n"
+           "        docker.from_env().containers.create(image, ['true']).remove()\n"
+           "    check_structure_tests(opts.structure_tests)  # bad configs fail before any container starts\n",
+           "tests/test_structure.py::test_a_missing_or_broken_config_is_one_line_exit_2_before_any_container",
+           "a container of the image is made (silently) before a broken --structure-tests config is refused"),
+    Mutant("evaluator-never-runs", "builder/jobs/run.py",
+           "            raise Cancelled()\n        return super()._start(job, spec, network, labels)\n",
+           "            raise Cancelled()\n        if spec.role == 'evaluator':\n"
+           "            job = replace(job, command=lambda s: ['sleep', '3600'],\n"
+           "                          entrypoint=['/bin/sh', '-c', 'exec \"$@\"', 'sh'])\n"
+           "        return super()._start(job, spec, network, labels)\n",
+           "tests/test_jobs.py::test_vertex_allreduce_with_evaluator",
+           "the Vertex evaluator's container sleeps instead of running the job's command"),
+    Mutant("ps-never-starts", "builder/jobs/run.py",
+           "            raise Cancelled()\n        return super()._start(job, spec, network, labels)\n",
+           "            raise Cancelled()\n        if spec.role == 'ps':\n"
+           "            return __import__('docker').from_env().containers.create(\n"
+           "                job.image, ['true'], labels=dict(labels), name=f'{spec.host}--{spec.name}').id\n"
+           "        return super()._start(job, spec, network, labels)\n",
+           "tests/test_jobs.py::test_uai_given_output_volume_and_explicit_ps",
+           "a UAI ps is created but never started"),
+    Mutant("cache-import-without-login", "builder/engine/buildkit.py",
+           '        env = {**os.environ, "DOCKER_BUILDKIT": "1"}\n',
+           '        env = {**os.environ, "DOCKER_BUILDKIT": "1", "DOCKER_CONFIG": __import__("tempfile").mkdtemp()}\n',
+           "tests/test_cache.py::test_pushed_image_carries_inline_cache_and_serves_a_rebuild",
+           "BuildKit reads --cache-from without the login: 401, the local cache hides it"),
+    Mutant("sbom-only-locked", "builder/runtime/sbom.py",
+           "        if not name or distribution_key(name) in seen:\n",
+           "        if not name or distribution_key(name) in seen or distribution_key(name) not in locked:\n",
+           "tests/test_sbom.py::test_cpu_image_sbom_validates_and_lists_what_is_installed",
+           "the SBOM lists only what the lock pins (the venv's pip goes missing)"),
+)
+
+
+def run_test(node: str) -> tuple[int, str]:
+    """(pytest's exit code, its last line, or its first failed assertion)."""
+    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", node], cwd=ROOT,
+                          capture_output=True, text=True, env=os.environ.copy())
+    lines = proc.stdout.splitlines()
+    said = next((ln for ln in lines if ln.startswith("E ")), lines[-1] if lines else proc.stderr.strip()[-300:])
+    return proc.returncode, said.strip()[:160]
+
+
+def check(mutant: Mutant) -> bool:
+    path = ROOT / mutant.file
+    text = path.read_text(encoding="utf-8")
+    if text.count(mutant.old) != 1:
+        print(f"{mutant.name}: its text is not in {mutant.file} exactly once: rewrite the mutant", file=sys.stderr)
+        sys.exit(2)
+    intact, said = run_test(mutant.test)
+    if intact != 0:
+        print(f"{mutant.name}: FAILED INTACT ({said})")
+        return False
+    try:
+        path.write_text(text.replace(mutant.old, mutant.new), encoding="utf-8")
+        broken, said = run_test(mutant.test)
+    finally:
+        path.write_text(text, encoding="utf-8")
+    if broken != 1:
+        print(f"{mutant.name}: PASSED BROKEN ({mutant.why}): {mutant.test}")
+        return False
+    if any(error in said for error in EDIT_ERRORS):
+        print(f"{mutant.name}: the edit itself is broken ({said}): rewrite the mutant")
+        return False
+    print(f"{mutant.name}: passes intact, fails broken ({mutant.why}): {said}")
+    return True
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
+    parser.add_argument("names", nargs="*", help="mutants to run (default: all)")
+    parser.add_argument("--list", action="store_true", help="name each mutant and its test")
+    args = parser.parse_args()
+    known = {m.name: m for m in MUTANTS}
+    if args.list:
+        for m in MUTANTS:
+            print(f"{m.name}: {m.test}\n    {m.why}")
+        return 0
+    unknown = [n for n in args.names if n not in known]
+    if unknown:
+        print(f"mutants: no mutant named {', '.join(unknown)} (--list names them)", file=sys.stderr)
+        return 2
+    dirty = subprocess.run(["git", "status", "--porcelain", "--", *{m.file for m in MUTANTS}], cwd=ROOT,
+                           capture_output=True, text=True, check=True).stdout
+    if dirty:
+        print(f"mutants: the files they edit have uncommitted changes; commit or stash them first:\n{dirty}",
+              file=sys.stderr)
+        return 2
+    results = [check(known[n]) for n in args.names or known]
+    return 0 if all(results) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
