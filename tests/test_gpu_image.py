@@ -42,10 +42,11 @@ def _exists(client: docker.DockerClient, ref: str) -> bool:
         return False
 
 
-def test_missing_component_fails_the_build_naming_it(image_matrix: list[str],
+def test_missing_component_fails_the_build_naming_it(image_matrix: list[str], gpu_images: dict[str, dict],
                                                       state_env: dict[str, str]) -> None:
     """Google's apt repository is unreachable here: without --allow-missing the build stops, saying which
-    component and what to pass, and no tag points at a half-made image."""
+    component and what to pass, and no tag points at a half-made image. (After `gpu_images`: the steps before the
+    component's come from its cache, not a second cold build of the same gigabytes.)"""
     client = docker.from_env()
     before = client.images.get(CUDA_TAG).id if _exists(client, CUDA_TAG) else None
     r = trainimg("build", CUDA_VARIANT, "--base-image", LOCAL_BASE, *image_matrix, "--progress", "quiet",

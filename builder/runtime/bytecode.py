@@ -14,8 +14,9 @@ the sources of the distributions that step installed.
   count, which what the process compiled before can move. So the sorted list is cut into slices fixed by its length
   alone (`slices`), each compiled in order by a fresh process of its own, as many at once as there are CPUs: the
   same files give the same slices and the same bytes, cold or warm, on 2 CPUs or 64, whatever the hash seed
-  (marshal sorts a frozenset's items since Python 3.10, bpo-37596). One process compiled torch's 2,370 sources in
-  6.4 s of one core, the longest step of an install after the unpacking; two at once take half.
+  (marshal sorts a frozenset's items since Python 3.10, bpo-37596). Compiling is the longest part of an install
+  step after the unpacking; in slices it takes about half as long on 2 CPUs (benchmarks/results/2026-12-02-onepass,
+  "uv against pip again").
 - A `.pyc` already there for the same source is left alone: an extending variant's step installs its whole lock,
   and rewriting its parent's bytecode would copy those files into its own layer.
 - A file that is not Python 3 source (a template or test data named `.py`) is skipped, as pip skips it.
@@ -104,7 +105,7 @@ def compile_missing(paths: list[str], workers: int | None = None) -> tuple[int, 
     slices compiled `workers` at a time (the CPUs this process may use when None)."""
     parts = slices([source for source in sources(paths) if not current(source)])
     workers = workers or len(os.sched_getaffinity(0))
-    with ThreadPoolExecutor(max_workers=max(1, min(workers, len(parts) or 1))) as pool:
+    with ThreadPoolExecutor(max_workers=min(workers, len(parts) or 1)) as pool:
         counts = list(pool.map(_compile_slice, parts))
     return sum(c for c, _ in counts), sum(s for _, s in counts)
 
