@@ -37,6 +37,12 @@ class Mutant:
 
 
 MUTANTS = (
+    Mutant("launcher-drops-torchrun-ranks", "builder/runtime/launch.py",
+           "        TRAINIMG_NNODES=str(info.world_size),\n    )\n    return out\n",
+           "        TRAINIMG_NNODES=str(info.world_size),\n    )\n    if info.started_by is not None:\n"
+           "        for name in ('RANK', 'LOCAL_RANK'):\n            out.pop(name)\n    return out\n",
+           "tests/test_platform_clients.py::test_torchrun_layer_keeps_torchruns_ranks",
+           "the launcher hands torchrun's workers on without the ranks torchrun gave them"),
     Mutant("spec-drops-reducers", "builder/jobs/spec.py",
            "    return int(wanted)\n\n\ndef _check_reduction_server_image",
            "    return 0\n\n\ndef _check_reduction_server_image",
