@@ -16,7 +16,6 @@ applies (its text is not in the file once: the product changed, so the mutant mu
 from __future__ import annotations
 
 import argparse
-import os
 import subprocess
 import sys
 from dataclasses import dataclass
@@ -92,7 +91,7 @@ MUTANTS = (
 def run_test(node: str) -> tuple[int, str]:
     """(pytest's exit code, its last line, or its first failed assertion)."""
     proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", node], cwd=ROOT,
-                          capture_output=True, text=True, env=os.environ.copy())
+                          capture_output=True, text=True)
     lines = proc.stdout.splitlines()
     said = next((ln for ln in lines if ln.startswith("E ")), lines[-1] if lines else proc.stderr.strip()[-300:])
     return proc.returncode, said.strip()[:160]

@@ -26,6 +26,7 @@ import os
 import shutil
 import signal
 import subprocess
+import time
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -127,6 +128,13 @@ def remove_image(client: docker.DockerClient, ref: str) -> None:
         client.api.remove_image(ref, force=True)
     except docker.errors.NotFound:
         pass
+
+
+def engine_events(client: docker.DockerClient, since_ns: int, filters: dict[str, str]) -> list[dict[str, Any]]:
+    """The engine's own events matching `filters` since `since_ns` (ns since the epoch), oldest first: what the
+    engine did, read where the product cannot speak for it (a container it made, one it started)."""
+    events = client.events(since=since_ns // 10**9, until=int(time.time()) + 1, decode=True, filters=filters)
+    return [e for e in events if e.get("timeNano", 0) >= since_ns]
 
 
 @pytest.fixture(scope="session")

@@ -25,7 +25,7 @@ from trainimg.jobs.tune import judge, parse_params, trials_for, tune
 from trainimg.options import JobOptions, TuneOptions
 from trainimg.conformance.replicas import OWNER_LABEL, RUN_LABEL
 from brokenimages import TestImages
-from conftest import default_sigint, trainimg
+from conftest import default_sigint, engine_events, trainimg
 
 IMAGE = "trainimg/pytorch:2.13.0-cpu-py3.11"
 ROOT = Path(__file__).resolve().parent.parent
@@ -215,8 +215,7 @@ def test_uai_given_output_volume_and_explicit_ps(engine: DockerEngine, workdir: 
     # A node's holder keeps its network alive: the ps always starts, even when its node's command ends at once
     # (the engine's own events; its exit code is None or 0 whether it ran or not).
     ours = {"type": "container", "event": "start", "label": f"{RUN_LABEL}={result.run_id}"}
-    events = engine.client.events(since=since // 10**9, until=int(time.time()) + 1, decode=True, filters=ours)
-    started = [e["Actor"]["Attributes"]["name"] for e in events if e.get("timeNano", 0) >= since]
+    started = [e["Actor"]["Attributes"]["name"] for e in engine_events(engine.client, since, ours)]
     assert [n for n in started if n.endswith("ps-0")], started
     assert not (tmp_path / "state" / "runs").exists()
     assert _leftovers(engine.client, result.run_id) == []

@@ -16,7 +16,7 @@ from pathlib import Path
 import docker
 import pytest
 from brokenimages import TestImages
-from conftest import ROOT, trainimg
+from conftest import ROOT, engine_events, trainimg
 from conftest_registry import RegistryLogin
 
 FAILING = """\
@@ -119,7 +119,5 @@ def containers_created(client: docker.DockerClient, image: str, since_ns: int) -
     """The IDs of the containers the engine made of `image` (by name or ID) since `since_ns`, oldest first."""
     image_id = client.images.get(image).id
     names = {image, image_id, image_id.removeprefix("sha256:")}
-    events = client.events(since=since_ns // 10**9, until=int(time.time()) + 1, decode=True,
-                           filters={"type": "container", "event": "create"})
-    return [e["id"] for e in events
-            if e.get("timeNano", 0) >= since_ns and e.get("Actor", {}).get("Attributes", {}).get("image") in names]
+    return [e["id"] for e in engine_events(client, since_ns, {"type": "container", "event": "create"})
+            if e.get("Actor", {}).get("Attributes", {}).get("image") in names]
