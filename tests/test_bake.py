@@ -27,7 +27,7 @@ from typing import Any
 import docker
 import docker.errors
 import pytest
-from conftest import ROOT, trainimg
+from conftest import ROOT, bare_recipe, trainimg
 from shipped import build_base, pick, shipped
 
 from trainimg.engine.docker import BuildRequest, DockerEngine
@@ -42,6 +42,12 @@ PARENT = pick("pytorch", gpu=False).name
 CHILD = "baketest-child"
 CHILD_RECIPE = f"extends: {PARENT}\nname: {CHILD}\nrepository: trainimg-test/{CHILD}\n" \
                "labels:\n  team: bake\n"
+# The emulation builds the CPU PyTorch variant, a variant with no framework on its Debian and Python (so the two
+# share the python and installer stages, each a target of its own: the `target:` contexts) and the child (the
+# `parent` context). The other frameworks' targets come from the same renderer (their bake file is checked above,
+# every variant's); building them too took two more framework installs of a cold run for no other case.
+BARE = "baketest-bare"
+EMULATED = [PARENT, BARE]
 _FROM_RE = re.compile(r"^FROM\s+(?:--platform=\S+\s+)?(\S+)(?:\s+AS\s+(\S+))?\s*$", re.IGNORECASE)
 _ARG_RE = re.compile(r"^ARG\s+([A-Za-z_][A-Za-z0-9_]*)(?:=(.*))?$")
 
@@ -269,15 +275,19 @@ def wheel_index(client: docker.DockerClient) -> Iterator[dict[str, str]]:
 @pytest.fixture(scope="module")
 def emulated(recipes: Path, state_env: dict[str, str], client: docker.DockerClient, wheel_index: dict[str, str],
              tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[dict[str, Any], dict[str, str]]]:
-    """Build the CPU targets and the extending child as the engine runs them; image IDs by target name.
+    """Build EMULATED's targets and the extending child as the engine runs them; image IDs by target name.
     Nothing is tagged with the variants' own tags (other users build those): only private emulation tags."""
-    data = bake(recipes, {**state_env, **wheel_index}, *CPU_VARIANTS, CHILD)
+    folder = tmp_path_factory.mktemp("emulated") / "recipes"
+    shutil.copytree(recipes, folder)
+    shutil.copytree(recipes.parent / "images", folder.parent / "images")
+    (folder / "bare.yaml").write_text(bare_recipe(BARE, f"trainimg-test/{BARE}"), encoding="utf-8")
+    data = bake(folder, {**state_env, **wheel_index}, *EMULATED, CHILD)
     targets, engine, built = data["target"], DockerEngine(client), {}
     run = uuid.uuid4().hex[:12]
     work = tmp_path_factory.mktemp("emulation")
     private: list[str] = []
     try:
-        for name in order(targets, [*CPU_VARIANTS, CHILD]):
+        for name in order(targets, [*EMULATED, CHILD]):
             t = targets[name]
             text = Path(t["dockerfile"]).read_text(encoding="utf-8")
             for key, ref in t.get("contexts", {}).items():
@@ -312,6 +322,8 @@ def _local_base(targets: dict[str, Any], name: str) -> str:
     that of a variant using it."""
     if name in shipped().by_name:
         return build_base(shipped().by_name[name])
+    if name == BARE:  # the CPU PyTorch variant's Debian, whose stages it shares
+        return _local_base(targets, PARENT)
     user = next(n for n, t in targets.items() if f"target:{name}" in t.get("contexts", {}).values())
     return _local_base(targets, user)
 
@@ -319,7 +331,11 @@ def _local_base(targets: dict[str, Any], name: str) -> str:
 def test_emulated_targets_build_labelled_images(emulated: tuple[dict[str, Any], dict[str, str]],
                                                 client: docker.DockerClient) -> None:
     targets, built = emulated
-    for name in [*CPU_VARIANTS, CHILD]:
+    # Both kinds of named context were emulated: the stages the two variants share, and the child's parent.
+    shared = [targets[name].get("contexts", {}) for name in EMULATED]
+    assert shared[0] == shared[1] and set(shared[0]) == {"python", "installer"}, shared
+    assert targets[CHILD]["contexts"] == {"parent": f"target:{PARENT}"}
+    for name in [*EMULATED, CHILD]:
         config = client.api.inspect_image(built[name])["Config"]
         labels = config["Labels"]
         for key, value in targets[name]["labels"].items():
