@@ -6,6 +6,7 @@ each child print the environment it received, so the rank arithmetic is checked 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -231,10 +232,14 @@ def test_one_failing_local_process_fails_the_replica() -> None:
 
 
 def test_sigterm_is_forwarded_to_local_processes(tmp_path: Path) -> None:
+    """Each child receives the SIGTERM the launcher got (it says so in a file of its own) and is gone when the
+    launcher has returned: a launcher that exits 143 on its own, leaving its children running, fails here."""
     ready = tmp_path / "ready"
     child = (
-        "import os, pathlib, time; "
-        f"pathlib.Path({str(ready)!r} + os.environ['LOCAL_RANK']).touch(); time.sleep(600)"
+        "import os, pathlib, signal, time; "
+        f"me = pathlib.Path({str(ready)!r} + os.environ['LOCAL_RANK']); "
+        "signal.signal(signal.SIGTERM, lambda *_: (pathlib.Path(f'{me}.term').write_text('SIGTERM'), os._exit(143))); "
+        "me.write_text(str(os.getpid())); time.sleep(600)"
     )
     proc = subprocess.Popen(
         [sys.executable, "-m", "trainimg.runtime", "launch", "--nproc-per-node", "2", "--framework", "jax", "--"]
@@ -243,12 +248,22 @@ def test_sigterm_is_forwarded_to_local_processes(tmp_path: Path) -> None:
         env=launcher_env(),
         stderr=subprocess.DEVNULL,
     )
+    children = [Path(f"{ready}{rank}") for rank in (0, 1)]
     deadline = time.monotonic() + 300  # a hang guard: both children start in a second unless the machine is loaded
-    while not (Path(f"{ready}0").exists() and Path(f"{ready}1").exists()):
+    while not all(c.exists() and c.read_text() for c in children):
         assert time.monotonic() < deadline and proc.poll() is None
         time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+    pids = [int(c.read_text()) for c in children]
+    try:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=30) == 128 + signal.SIGTERM
+        assert [Path(f"{c}.term").read_text() if Path(f"{c}.term").exists() else None for c in children] == [
+            "SIGTERM", "SIGTERM"]
+        assert [pid for pid in pids if Path(f"/proc/{pid}").exists()] == []  # reaped by the launcher, none left
+    finally:
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
 
 
 def test_single_process_execs_with_node_env() -> None:

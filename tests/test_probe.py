@@ -10,6 +10,7 @@ from __future__ import annotations
 import glob
 import json
 import os
+import re
 import shutil
 import stat
 import subprocess
@@ -19,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from trainimg.runtime import libs, manifest, probe, probe_platform
+from trainimg.runtime import libs, manifest, platforms, probe, probe_platform
 
 REPO = Path(__file__).resolve().parents[1]
 RUNTIME = REPO / "builder" / "runtime"
@@ -418,7 +419,10 @@ def test_manifest(framework_venv, runtime_path, tmp_path):
     assert data["distributions"]["torch"] == "2.13.0+cpu"
     assert data["distributions"]["cloudml-hypertune"] == "0.1.0.dev6"
     assert data["python"]["version"].startswith("3.11")
-    assert isinstance(data["dpkg"], (dict, type(None)))
+    # the host is Debian: dpkg-query answers, and none of the CUDA stack's packages is installed here
+    assert shutil.which("dpkg-query") and data["dpkg"] == {}
+    own = subprocess.run(["dpkg-query", "-W", "-f", "${Version}", "dpkg"], capture_output=True, text=True, check=True)
+    assert manifest.dpkg_packages(re.compile(r"^dpkg$")) == {"dpkg": own.stdout}
 
 
 def test_manifest_build_parsers():
@@ -430,8 +434,16 @@ def test_manifest_build_parsers():
                                                   "is_cuda_build": True}
 
 
-def test_cluster_parsing_check():
-    """Last: it exercises the colleague's cluster parser against the platforms' sample environments."""
+def test_cluster_parsing_check(monkeypatch):
+    """Last: it exercises the colleague's cluster parser against the platforms' sample environments: each sample
+    parsed to what it expects passes, and a sample whose expectation the parser does not meet fails, named."""
     [result] = probe.run_checks({}, {"cluster_parsing"})
     assert result["status"] == "passed", result
+    assert {label: result["details"][label] for label, _, _ in platforms.samples()} == {
+        label: want for label, _, want in platforms.samples()}
     assert set(result["details"]) >= {"vertex", "aiplatform", "uai"}
+    label, env, want = platforms.samples()[0]
+    monkeypatch.setattr(platforms, "samples", lambda: [(label, env, {**want, "rank": want["rank"] + 1})])
+    [result] = probe.run_checks({}, {"cluster_parsing"})
+    assert result["status"] == "failed", result
+    assert f"{label}: rank={want['rank']!r} (expected {want['rank'] + 1!r})" in result["reason"], result

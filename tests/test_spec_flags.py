@@ -51,11 +51,12 @@ NEEDS = {
     "azureml": ["--compute", "gpu-cluster"],
     "sagemaker": ["--instance-type", "ml.p4d.24xlarge", "--role-arn", ROLE, "--output-path", "s3://acme/out"],
 }
-#: A value each platform flag accepts on its own platforms (with `NEEDS`), to show it is read there.
+#: A value each platform flag accepts on its own platforms (with `NEEDS`), to show it is read there: none is what
+#: the platform does without the flag, so the job written with it differs from the job written without it.
 VALUES = {"--machine-type": "a2-highgpu-1g", "--accelerator": "NVIDIA_TESLA_A100:1", "--ps": "1", "--evaluators": "1",
-          "--region": "europe-west4", "--format": "gcloud", "--reduction-servers": "0", "--gpus": "1",
+          "--region": "europe-west4", "--format": "gcloud", "--reduction-servers": "1", "--gpus": "2",
           "--namespace": "ml", "--container-runtime": "docker", "--partition": "gpu", "--compute": "gpu-cluster",
-          "--vm-size": "Standard_NC24ads_A100_v4", "--distribution": "pytorch", "--instance-type": "ml.p4d.24xlarge",
+          "--vm-size": "Standard_ND96isr_H100_v5", "--distribution": "mpi", "--instance-type": "ml.p4d.24xlarge",
           "--role-arn": ROLE, "--output-path": "s3://acme/out", "--volume-size": "100", "--max-runtime": "3600",
           "--env": "NCCL_SOCKET_IFNAME=eth0"}
 
@@ -110,6 +111,12 @@ def test_every_flag_is_accepted_on_its_own_platform(capsys: pytest.CaptureFixtur
     code, out, err = spec(capsys, "--platform", platform, *IMAGE, "--replicas", "2", *needs, *given,
                           "--", "python", "t.py")
     assert code == 0 and out, err
+    if given:  # read, not dropped: the job differs from the one written without it, or says why it cannot
+        _, without, _ = spec(capsys, "--platform", platform, *IMAGE, "--replicas", "2", *needs, "--", "python", "t.py")
+        if (platform, name) == ("vertex", "--region"):  # picks the Reduction Server's image; none is asked for here
+            assert out == without and err.startswith("trainimg: --region is checked but written nowhere"), err
+        else:
+            assert out != without, (platform, name)
 
 
 #: The flags that are `SpecOptions` fields (read by the shared cloud checks); every other one is a platform's own.

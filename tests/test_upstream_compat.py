@@ -57,6 +57,28 @@ def test_rederiving_a_release_gives_what_compat_yaml_holds(framework: str, versi
     print(f"{framework} {version}: {len(agreed)} values agree; not read here: {sorted({a.key for a in unread})}")
 
 
+# A value of compat.yaml's entry made wrong, per kind of comparison: a specifier field (compared as a set), and the
+# build's wheel pin (compared as text). Each must come out "differs", named by its key.
+WRONG = {"python": ">=3.99", "nccl": "==0.0.1", "nccl_wheel": "nvidia-nccl-cu99"}
+
+
+@pytest.mark.parametrize("framework", sorted(COMPAT.frameworks))
+def test_a_wrong_value_in_compat_yaml_is_found_differing(framework: str, index: LocalIndex) -> None:
+    data = yaml.safe_load(DATA.read_text(encoding="utf-8"))
+    release = data["frameworks"][framework]["releases"][0]
+    line = sorted(release["cuda"])[0]
+    release["python"] = WRONG["python"]
+    release["cuda"][line].update({k: WRONG[k] for k in ("nccl", "nccl_wheel")})
+    wrong = Compat.model_validate(data)
+    version = release["version"]
+    d = derive(SimpleIndex(index.url), framework, version, archs=reads_archs(framework, version))  # type: ignore[arg-type]
+    states = {a.key: (a.state, a.written) for a in compare(d, wrong)}
+    expected = {"python": WRONG["python"], f"cuda:{line}/nccl": WRONG["nccl"],
+                f"cuda:{line}/nccl_wheel": WRONG["nccl_wheel"]}
+    assert {k: states.get(k) for k in expected} == {k: ("differs", v) for k, v in expected.items()}
+    assert [k for k, (state, _) in states.items() if state == "differs"] == sorted(expected)
+
+
 def test_torch_gpu_archs_read_from_its_wheel_by_ranges_agree(index: LocalIndex) -> None:
     """What the data's torch CUDA 13 entry was read from by hand, read by 1 MB ranges off the served wheel."""
     if not (TORCH_WHEELS / TORCH_WHEEL).is_file():
