@@ -16,8 +16,10 @@ applies (its text is not in the file once: the product changed, so the mutant mu
 from __future__ import annotations
 
 import argparse
+import os
 import subprocess
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,6 +35,9 @@ class Mutant:
     new: str
     test: str  # a pytest node id
     why: str  # what the edit removes
+    # environment variables set to a new empty folder for each run: a cache whose key is the input, not the code
+    # (the eStargz blobs a push keeps), would hand the broken run what the intact one made
+    fresh: tuple[str, ...] = ()
 
 
 MUTANTS = (
@@ -177,13 +182,44 @@ MUTANTS = (
            '    chosen = {key: value for key, value in values.items() if key in names and key != "evaluators"}\n',
            "tests/test_spec_flags.py::test_every_flag_is_accepted_on_its_own_platform",
            "spec --evaluators 1 writes a job without its evaluator"),
+    Mutant("aiplatform-ps-never-starts", "builder/jobs/run.py",
+           "            raise Cancelled()\n        return super()._start(job, spec, network, labels)\n",
+           "            raise Cancelled()\n        if spec.role == 'ps':\n"
+           "            return __import__('docker').from_env().containers.create(\n"
+           "                job.image, ['true'], labels=dict(labels), name=f'{spec.host}--{spec.name}').id\n"
+           "        return super()._start(job, spec, network, labels)\n",
+           "tests/test_jobs.py::test_aiplatform_allreduce_two_processes_per_node_with_ps",
+           "an AI Platform ps is created but never started"),
+    Mutant("estargz-prefetches-everything", "builder/registry/estargz.py",
+           "    index = {clean_name(m.name): m for m in members}\n",
+           "    if prefetch:\n        return list(members), []\n    index = {clean_name(m.name): m for m in members}\n",
+           "tests/test_estargz_gate.py::test_the_gates_order_goes_first_in_the_estargz_layers",
+           "an eStargz layer with an order puts every file before the landmark (the whole layer prefetched)",
+           fresh=("TRAINIMG_BLOB_CACHE",)),
+    Mutant("push-names-before-the-gate", "builder/publish/push.py",
+           "    if gate is not None:\n        compression = compression.ordered(gate(image.id) or ())\n",
+           "    _engine_name(engine, image.id, target.ref(tag))\n"
+           "    if gate is not None:\n        compression = compression.ordered(gate(image.id) or ())\n",
+           "tests/test_registry.py::test_gate_stops_the_push_before_anything_is_sent",
+           "a refused image is given the registry's name before the gate runs"),
+    Mutant("verify-rebuilds-from-the-cache", "builder/cli/verify.py",
+           "                               no_cache=True)\n", "                               no_cache=False)\n",
+           "tests/test_layers.py::test_a_cold_rebuild_verifies_identical_layer_for_layer",
+           "verify's rebuild is answered from the first build's cache: it compares the build with itself"),
+    Mutant("index-cache-without-layers", "builder/registry/blobpush.py",
+           "            cache = _put_image(api, repository, fmt, with_cache, layers)\n",
+           "            cache = _put_image(api, repository, fmt, with_cache, layers if tagged else [])\n",
+           "tests/test_cache.py::test_the_client_pushes_the_cache_beside_the_image_and_buildkit_reads_it",
+           "an architecture's build cache in an index holds no layer"),
 )
 
 
-def run_test(node: str) -> tuple[int, str]:
+def run_test(node: str, fresh: tuple[str, ...] = ()) -> tuple[int, str]:
     """(pytest's exit code, its last line, or its first failed assertion)."""
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", node], cwd=ROOT,
-                          capture_output=True, text=True)
+    with tempfile.TemporaryDirectory(prefix="trainimg-mutant-") as tmp:
+        env = {**os.environ, **{name: str(Path(tmp, name)) for name in fresh}}
+        proc = subprocess.run([sys.executable, "-m", "pytest", "-q", "-x", "-p", "no:cacheprovider", node], cwd=ROOT,
+                              capture_output=True, text=True, env=env)
     lines = proc.stdout.splitlines()
     said = next((ln for ln in lines if ln.startswith("E ")), lines[-1] if lines else proc.stderr.strip()[-300:])
     return proc.returncode, said.strip()[:160]
@@ -195,13 +231,13 @@ def check(mutant: Mutant) -> bool:
     if text.count(mutant.old) != 1:
         print(f"{mutant.name}: its text is not in {mutant.file} exactly once: rewrite the mutant", file=sys.stderr)
         sys.exit(2)
-    intact, said = run_test(mutant.test)
+    intact, said = run_test(mutant.test, mutant.fresh)
     if intact != 0:
         print(f"{mutant.name}: FAILED INTACT ({said})")
         return False
     try:
         path.write_text(text.replace(mutant.old, mutant.new), encoding="utf-8")
-        broken, said = run_test(mutant.test)
+        broken, said = run_test(mutant.test, mutant.fresh)
     finally:
         path.write_text(text, encoding="utf-8")
     if broken != 1:

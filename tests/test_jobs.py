@@ -154,7 +154,9 @@ def test_vertex_allreduce_with_evaluator(engine: DockerEngine, workdir: Path, tm
 
 def test_aiplatform_allreduce_two_processes_per_node_with_ps(engine: DockerEngine, workdir: Path,
                                                              tmp_path: Path) -> None:
-    opts = JobOptions(platform="aiplatform", replicas=2, ps=1, evaluators=0, trial="7", env={},
+    # the chief waits for the ps's file (SIDE_DIR, WAIT_SIDE): a ps that never ran fails the job's check below
+    opts = JobOptions(platform="aiplatform", replicas=2, ps=1, evaluators=0, trial="7",
+                      env=parse_env(["SIDE_DIR=/work", "WAIT_SIDE=1"]),
                       volumes=parse_volumes([f"{workdir}:/work"]), command=["python", "/work/train.py"],
                       nproc_per_node=2, timeout=120)
     result = run_job(engine, IMAGE, opts, on_log=None, state=tmp_path / "state")
@@ -164,6 +166,12 @@ def test_aiplatform_allreduce_two_processes_per_node_with_ps(engine: DockerEngin
     assert json.loads(rec["cluster_spec"])["task"] == {"type": "master", "index": 0, "trial": "7"}
     assert json.loads(rec["tf_config"])["task"]["trial"] == "7" and rec["trial"] == "7"
     assert set(json.loads(rec["tf_config"])["cluster"]) == {"chief", "worker", "ps"}
+    # The ps ran as AI Platform's ps of trial 7 (its CLUSTER_SPEC and TF_CONFIG say so), in its own container.
+    ps = json.loads((workdir / "ps-0.json").read_text())
+    assert (ps["role"], ps["trial"]) == ("ps", "7")
+    assert json.loads(ps["cluster_spec"])["task"] == {"type": "ps", "index": 0, "trial": "7"}
+    assert json.loads(ps["tf_config"])["task"] == {"type": "ps", "index": 0, "trial": "7"}
+    assert ps["host"] != rec["host"]
     assert _leftovers(engine.client, result.run_id) == []
 
 

@@ -242,6 +242,7 @@ def released(registry: RegistryLogin, state_env: dict[str, str], client: docker.
     assert r.returncode == 0, r.stderr[-3000:]
     r = trainimg("build", TEST_VARIANT, "--no-cache", "--base-image", LOCAL_BASE, "--progress", "plain", env=env)
     assert r.returncode == 0, r.stderr[-3000:]
+    assert_ran_every_step(r.stdout + r.stderr)
     layers = client.api.inspect_image(CPU_TAG)["RootFS"]["Layers"]
     r = trainimg("test", TEST_VARIANT, "--replicas", "2", "--progress", "quiet", env=env, timeout=900)
     assert r.returncode == 0, r.stderr[-3000:]
@@ -260,8 +261,20 @@ def pushed_digest(stdout: str) -> str:
 
 
 def verify(released: dict[str, Any], registry: RegistryLogin, where: str = "") -> subprocess.CompletedProcess[str]:
-    return trainimg("verify", TEST_VARIANT, "--registry", where or released["target"], "--username", registry.username,
-                    "--base-image", LOCAL_BASE, "--progress", "quiet", env=released["env"], timeout=1200)
+    r = trainimg("verify", TEST_VARIANT, "--registry", where or released["target"], "--username", registry.username,
+                 "--base-image", LOCAL_BASE, "--progress", "plain", env=released["env"], timeout=1200)
+    assert_ran_every_step(r.stdout + r.stderr)  # a rebuild from the cache the first build left compares nothing
+    return r
+
+
+def assert_ran_every_step(log: str) -> None:
+    """BuildKit's plain log of a build with no cache: steps ran (`#N DONE`), none was answered from the cache (the
+    base image's FROM is said CACHED with --no-cache too: it is the image, not a step)."""
+    step = r"^(?:\[\S+\] )?#(\d+)"  # trainimg's plain log puts the variant before BuildKit's lines
+    titles = dict(re.findall(rf"{step} (\[.*)$", log, re.M))
+    assert re.search(rf"{step} DONE ", log, re.M) and titles, log[-3000:]
+    cached = [titles.get(n, n) for n in re.findall(rf"{step} CACHED$", log, re.M) if "] FROM " not in titles.get(n, "")]
+    assert cached == [], f"{len(cached)} steps from the cache: {cached}\n" + log[-3000:]
 
 
 def test_push_upload_client_sends_no_layer_the_registry_holds(released: dict[str, Any],

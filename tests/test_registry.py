@@ -184,14 +184,17 @@ def test_auto_pushes_a_first_image_by_the_engine_and_a_repush_by_the_client(
 
 
 def test_gate_stops_the_push_before_anything_is_sent(registry_client: docker.DockerClient, registry: RegistryLogin,
-                                                    registry_image: Callable[[], str]) -> None:
+                                                    registry_image: Callable[[], str], fault_proxy: FaultProxy) -> None:
     def refuse(image_id: str) -> None:
         raise RegistryError(f"{image_id} has no passing conformance record")
 
-    target = RegistryTarget.parse(registry.host)
+    fault_proxy.fail(r".*", status=500, times=1000)  # every request that reaches the registry is counted
+    target = RegistryTarget.parse(fault_proxy.address)
     with pytest.raises(RegistryError, match="conformance"):
         push(DockerEngine(registry_client), registry_image(), target, "trainimg/gated:v1", credentials=_creds(registry), gate=refuse)
-    assert remote_tags(target, "trainimg/gated", _creds(registry)) == []
+    assert fault_proxy.fired("error") == 0  # not one request was sent
+    assert registry_client.images.list(name=f"{fault_proxy.address}/trainimg/gated") == []  # nor a name given
+    assert remote_tags(RegistryTarget.parse(registry.host), "trainimg/gated", _creds(registry)) == []
 
 
 def test_wrong_password_is_an_auth_error_at_once(registry_client: docker.DockerClient, registry: RegistryLogin,
