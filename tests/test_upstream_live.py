@@ -32,5 +32,8 @@ def test_live_outdated_and_compat_add(live: str, capsys: pytest.CaptureFixture[s
     assert rc in (0, 1), captured.err
     items = json.loads(captured.out)
     assert all(i["source"].startswith("http") for i in items) and any(not i["held"] for i in items) == (rc == 1)
+    # read from the live index: the recipes pin torch 2.13.0, behind what pypi.org serves (2.15.0 and later)
+    assert [i["current"] for i in items if i["kind"] == "framework" and i["name"] == "torch"
+            and i["source"].startswith(live)].count("2.13.0") == 1, items
     assert main(["compat", "add", "torch==2.15.0", "--index-url", live, "--no-archs", "--dry-run"]) == 0
     assert "agree with compat.yaml" in capsys.readouterr().out
