@@ -11,7 +11,6 @@ from __future__ import annotations
 import base64
 import json
 import os
-import re
 import subprocess
 import tarfile
 import uuid
@@ -21,6 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import IO, Any
 
+import buildkitlog
 import docker
 import docker.errors
 import pytest
@@ -265,10 +265,10 @@ def test_secret_build_ran_pip_with_the_secrets(secret_build: SecretBuild) -> Non
     # the groups below it mount slices the extra did not change, and stay cached.
     group = lockgroups.group_of("six", ["six"])  # the recipe's own extra: the top step, the extras' group
     assert group == lockgroups.EXTRAS
-    step = next(m.group(1) for line in secret_build.log.splitlines()
-                if "--require-hashes" in line and f"/{group}.lock," in line and (m := re.search(r"(#\d+) \[", line)))
-    assert not re.search(rf"{step} CACHED$", secret_build.log, re.M), "the extras step (pip, secrets) was cached"
-    assert re.search(rf"{step} DONE [0-9.]+s$", secret_build.log, re.M), f"{step} did not run to the end"
+    step = next(n for n, title in buildkitlog.titles(secret_build.log).items()
+                if "--require-hashes" in title and f"/{group}.lock," in title)
+    assert step not in buildkitlog.ended(secret_build.log, "CACHED$"), "the extras step (pip, secrets) was cached"
+    assert step in buildkitlog.ended(secret_build.log, r"DONE [0-9.]+s$"), f"#{step} did not run to the end"
 
 
 def test_no_secret_in_layers_config_history_or_log(secret_build: SecretBuild, client: docker.DockerClient,

@@ -20,6 +20,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import buildkitlog
 import docker
 import pytest
 import requests
@@ -131,8 +132,8 @@ def test_pushed_image_carries_inline_cache_and_serves_a_rebuild(private_build: t
 def assert_cache_read(log: str, ref: str) -> None:
     """BuildKit 0.8 imported `ref`'s cache: its import is a step of its own, and that step has no `#N ERROR` (how it
     reports a cache it could not read, a 401 or a manifest it cannot use, and builds on without it)."""
-    (step,) = re.findall(rf"^\S* ?#(\d+) importing cache manifest from {re.escape(ref)}$", log, re.M)
-    assert not re.search(rf"^\S* ?#{step} ERROR", log, re.M), log[-3000:]
+    (step,) = [n for n, title in buildkitlog.titles(log).items() if title == f"importing cache manifest from {ref}"]
+    assert step not in buildkitlog.ended(log, "ERROR"), log[-3000:]
 
 
 def test_the_client_pushes_the_cache_beside_the_image_and_buildkit_reads_it(

@@ -26,6 +26,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import buildkitlog
 import docker
 import pytest
 from conftest import BARE_VERSION, CPU_VARIANT, LOCAL_BASE, ROOT, bare_recipe, remove_image, trainimg
@@ -270,10 +271,9 @@ def verify(released: dict[str, Any], registry: RegistryLogin, where: str = "") -
 def assert_ran_every_step(log: str) -> None:
     """BuildKit's plain log of a build with no cache: steps ran (`#N DONE`), none was answered from the cache (the
     base image's FROM is said CACHED with --no-cache too: it is the image, not a step)."""
-    step = r"^(?:\[\S+\] )?#(\d+)"  # trainimg's plain log puts the variant before BuildKit's lines
-    titles = dict(re.findall(rf"{step} (\[.*)$", log, re.M))
-    assert re.search(rf"{step} DONE ", log, re.M) and titles, log[-3000:]
-    cached = [titles.get(n, n) for n in re.findall(rf"{step} CACHED$", log, re.M) if "] FROM " not in titles.get(n, "")]
+    titles = buildkitlog.titles(log)
+    assert buildkitlog.ended(log, "DONE ") and titles, log[-3000:]
+    cached = [titles[n] for n in buildkitlog.ended(log, "CACHED$") if "] FROM " not in titles[n]]
     assert cached == [], f"{len(cached)} steps from the cache: {cached}\n" + log[-3000:]
 
 
