@@ -66,12 +66,13 @@ def test_the_shipped_recipes_items_each_have_a_source(index: LocalIndex, capsys:
     compat = load_compat()
     # every framework version a shipped recipe pins below the recorded page's newest release, read from the
     # recipes and the page, not from what `outdated` printed
+    newest = {fw.pip_name: recorded_versions(fw.pip_name)[-1] for fw in compat.frameworks.values()}
     behind = {(compat.frameworks[v.framework].pip_name, v.version) for v in load_recipes(ROOT / "recipes").variants
               if v.framework in compat.frameworks and not v.extends
-              and Version(v.version or "0") < recorded_versions(compat.frameworks[v.framework].pip_name)[-1]}
+              and Version(v.version or "0") < newest[compat.frameworks[v.framework].pip_name]}
     assert behind and set(frameworks) == behind, (sorted(frameworks), sorted(behind))
     for name, version in behind:
-        assert frameworks[(name, version)]["newest"] == str(recorded_versions(name)[-1])
+        assert frameworks[(name, version)]["newest"] == str(newest[name])
     eol = [i for i in items if i["kind"] == "base-eol"]
     assert all((i["warning"] or i["held"]) and i["date"] for i in eol)
     assert "item(s), " in err and "held by the recipes; read" in err
