@@ -4,38 +4,37 @@ layers still differ by digest, and why).
 
 "Cold" without pruning anything shared: each build's base is a fresh image of its own (`local/debian:bookworm`
 plus a one-line marker file, a new layer chain: BuildKit keys every stage on it and runs every step again; the
-marker is the one file two builds' base layers differ in), and its wheel cache
-mount has an id of this run's own (the rendered Dockerfile's `id=trainimg-wheels-...` renamed), so no wheel
-another build downloaded is reused. "Warm" reuses that cache id on another fresh base: every step runs again, the
-wheels come from the cache. Each build's image and BuildKit records go once it is timed (the two builds the
-reproducibility check compares stay until their variant is done), each wheel cache mount after its warm build,
-pruned by id: a GPU variant's five builds and three caches would hold ~50 GB.
-The builds run on an engine of the bench's own (benchmarks/ownengine.py: a second dockerd beside the machine's, on
-an empty data root): the records pruned "since the build began" are then this family's alone, and no other user's
-build (this machine's engine is shared) shares a step with, or slows, the engine being timed.
-"""
+marker is the one file two builds' base layers differ in), and its wheel cache mount has an id of this run's own
+(the rendered Dockerfile's `id=trainimg-wheels-...` renamed), so no wheel another build downloaded is reused. "Warm"
+reuses that cache id on another fresh base: every step runs again, the wheels come from the cache. Each build's
+image and BuildKit records go once it is timed (the two builds the reproducibility check compares stay until their
+variant is done), each wheel cache mount after its warm build, pruned by id: a GPU variant's builds and caches
+would hold ~50 GB. The builds run on an engine of the bench's own (benchmarks/ownengine.py: a second dockerd beside
+the machine's, on an empty data root): the records pruned "since the build began" are then this family's alone,
+and no other user's build (this machine's engine is shared) shares a step with, or slows, the engine being timed."""
 
 from __future__ import annotations
 
 import functools
-import hashlib
-import io
 import json
 import re
-import subprocess
-import tarfile
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, Any
+from statistics import median
+from typing import Any
 
 from figures import BENCH_PREFIX, ratio
 from harness import BASE_IMAGE, FAILED, FAMILY, SHIPPED_RECIPES, Harness, docker_cli, log, step
+from imagediff import differing_lines, image_text, sbom_components, why_layers_differ
 from ownengine import own_engine
 
 INSTALLS_VARIANT = "pytorch-2.13.0-cpu-py3.11"
+# Rounds of the four builds per variant, each figure the ratio of the medians: a ~33 s build here moves 2-3 s from
+# run to run with nothing changed; one round's warm ratio read 0.89 and 1.03 (results/2026-12-03-installs).
+ROUNDS = 3
 CACHE_MOUNT = "exec.cachemount"  # the BuildKit record type of a `RUN --mount=type=cache`
 # What the RUN of each install step says, whichever installer runs it (builder/plan/templates/blocks/install.j2).
 INSTALL_STEP_MARK = "--require-hashes"
@@ -96,114 +95,6 @@ def fresh_base(docker: Callable[..., Any], base: str, name: str) -> str:
     docker("build", "-t", tag, "-", input=f"FROM {base}\nRUN echo {name} > /etc/trainimg-bench-cold\n",
            what=f"fresh base {tag}")
     return tag
-
-
-# ---- what two builds hold -----------------------------------------------------------------------------------
-
-
-def image_text(docker: Callable[..., Any], tag: str, *cmd: str) -> str:
-    return str(docker("run", "--rm", "--network", "none", "--entrypoint", cmd[0], tag, *cmd[1:],
-                      what=f"{' '.join(cmd[:3])} in {tag}").stdout)
-
-
-def sbom_components(text: str) -> set[str]:
-    """Each component of a CycloneDX SBOM as one comparable string: its purl (or name and version) and hashes."""
-    doc = json.loads(text)
-    out = set()
-    for c in doc.get("components", []):
-        hashes = ",".join(sorted(f"{h.get('alg')}:{h.get('content')}" for h in c.get("hashes", [])))
-        out.add(f"{c.get('purl') or c.get('name', '') + '@' + c.get('version', '')} {hashes}")
-    return out
-
-
-def differing_lines(a: str, b: str) -> list[str]:
-    """Lines in one text and not the other, each marked with the build it came from."""
-    left, right = set(a.splitlines()), set(b.splitlines())
-    return sorted([f"1: {x}" for x in left - right] + [f"2: {x}" for x in right - left])
-
-
-class _Hashing(io.RawIOBase):
-    """A reader that hashes what passes through it: a layer tar's sha256 is its diff ID."""
-
-    def __init__(self, raw: IO[bytes]) -> None:
-        self.raw, self.sha = raw, hashlib.sha256()
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int:
-        data = self.raw.read(len(buffer))
-        self.sha.update(data)
-        buffer[:len(data)] = data
-        return len(data)
-
-
-FileState = tuple[int, str, int]  # size, sha256 of the content (or the link target), mtime
-
-
-@dataclass
-class SavedImage:
-    """What `docker save` holds of an image: each layer's files by diff ID, and the Dockerfile step of each
-    layer, bottom up (from the config's history: the entries with `empty_layer` made none)."""
-
-    layers: dict[str, dict[str, FileState]]
-    steps: list[str]
-
-
-def saved_image(docker_cli: str, tag: str, env: Mapping[str, str]) -> SavedImage:
-    """`docker save tag` on the engine `env` names (the bench's own: DOCKER_HOST), streamed (never written to
-    disk): layer files hashed, the config's history read."""
-    image = SavedImage({}, [])
-    proc = subprocess.Popen([docker_cli, "save", tag], stdout=subprocess.PIPE, env=dict(env))
-    assert proc.stdout is not None
-    with tarfile.open(fileobj=proc.stdout, mode="r|") as outer:
-        for member in outer:
-            fh = outer.extractfile(member) if member.isreg() else None
-            if fh is None:  # a link to a layer listed before it: the same diff ID
-                continue
-            if member.name.endswith("layer.tar"):
-                image.layers.update([_layer(fh)])
-            elif "/" not in member.name and member.name.endswith(".json") and member.name != "manifest.json":
-                history = json.loads(fh.read()).get("history", [])
-                image.steps = [h.get("created_by", "")[:120] for h in history if not h.get("empty_layer")]
-    if proc.wait() != 0:
-        raise ValueError(f"docker save {tag} exited {proc.returncode}")
-    return image
-
-
-def _layer(fh: IO[bytes]) -> tuple[str, dict[str, FileState]]:
-    """(diff ID, path -> file state) of one layer tar."""
-    hashing = _Hashing(fh)
-    files: dict[str, FileState] = {}
-    with tarfile.open(fileobj=io.BufferedReader(hashing, 1 << 20), mode="r|") as layer:
-        for f in layer:
-            data = layer.extractfile(f) if f.isreg() else None  # a stream cannot open links
-            digest = hashlib.sha256(data.read() if data else f.linkname.encode()).hexdigest()
-            files[f.name] = (f.size, digest, int(f.mtime))
-    while hashing.read(1 << 20):  # the tar's zero padding is part of the diff ID
-        pass
-    return f"sha256:{hashing.sha.hexdigest()}", files
-
-
-def why_layers_differ(docker_cli: str, docker: Callable[..., Any], one: str, two: str,
-                      env: Mapping[str, str]) -> list[dict[str, Any]]:
-    """For each layer position whose diff ID differs between two builds: its Dockerfile step and what differs in
-    it: files only in one, files whose content differs (a few named), files that differ only in their mtime."""
-    layers = [json.loads(docker("image", "inspect", "--format", "{{json .RootFS.Layers}}", t).stdout)
-              for t in (one, two)]
-    saved = [saved_image(docker_cli, t, env) for t in (one, two)]
-    steps = saved[0].steps
-    out = []
-    for i, (a, b) in enumerate(zip(layers[0], layers[1])):
-        if a == b:
-            continue
-        fa, fb = saved[0].layers.get(a, {}), saved[1].layers.get(b, {})
-        content = sorted(p for p in fa.keys() & fb.keys() if fa[p][:2] != fb[p][:2])
-        mtime = [p for p in fa.keys() & fb.keys() if fa[p][:2] == fb[p][:2] and fa[p][2] != fb[p][2]]
-        out.append({"layer": i, "step": steps[i] if i < len(steps) else "?", "files": len(fa),
-                    "only_in_one": len(fa.keys() ^ fb.keys()), "content_differs": len(content),
-                    "content_examples": content[:6], "mtime_only": len(mtime)})
-    return out
 
 
 # ---- the measurement ----------------------------------------------------------------------------------------
@@ -273,17 +164,23 @@ class InstallBench:
         """Remove what this variant's builds left: the images kept, every record made since it began."""
         self.remove(self.tags, self.records_before, lambda kind: True)
 
-    def uv_vs_pip(self, flags: list[str], keep_uv_cold: bool) -> dict[str, ColdBuild]:
-        """uv and pip, each cold then warm, each installer's wheel cache mount dropped after its warm build; the
-        cold uv build's image kept if `keep_uv_cold` (reproducible compares it)."""
-        builds = {}
-        for installer in ("uv", "pip"):
-            cache = f"trainimg-bench-{self.run}-{installer}"
-            before = set(self.cache_records())
-            keep = keep_uv_cold and installer == "uv"
-            builds[f"{installer}_cold"] = self.build(installer, cache, flags, keep=keep)
-            builds[f"{installer}_warm"] = self.build(installer, cache, flags)
-            self.remove([], before, lambda kind: kind == CACHE_MOUNT)
+    def uv_vs_pip(self, flags: list[str], keep_uv_cold: bool) -> dict[str, list[ColdBuild]]:
+        """ROUNDS rounds of uv and pip (which goes first alternates), each cold then warm on a wheel cache mount of
+        its round's own, dropped after its warm build; the first cold uv image kept if `keep_uv_cold`. A build
+        before them is not timed: the engine's first build also reads the base, the wheels and the installers
+        from disk into memory (1.4-4.6 s longer than the same build after it, three runs), which no round should pay."""
+        before = set(self.cache_records())
+        self.build("pip", f"trainimg-bench-{self.run}-first", flags)
+        self.remove([], before, lambda kind: kind == CACHE_MOUNT)
+        builds: dict[str, list[ColdBuild]] = {f"{i}_{w}": [] for i in ("uv", "pip") for w in ("cold", "warm")}
+        for round_ in range(ROUNDS):
+            for installer in ("uv", "pip")[::1 if round_ % 2 == 0 else -1]:
+                cache = f"trainimg-bench-{self.run}-{installer}-{round_}"
+                before = set(self.cache_records())
+                keep = keep_uv_cold and installer == "uv" and round_ == 0
+                builds[f"{installer}_cold"].append(self.build(installer, cache, flags, keep=keep))
+                builds[f"{installer}_warm"].append(self.build(installer, cache, flags))
+                self.remove([], before, lambda kind: kind == CACHE_MOUNT)
         return builds
 
     def reproducible(self, first: ColdBuild, flags: list[str]) -> dict[str, Any]:
@@ -313,10 +210,10 @@ class InstallBench:
 
 
 def measure(bench: Harness) -> None:
-    """A full run's install figures: INSTALLS_VARIANT's (five cold builds: none under --quick)."""
+    """A full run's install figures: INSTALLS_VARIANT's (4 x ROUNDS + 2 builds: none under --quick)."""
     if bench.quick:
         for name in FAMILY["installs"].figures:
-            bench.skip(name, "skipped (--quick): five cold builds (`--installs` runs them alone)")
+            bench.skip(name, f"skipped (--quick): {4 * ROUNDS + 2} cold builds (`--installs` runs them alone)")
     else:
         run_installs(bench, [INSTALLS_VARIANT])
 
@@ -335,10 +232,10 @@ def run_installs(bench: Harness, variants: Sequence[str]) -> None:
     set_installs(bench, measured)
 
 
-def measure_installs(bench: Harness, variants: Sequence[str]) -> dict[str, dict[str, ColdBuild]]:
+def measure_installs(bench: Harness, variants: Sequence[str]) -> dict[str, dict[str, list[ColdBuild]]]:
     """Each variant's uv and pip builds (and the first's reproducibility); each variant's images and BuildKit
     records go before the next one starts. A variant whose builds failed is not in the answer."""
-    measured: dict[str, dict[str, ColdBuild]] = {}
+    measured: dict[str, dict[str, list[ColdBuild]]] = {}
     for i, variant in enumerate(variants):
         context = bench.baked_context(SHIPPED_RECIPES, [variant])
         ib = InstallBench(bench.docker, functools.partial(bench.docker_build_run, context=context), docker_cli(),
@@ -350,11 +247,11 @@ def measure_installs(bench: Harness, variants: Sequence[str]) -> dict[str, dict[
                     continue
                 measured[variant] = builds
                 bench.details.setdefault("installs", {})[variant] = {"seconds": {
-                    **{k: b.seconds for k, b in builds.items()},
-                    **{f"{k}_install_step": b.install_step for k, b in builds.items()}}}
+                    **{k: [b.seconds for b in bs] for k, bs in builds.items()},
+                    **{f"{k}_install_step": [b.install_step for b in bs] for k, bs in builds.items()}}}
                 if i == 0:
                     same = step("reproducible_package_diffs", bench,
-                                lambda: ib.reproducible(builds["uv_cold"], flags))
+                                lambda: ib.reproducible(builds["uv_cold"][0], flags))
                     if same is not FAILED:
                         set_reproducible(bench, variant, same)
         finally:
@@ -362,22 +259,26 @@ def measure_installs(bench: Harness, variants: Sequence[str]) -> dict[str, dict[
     return measured
 
 
-def set_installs(bench: Harness, measured: Mapping[str, Mapping[str, ColdBuild]]) -> None:
-    """The worst variant's whole-build ratio is the figure; each variant's seconds, and its install step's
-    alone (what the installer changes: the rest of a build is the same work for both), are in `how`."""
+def set_installs(bench: Harness, measured: Mapping[str, Mapping[str, Sequence[ColdBuild]]]) -> None:
+    """The worst variant's ratio of the median whole builds is the figure; each variant's medians, every build's
+    seconds, and the install steps' alone (what the installer changes: the rest of a build is the same work for
+    both), are in `how`."""
     for figure, (uv, pip), what in (
             ("uv_vs_pip", ("uv_cold", "pip_cold"),
              "built by `docker build` from its rendered Dockerfile on a fresh base (every step runs) with a new, "
              "empty wheel cache mount"),
             ("uv_vs_pip_warm", ("uv_warm", "pip_warm"),
              "the same on another fresh base with the wheel cache mount the cold build filled")):
-        rows = {v: (b[uv].seconds, b[pip].seconds, b[uv].install_step, b[pip].install_step)
+        rows = {v: (median(x.seconds for x in b[uv]), median(x.seconds for x in b[pip]),
+                    median(x.install_step for x in b[uv]), median(x.install_step for x in b[pip]),
+                    " / ".join(f"{x.seconds:.1f}" for x in b[uv]), " / ".join(f"{x.seconds:.1f}" for x in b[pip]))
                 for v, b in measured.items()}
         worst = max(rows, key=lambda v: rows[v][0] / rows[v][1])
         bench.set(figure, ratio(*rows[worst][:2]),
-                 f"{what}; worst of {len(rows)}: " + "; ".join(
-                     f"{v} uv {u:.1f} s / pip {p:.1f} s = {u / p:.2f} (the install step alone {iu:.1f} s / "
-                     f"{ip:.1f} s = {iu / ip:.2f})" for v, (u, p, iu, ip) in rows.items()))
+                 f"{what}; the medians of {ROUNDS} rounds, worst of {len(rows)}: " + "; ".join(
+                     f"{v} uv {u:.1f} s / pip {p:.1f} s = {u / p:.2f} (the install steps alone {iu:.1f} s / "
+                     f"{ip:.1f} s = {iu / ip:.2f}; uv {us} s, pip {ps} s)"
+                     for v, (u, p, iu, ip, us, ps) in rows.items()))
 
 def set_reproducible(bench: Harness, variant: str, same: dict[str, Any]) -> None:
     bench.details["reproducible"] = {"variant": variant, **same}
