@@ -259,6 +259,21 @@ def measure_installs(bench: Harness, variants: Sequence[str]) -> dict[str, dict[
     return measured
 
 
+@dataclass(frozen=True)
+class Medians:
+    """One installer's builds of one kind (cold or warm): the median whole build, the median install steps, and
+    every build's seconds as `how` shows them."""
+
+    seconds: float
+    install_step: float
+    each: str
+
+    @classmethod
+    def of(cls, builds: Sequence[ColdBuild]) -> Medians:
+        return cls(median(b.seconds for b in builds), median(b.install_step for b in builds),
+                   " / ".join(f"{b.seconds:.1f}" for b in builds))
+
+
 def set_installs(bench: Harness, measured: Mapping[str, Mapping[str, Sequence[ColdBuild]]]) -> None:
     """The worst variant's ratio of the median whole builds is the figure; each variant's medians, every build's
     seconds, and the install steps' alone (what the installer changes: the rest of a build is the same work for
@@ -269,16 +284,15 @@ def set_installs(bench: Harness, measured: Mapping[str, Mapping[str, Sequence[Co
              "empty wheel cache mount"),
             ("uv_vs_pip_warm", ("uv_warm", "pip_warm"),
              "the same on another fresh base with the wheel cache mount the cold build filled")):
-        rows = {v: (median(x.seconds for x in b[uv]), median(x.seconds for x in b[pip]),
-                    median(x.install_step for x in b[uv]), median(x.install_step for x in b[pip]),
-                    " / ".join(f"{x.seconds:.1f}" for x in b[uv]), " / ".join(f"{x.seconds:.1f}" for x in b[pip]))
-                for v, b in measured.items()}
-        worst = max(rows, key=lambda v: rows[v][0] / rows[v][1])
-        bench.set(figure, ratio(*rows[worst][:2]),
+        rows = {v: (Medians.of(b[uv]), Medians.of(b[pip])) for v, b in measured.items()}
+        worst = max(rows, key=lambda v: rows[v][0].seconds / rows[v][1].seconds)
+        bench.set(figure, ratio(rows[worst][0].seconds, rows[worst][1].seconds),
                  f"{what}; the medians of {ROUNDS} rounds, worst of {len(rows)}: " + "; ".join(
-                     f"{v} uv {u:.1f} s / pip {p:.1f} s = {u / p:.2f} (the install steps alone {iu:.1f} s / "
-                     f"{ip:.1f} s = {iu / ip:.2f}; uv {us} s, pip {ps} s)"
-                     for v, (u, p, iu, ip, us, ps) in rows.items()))
+                     f"{v} uv {u.seconds:.1f} s / pip {p.seconds:.1f} s = {u.seconds / p.seconds:.2f} (the install "
+                     f"steps alone {u.install_step:.1f} s / {p.install_step:.1f} s = "
+                     f"{u.install_step / p.install_step:.2f}; uv {u.each} s, pip {p.each} s)"
+                     for v, (u, p) in rows.items()))
+
 
 def set_reproducible(bench: Harness, variant: str, same: dict[str, Any]) -> None:
     bench.details["reproducible"] = {"variant": variant, **same}
