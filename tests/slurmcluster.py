@@ -101,7 +101,10 @@ def reap_leftovers() -> None:
         if pid.isdigit() and _start_time(int(pid)) == started:
             continue  # a live session's cluster
         for pid_file in root.glob("run/*.pid"):
-            pid = pid_file.read_text().strip()
+            try:
+                pid = pid_file.read_text().strip()
+            except FileNotFoundError:
+                continue  # removed meanwhile by another session reaping the same folder
             if pid.isdigit() and str(root) in _cmdline(int(pid)):
                 try:
                     os.kill(int(pid), signal.SIGKILL)

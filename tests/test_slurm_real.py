@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 import uuid
 from pathlib import Path
@@ -93,20 +95,27 @@ def test_a_daemon_that_dies_fails_with_its_log(tmp_path: Path) -> None:
 
 def test_a_crashed_sessions_daemons_are_reaped() -> None:
     """A folder whose owner is gone: the process its pid file names is killed if its command line names the
-    folder, spared if not; the folder goes."""
-    root = BASE / "999999999-0"  # no such pid
-    (root / "run").mkdir(parents=True)
+    folder, spared if not; the folder goes.
+
+    The folder is made beside BASE and moved in whole: another worker's session fixture reaps BASE at its start,
+    and one that saw the folder before its pid files were written removed it and killed nothing."""
+    BASE.mkdir(mode=0o755, exist_ok=True)
+    root = BASE / f"999999999-{os.getpid()}"  # no such pid; this worker's own name
+    making = Path(tempfile.mkdtemp(dir=BASE.parent, prefix="trainimg-slurm-test-"))
+    (making / "run").mkdir()
     ours = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)", str(root)])
     other = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(300)"])
     try:
-        (root / "run" / "slurmd.pid").write_text(f"{ours.pid}\n")
-        (root / "run" / "munged.pid").write_text(f"{other.pid}\n")
+        (making / "run" / "slurmd.pid").write_text(f"{ours.pid}\n")
+        (making / "run" / "munged.pid").write_text(f"{other.pid}\n")
+        making.rename(root)
         reap_leftovers()
         assert ours.wait(10) == -signal.SIGKILL and other.poll() is None and not root.exists()
     finally:
         for proc in (ours, other):
             proc.kill()
             proc.wait()
+        shutil.rmtree(making, ignore_errors=True)  # left only where the test failed before the move
 
 
 def live_samples(cluster: SlurmCluster, folder: Path) -> dict[str, Any]:
