@@ -4,8 +4,8 @@
 A test that passes with its feature broken checks nothing (CONTRIBUTING.md, "Tests are real"). Each mutant below
 is one such break, written as the smallest edit of the product that removes the feature while leaving everything
 else working, and the tests that must then fail (one edit can remove what several tests check). For each: every
-test must pass on the checkout as it is and fail with the edit applied, and the file is put back whatever happens. The engine tests need what `make test` needs (the engine,
-the images the fixtures build: seconds when warm).
+test must pass on the checkout as it is and fail with the edit applied, and the file is put back whatever happens.
+The engine tests need what `make test` needs (the engine, the images the fixtures build: seconds when warm).
 
     python3 .ci/mutants.py [NAME ...]        (default: every mutant; --list names them)
 
@@ -128,7 +128,8 @@ MUTANTS = (
            "the renderer writes a mount BuildKit cannot parse (goldens rewritten from the renderer would take it)"),
     # A read of the rest of the suite (2026-12-03): tests that passed with these breaks, each since made able to fail.
     Mutant("launcher-orphans-on-sigterm", "builder/runtime/launch.py",
-           "        for child in children:\n            if child.poll() is None:\n                child.send_signal(signum)\n",
+           "        for child in children:\n            if child.poll() is None:\n"
+           "                child.send_signal(signum)\n",
            "        raise SystemExit(128 + signum)\n",
            ("tests/test_launch.py::test_sigterm_is_forwarded_to_local_processes",),
            "the launcher exits 143 on SIGTERM and leaves its processes running"),
